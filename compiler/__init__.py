@@ -1,0 +1,1 @@
+"""dockyard's compiler: Hydra configs → a validated, content-hashed launch plan."""

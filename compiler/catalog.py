@@ -1,0 +1,103 @@
+"""Instance types dockyard knows: what each one has that a plan or an estimate depends on.
+
+Figures are per instance. GPU memory is what the card reports (HBM), peak bf16 is the dense tensor-core
+figure from the vendor's datasheet, NVLink is the per-GPU bidirectional bandwidth, network is the
+instance's EFA/ENA bandwidth, and prices are on-demand US East list prices in USD per hour
+(`hardware.price_per_hour` overrides them for a discount or another region).
+"""
+
+from dataclasses import dataclass
+
+from compiler.errors import UnknownNameError
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    gpus: int
+    gpu_model: str
+    gpu_memory_gib: float
+    peak_bf16_tflops: float
+    nvlink_gbps: float
+    efa_devices: int
+    network_gbps: float
+    price_per_hour: float
+    smddp: bool
+    """SageMaker's data-parallel library (smddp) supports this type."""
+
+    @property
+    def has_gpus(self) -> bool:
+        return self.gpus > 0
+
+
+LOCAL_CPU = InstanceType(
+    name="cpu",
+    gpus=0,
+    gpu_model="none",
+    gpu_memory_gib=0,
+    peak_bf16_tflops=0,
+    nvlink_gbps=0,
+    efa_devices=0,
+    network_gbps=0,
+    price_per_hour=0,
+    smddp=False,
+)
+
+_A100_40 = dict(gpu_model="A100-SXM4-40GB", gpu_memory_gib=40, peak_bf16_tflops=312, nvlink_gbps=600 * 8)
+_A100_80 = dict(gpu_model="A100-SXM4-80GB", gpu_memory_gib=80, peak_bf16_tflops=312, nvlink_gbps=600 * 8)
+_H100 = dict(gpu_model="H100-SXM5-80GB", gpu_memory_gib=80, peak_bf16_tflops=989, nvlink_gbps=900 * 8)
+_H200 = dict(gpu_model="H200-SXM5-141GB", gpu_memory_gib=141, peak_bf16_tflops=989, nvlink_gbps=900 * 8)
+
+INSTANCE_TYPES: dict[str, InstanceType] = {
+    t.name: t
+    for t in (
+        LOCAL_CPU,
+        InstanceType(
+            "p4d.24xlarge", gpus=8, **_A100_40, efa_devices=4, network_gbps=400, price_per_hour=21.96, smddp=True
+        ),
+        InstanceType(
+            "p4de.24xlarge", gpus=8, **_A100_80, efa_devices=4, network_gbps=400, price_per_hour=27.45, smddp=True
+        ),
+        InstanceType(
+            "p5.48xlarge", gpus=8, **_H100, efa_devices=32, network_gbps=3200, price_per_hour=55.04, smddp=True
+        ),
+        InstanceType(
+            "p5e.48xlarge", gpus=8, **_H200, efa_devices=32, network_gbps=3200, price_per_hour=60.35, smddp=False
+        ),
+        InstanceType(
+            "p5en.48xlarge", gpus=8, **_H200, efa_devices=16, network_gbps=3200, price_per_hour=63.30, smddp=False
+        ),
+        InstanceType(
+            "g5.48xlarge",
+            gpus=8,
+            gpu_model="A10G-24GB",
+            gpu_memory_gib=24,
+            peak_bf16_tflops=70,
+            nvlink_gbps=0,
+            efa_devices=1,
+            network_gbps=100,
+            price_per_hour=16.29,
+            smddp=False,
+        ),
+        InstanceType(
+            "g6e.48xlarge",
+            gpus=8,
+            gpu_model="L40S-48GB",
+            gpu_memory_gib=48,
+            peak_bf16_tflops=362,
+            nvlink_gbps=0,
+            efa_devices=4,
+            network_gbps=400,
+            price_per_hour=30.13,
+            smddp=False,
+        ),
+    )
+}
+
+
+def instance_type(name: str, key: str = "hardware.instance_type") -> InstanceType:
+    """The catalog entry for `name`, or an error that names the nearest known types."""
+    try:
+        return INSTANCE_TYPES[name]
+    except KeyError:
+        raise UnknownNameError(key, "instance type", name, INSTANCE_TYPES) from None

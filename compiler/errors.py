@@ -1,0 +1,41 @@
+"""One error family for everything a user can get wrong.
+
+Every error names the config key it is about and says what to change, so the CLI can print it in one
+line with exit status 2 and no traceback.
+"""
+
+import difflib
+from collections.abc import Iterable
+
+
+class ConfigError(Exception):
+    """A config value that cannot work. `key` is the dotted path (`parallelism.tp`), `fix` what to do."""
+
+    def __init__(self, key: str, message: str, fix: str = "") -> None:
+        self.key = key
+        self.message = message
+        self.fix = fix
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        text = f"{self.key}: {self.message}"
+        return f"{text}; {self.fix}" if self.fix else text
+
+
+class UnknownNameError(ConfigError):
+    """A name that is not in a fixed set (instance types, config options); suggests the nearest ones."""
+
+    def __init__(self, key: str, what: str, name: str, known: Iterable[str]) -> None:
+        known = sorted(known)
+        nearest = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+        fix = f"did you mean {' or '.join(nearest)}?" if nearest else f"choose one of: {', '.join(known)}"
+        super().__init__(key, f"unknown {what} '{name}'", fix)
+        self.nearest = nearest
+
+
+class DegreeError(ConfigError):
+    """Parallel degrees or batch sizes that do not multiply out."""
+
+
+class UnsupportedError(ConfigError):
+    """A valid request that dockyard or the chosen target cannot do (yet)."""

@@ -1,0 +1,408 @@
+"""Cross-field rules: each check raises a `ConfigError` naming the key to change, or yields warnings.
+
+The checks run in one pass from `compiler.plan.compile_plan`, after the layout is resolved, in the
+order of `CROSS_FIELD_CHECKS`. Limits quoted from AWS are SageMaker's CreateTrainingJob constraints.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from compiler import schema
+from compiler.catalog import INSTANCE_TYPES, InstanceType
+from compiler.errors import ConfigError, UnsupportedError
+
+if TYPE_CHECKING:
+    from compiler.plan import Layout
+
+S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?$")
+CHANNEL_NAME = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
+FILE_SYSTEM_ID = re.compile(r"^fs-[0-9a-f]{8,40}$")
+ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+SUBNET, SECURITY_GROUP = re.compile(r"^subnet-[0-9a-f]{8,17}$"), re.compile(r"^sg-[0-9a-f]{8,17}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SECRET_NAME = re.compile(r"(SECRET|PASSWORD|TOKEN|API_KEY|ACCESS_KEY|CREDENTIAL)", re.IGNORECASE)
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+IMAGE_REPOSITORY = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+
+SAGEMAKER_MAX_RUN_HOURS = 28 * 24
+SAGEMAKER_MAX_RETRIES = 30
+SAGEMAKER_MAX_KEEP_ALIVE_SECONDS = 3600
+SAGEMAKER_MAX_HYPERPARAMETERS = 100
+SAGEMAKER_MAX_HYPERPARAMETER_KEY = 256
+SAGEMAKER_MAX_HYPERPARAMETER_VALUE = 2500
+SAGEMAKER_MAX_ENVIRONMENT = 100
+UINT16_VOCAB = 2**16
+
+
+def processes_per_node(hardware: schema.HardwareConfig, instance: InstanceType) -> int:
+    """Processes each node starts: one per GPU unless the config says fewer."""
+    wanted = hardware.processes_per_node
+    if wanted == -1:
+        if not instance.has_gpus:
+            raise ConfigError(
+                "hardware.processes_per_node",
+                "has no default on CPU instances",
+                "set hardware.processes_per_node to the processes each node should start",
+            )
+        return instance.gpus
+    if wanted < 1:
+        raise ConfigError("hardware.processes_per_node", f"must be at least 1, or -1 for one per GPU (got {wanted})")
+    if instance.has_gpus and wanted > instance.gpus:
+        raise ConfigError(
+            "hardware.processes_per_node",
+            f"{instance.name} has {instance.gpus} GPUs, not {wanted}",
+            f"set it to at most {instance.gpus}, or -1 for one per GPU",
+        )
+    return wanted
+
+
+def check_hardware(config: schema.Config, instance: InstanceType) -> Iterator[str]:
+    hardware = config.hardware
+    if hardware.nodes < 1:
+        raise ConfigError("hardware.nodes", f"must be at least 1 (got {hardware.nodes})")
+    if hardware.price_per_hour is not None and hardware.price_per_hour < 0:
+        raise ConfigError("hardware.price_per_hour", "cannot be negative", "remove it to use the catalog's price")
+    if instance.has_gpus and 0 < hardware.processes_per_node < instance.gpus:
+        yield (
+            f"hardware.processes_per_node={hardware.processes_per_node} leaves "
+            f"{instance.gpus - hardware.processes_per_node} of {instance.gpus} GPUs per node idle"
+        )
+    if not instance.has_gpus and config.target.kind is not schema.TargetKind.local:
+        gpu_types = ", ".join(name for name, t in INSTANCE_TYPES.items() if t.has_gpus)
+        raise ConfigError(
+            "hardware.instance_type",
+            f"'cpu' runs only on target=local, not {config.target.kind.value}",
+            f"choose a GPU instance type: {gpu_types}",
+        )
+
+
+def check_model(model: schema.ModelConfig) -> Iterator[str]:
+    for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "context", "seq_len"):
+        if getattr(model, name) < 1:
+            raise ConfigError(f"model.{name}", f"must be at least 1 (got {getattr(model, name)})")
+    if model.hidden % model.heads:
+        raise ConfigError(
+            "model.heads",
+            f"{model.heads} heads do not divide hidden={model.hidden}",
+            "use a head count that divides model.hidden",
+        )
+    if model.heads % model.kv_heads:
+        raise ConfigError(
+            "model.kv_heads",
+            f"{model.kv_heads} key/value heads do not divide heads={model.heads}",
+            "grouped-query attention needs kv_heads to divide heads",
+        )
+    if model.seq_len > model.context:
+        raise ConfigError(
+            "model.seq_len",
+            f"{model.seq_len} exceeds the model's context of {model.context}",
+            f"set model.seq_len to at most {model.context}",
+        )
+    if model.position is schema.Position.rope:
+        if (model.hidden // model.heads) % 2:
+            raise ConfigError(
+                "model.heads",
+                f"RoPE needs an even head size, hidden/heads = {model.hidden // model.heads}",
+                "change model.heads or model.hidden",
+            )
+        if model.rope_theta <= 0:
+            raise ConfigError("model.rope_theta", "must be positive")
+    yield from ()
+
+
+def check_strategy(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:
+    par, strategy = config.parallelism, config.parallelism.strategy
+    if strategy.is_deepspeed and layout.tp > 1:
+        raise UnsupportedError(
+            "parallelism.tp",
+            f"DeepSpeed {strategy.value} does not combine with tensor parallelism",
+            "set parallelism.tp=1, or use parallelism=fsdp for FSDP + TP",
+        )
+    if strategy is schema.Strategy.smddp:
+        if config.target.kind is not schema.TargetKind.sagemaker:
+            raise ConfigError(
+                "parallelism.strategy",
+                "smddp runs only on SageMaker training jobs",
+                "use target=sagemaker, or parallelism=ddp elsewhere",
+            )
+        if not instance.smddp:
+            supported = ", ".join(name for name, t in INSTANCE_TYPES.items() if t.smddp)
+            raise ConfigError(
+                "hardware.instance_type",
+                f"smddp does not support {instance.name}",
+                f"use one of {supported}, or parallelism=ddp",
+            )
+        if layout.tp > 1:
+            raise ConfigError("parallelism.tp", "smddp is data-parallel only", "set parallelism.tp=1")
+    if par.offload is not schema.Offload.none:
+        if not instance.has_gpus:
+            raise ConfigError(
+                "parallelism.offload",
+                "offloading to the host needs GPUs to offload from",
+                "set parallelism.offload=none on hardware=cpu",
+            )
+        if strategy in (schema.Strategy.ddp, schema.Strategy.smddp):
+            raise ConfigError(
+                "parallelism.offload",
+                f"{strategy.value} keeps full model state on every GPU",
+                "use a sharded strategy (zero1-3, fsdp) to offload",
+            )
+        if par.offload is schema.Offload.parameters and not strategy.shards_parameters:
+            raise ConfigError(
+                "parallelism.offload",
+                f"{strategy.value} does not shard parameters",
+                "use zero3 or fsdp to offload parameters, or offload=optimizer",
+            )
+    if par.mixed_precision is schema.Precision.fp16 and not instance.has_gpus:
+        raise ConfigError(
+            "parallelism.mixed_precision", "fp16 with loss scaling needs a GPU", "use bf16 or fp32 on hardware=cpu"
+        )
+    if par.mixed_precision is schema.Precision.bf16 and not instance.has_gpus:
+        yield "bf16 autocast on CPU is slow; parallelism.mixed_precision=fp32 is faster there"
+    if layout.shard_degree == 1 and strategy not in (schema.Strategy.ddp, schema.Strategy.smddp):
+        yield f"{strategy.value} with a shard group of 1 shards nothing; ddp does the same with less overhead"
+
+
+def check_data(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:
+    data, target = config.data, config.target.kind
+    source = data.source
+    if not CHANNEL_NAME.match(data.channel):
+        raise ConfigError(
+            "data.channel",
+            f"'{data.channel}' is not a SageMaker channel name",
+            "use 1-64 letters, digits, '.', '-' or '_'",
+        )
+    if source is schema.DataSource.s3:
+        check_s3_uri("data.uri", data.uri)
+    if source is schema.DataSource.local:
+        if not data.path:
+            raise ConfigError("data.path", "is missing", "set data.path to the host folder of token files")
+        if target not in (schema.TargetKind.local, schema.TargetKind.slurm):
+            raise ConfigError(
+                "data.source",
+                f"a host folder cannot reach target={target.value}",
+                "upload it to S3 and use data=s3 data.uri=s3://...",
+            )
+    if source in (schema.DataSource.fsx, schema.DataSource.efs):
+        _check_file_system(config)
+    if source is not schema.DataSource.synthetic:
+        if data.token_dtype not in ("uint16", "uint32"):
+            raise ConfigError("data.token_dtype", f"'{data.token_dtype}' is not a token type", "use uint16 or uint32")
+        if data.token_dtype == "uint16" and config.model.vocab > UINT16_VOCAB:
+            raise ConfigError(
+                "data.token_dtype",
+                f"uint16 cannot hold a vocabulary of {config.model.vocab}",
+                "set data.token_dtype=uint32",
+            )
+    yield from ()
+
+
+def _check_file_system(config: schema.Config) -> None:
+    data, target = config.data, config.target
+    if data.file_system_id is None:
+        raise ConfigError("data.file_system_id", "is missing", "set data.file_system_id=fs-...")
+    if not FILE_SYSTEM_ID.match(data.file_system_id):
+        raise ConfigError(
+            "data.file_system_id",
+            f"'{data.file_system_id}' is not a file system id",
+            "use the id from the FSx or EFS console, like fs-0123456789abcdef0",
+        )
+    if not data.path or not data.path.startswith("/"):
+        raise ConfigError(
+            "data.path", f"'{data.path}' is not an absolute path inside the file system", "start it with /"
+        )
+    if target.kind not in (schema.TargetKind.sagemaker, schema.TargetKind.kubernetes):
+        raise ConfigError(
+            "data.source",
+            f"{data.source.value} file systems cannot be mounted on target={target.kind.value}",
+            "use target=sagemaker or target=kubernetes, or copy the data to data=local",
+        )
+    if data.input_mode is not schema.InputMode.File:
+        raise ConfigError(
+            "data.input_mode", f"{data.source.value} channels support only File mode", "set data.input_mode=File"
+        )
+    if target.kind is schema.TargetKind.sagemaker and not (target.subnets and target.security_groups):
+        raise ConfigError(
+            "target.subnets",
+            f"SageMaker reaches {data.source.value} only inside a VPC",
+            "set target.subnets and target.security_groups to the file system's VPC",
+        )
+
+
+def check_s3_uri(key: str, uri: str | None) -> None:
+    if uri is None:
+        raise ConfigError(key, "is missing", f"set {key}=s3://bucket/prefix")
+    match = S3_URI.match(uri or "")
+    if not match or ".." in match["bucket"]:
+        raise ConfigError(key, f"'{uri}' is not an S3 URI", "use s3://bucket/prefix with a lower-case bucket name")
+
+
+def check_target(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:
+    target = config.target
+    if not 0 <= target.max_retries <= SAGEMAKER_MAX_RETRIES:
+        raise ConfigError(
+            "target.max_retries", f"must be between 0 and {SAGEMAKER_MAX_RETRIES} (got {target.max_retries})"
+        )
+    if target.max_run_hours <= 0:
+        raise ConfigError("target.max_run_hours", "must be positive")
+    for name in target.environment:
+        if not ENV_NAME.match(name):
+            raise ConfigError(
+                f"target.environment.{name}",
+                "is not an environment variable name",
+                "use letters, digits and _, not starting with a digit",
+            )
+        if SECRET_NAME.search(name):
+            raise ConfigError(
+                f"target.environment.{name}",
+                "looks like a secret, and plans are stored and shared",
+                "pass secrets through the target's own mechanism (an IAM role, a Kubernetes secret)",
+            )
+    if isinstance(target, schema.SageMakerTarget):
+        _check_sagemaker(config, target)
+    if isinstance(target, schema.KubernetesTarget) and not DNS_LABEL.match(target.namespace):
+        raise ConfigError(
+            "target.namespace",
+            f"'{target.namespace}' is not a Kubernetes namespace name",
+            "use lower-case letters, digits and '-' (at most 63)",
+        )
+    yield from ()
+
+
+def _check_sagemaker(config: schema.Config, target: schema.SageMakerTarget) -> None:
+    if target.max_run_hours > SAGEMAKER_MAX_RUN_HOURS:
+        raise ConfigError(
+            "target.max_run_hours",
+            f"SageMaker stops jobs after 28 days ({SAGEMAKER_MAX_RUN_HOURS} h)",
+            "checkpoint and continue in a new job for longer runs",
+        )
+    if not REGION.match(target.region):
+        raise ConfigError("target.region", f"'{target.region}' is not an AWS region", "use a name like us-east-1")
+    if target.role_arn is not None and not ROLE_ARN.match(target.role_arn):
+        raise ConfigError(
+            "target.role_arn", f"'{target.role_arn}' is not an IAM role ARN", "use arn:aws:iam::<account>:role/<name>"
+        )
+    for key in ("output_uri", "checkpoint_uri"):
+        if getattr(target, key) is not None:
+            check_s3_uri(f"target.{key}", getattr(target, key))
+    if target.spot:
+        if target.max_wait_hours is None or target.max_wait_hours < target.max_run_hours:
+            raise ConfigError(
+                "target.max_wait_hours",
+                "managed spot needs a wait at least as long as the run",
+                f"set target.max_wait_hours >= target.max_run_hours ({target.max_run_hours})",
+            )
+        if target.keep_alive_seconds:
+            raise ConfigError(
+                "target.keep_alive_seconds",
+                "warm pools do not work with managed spot",
+                "set target.keep_alive_seconds=0 or target.spot=false",
+            )
+    elif target.max_wait_hours is not None:
+        raise ConfigError("target.max_wait_hours", "applies only to managed spot", "set target.spot=true or remove it")
+    if not 0 <= target.keep_alive_seconds <= SAGEMAKER_MAX_KEEP_ALIVE_SECONDS:
+        raise ConfigError("target.keep_alive_seconds", f"must be between 0 and {SAGEMAKER_MAX_KEEP_ALIVE_SECONDS}")
+    if bool(target.subnets) != bool(target.security_groups):
+        raise ConfigError(
+            "target.security_groups" if target.subnets else "target.subnets",
+            "a VPC config needs both subnets and security groups",
+            "set both, or neither",
+        )
+    for key, pattern, ids in (
+        ("subnets", SUBNET, target.subnets),
+        ("security_groups", SECURITY_GROUP, target.security_groups),
+    ):
+        for value in ids:
+            if not pattern.match(value):
+                raise ConfigError(f"target.{key}", f"'{value}' is not a {key[:-1].replace('_', ' ')} id")
+    if len(target.environment) > SAGEMAKER_MAX_ENVIRONMENT:
+        raise ConfigError("target.environment", f"SageMaker takes at most {SAGEMAKER_MAX_ENVIRONMENT} variables")
+    _check_hyperparameters(config.trainer.hyperparameters)
+
+
+def _check_hyperparameters(hyperparameters: dict) -> None:
+    if len(hyperparameters) > SAGEMAKER_MAX_HYPERPARAMETERS:
+        raise ConfigError(
+            "trainer.hyperparameters",
+            f"SageMaker takes at most {SAGEMAKER_MAX_HYPERPARAMETERS}, got {len(hyperparameters)}",
+            "pass the rest in a config file in trainer.source_dir",
+        )
+    for name, value in hyperparameters.items():
+        if len(name) > SAGEMAKER_MAX_HYPERPARAMETER_KEY:
+            raise ConfigError(
+                f"trainer.hyperparameters.{name[:40]}...",
+                f"SageMaker limits names to {SAGEMAKER_MAX_HYPERPARAMETER_KEY} characters",
+                "use a shorter name",
+            )
+        if len(str(value)) > SAGEMAKER_MAX_HYPERPARAMETER_VALUE:
+            raise ConfigError(
+                f"trainer.hyperparameters.{name}",
+                f"SageMaker limits values to {SAGEMAKER_MAX_HYPERPARAMETER_VALUE} characters",
+                "put long values in a file in trainer.source_dir",
+            )
+
+
+def check_image(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:
+    image = config.image
+    if image.family is schema.ImageFamily.cpu_local and instance.has_gpus:
+        raise ConfigError(
+            "image.family", f"the cpu-local image has no CUDA for {instance.name}", "use image=cuda or image=dlc"
+        )
+    if image.family is not schema.ImageFamily.cpu_local and not instance.has_gpus:
+        raise ConfigError("image.family", f"the {image.family.value} image needs GPUs", "use image=cpu-local")
+    if not IMAGE_REPOSITORY.match(image.name):
+        raise ConfigError(
+            "image.name",
+            f"'{image.name}' is not a Docker repository name",
+            "use lower-case letters, digits, '.', '_', '-' and '/'",
+        )
+    if image.push and not image.registry:
+        raise ConfigError("image.registry", "image.push=true needs a registry", "set image.registry=host[:port]")
+    for requirement in image.python_packages:
+        if "==" not in requirement:
+            raise ConfigError(
+                "image.python_packages",
+                f"'{requirement}' is not pinned",
+                "pin every package as name==version so the image is reproducible",
+            )
+    yield from ()
+
+
+def check_trainer(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:
+    trainer = config.trainer
+    if trainer.steps < 1:
+        raise ConfigError("trainer.steps", f"must be at least 1 (got {trainer.steps})")
+    if trainer.lr <= 0:
+        raise ConfigError("trainer.lr", f"must be positive (got {trainer.lr})")
+    if not 0 <= trainer.min_lr_ratio <= 1:
+        raise ConfigError("trainer.min_lr_ratio", "must be between 0 and 1")
+    if not 0 <= trainer.warmup_steps < trainer.steps:
+        raise ConfigError("trainer.warmup_steps", f"must be between 0 and steps-1 ({trainer.steps - 1})")
+    for name in ("checkpoint_interval", "weight_decay", "grad_clip"):
+        if getattr(trainer, name) < 0:
+            raise ConfigError(f"trainer.{name}", "cannot be negative")
+    if trainer.log_interval < 1:
+        raise ConfigError("trainer.log_interval", "must be at least 1")
+    if trainer.entry is schema.Entry.script:
+        for name in ("source_dir", "script"):
+            if not getattr(trainer, name):
+                raise ConfigError(
+                    f"trainer.{name}",
+                    "is missing for trainer.entry=script",
+                    "use trainer=script trainer.source_dir=PATH trainer.script=FILE",
+                )
+    else:
+        for name in ("source_dir", "script", "hyperparameters"):
+            if getattr(trainer, name):
+                raise ConfigError(f"trainer.{name}", "is only used with a user script", "use trainer=script")
+    if trainer.checkpoint_interval > trainer.steps:
+        yield f"trainer.checkpoint_interval={trainer.checkpoint_interval} is past the last step: no checkpoint"
+    if trainer.compile and not instance.has_gpus:
+        yield "trainer.compile=true on CPU needs a C++ compiler in the image and mostly adds start-up time"
+
+
+CROSS_FIELD_CHECKS = (check_strategy, check_data, check_target, check_image, check_trainer)

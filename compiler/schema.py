@@ -1,0 +1,278 @@
+"""Typed schemas of every config group.
+
+YAML files in `conf/` extend these dataclasses (see `compiler.config_store`), so a misspelled key or a
+value of the wrong type is rejected while Hydra composes the config, before any of dockyard's own
+checks run. Cross-field rules live in `compiler.plan`, not here.
+"""
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from omegaconf import MISSING
+
+
+class Activation(Enum):
+    gelu = "gelu"
+    swiglu = "swiglu"
+
+
+class Norm(Enum):
+    layernorm = "layernorm"
+    rmsnorm = "rmsnorm"
+
+
+class Position(Enum):
+    learned = "learned"
+    rope = "rope"
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    layers: int = MISSING
+    hidden: int = MISSING
+    heads: int = MISSING
+    kv_heads: int = MISSING
+    """Key/value heads; fewer than `heads` is grouped-query attention."""
+    ffn_hidden: int = MISSING
+    vocab: int = MISSING
+    context: int = MISSING
+    """The longest sequence the model supports (learned positions or the RoPE length it was trained at)."""
+    seq_len: int = MISSING
+    """The sequence length trained at; at most `context`."""
+    activation: Activation = Activation.gelu
+    norm: Norm = Norm.layernorm
+    position: Position = Position.learned
+    rope_theta: float = 10000.0
+    tied_embeddings: bool = True
+    """The output projection shares the token embedding's weights."""
+    bias: bool = True
+    """Linear and norm layers carry biases (GPT-2 style); Llama-style models have none."""
+
+
+class Strategy(Enum):
+    ddp = "ddp"
+    fsdp = "fsdp"
+    """PyTorch FSDP, parameters, gradients and optimizer state sharded over all data-parallel ranks."""
+    fsdp_hybrid = "fsdp_hybrid"
+    """FSDP sharded within groups of `shard_group_size` ranks and replicated across groups."""
+    zero1 = "zero1"
+    zero2 = "zero2"
+    zero3 = "zero3"
+    smddp = "smddp"
+    """SageMaker's distributed data-parallel library (AllReduce over EFA), SageMaker only."""
+
+    @property
+    def is_deepspeed(self) -> bool:
+        return self in (Strategy.zero1, Strategy.zero2, Strategy.zero3)
+
+    @property
+    def shards_parameters(self) -> bool:
+        return self in (Strategy.fsdp, Strategy.fsdp_hybrid, Strategy.zero3)
+
+
+class Checkpointing(Enum):
+    none = "none"
+    selective = "selective"
+    """Recompute only the attention core (Korthikanti et al. 2022)."""
+    full = "full"
+
+
+class Precision(Enum):
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp32 = "fp32"
+
+
+class Offload(Enum):
+    none = "none"
+    optimizer = "optimizer"
+    """Optimizer state (and step) on the host: ZeRO and FSDP strategies."""
+    parameters = "parameters"
+    """Parameters and optimizer state on the host: ZeRO-3 and FSDP only."""
+
+
+@dataclass
+class ParallelismConfig:
+    strategy: Strategy = Strategy.ddp
+    dp: int = -1
+    """Data-parallel degree; -1 infers it from the world size."""
+    tp: int = 1
+    """Tensor-parallel degree; -1 infers it. Must stay inside one node."""
+    pp: int = 1
+    """Pipeline-parallel degree; -1 infers it."""
+    shard_group_size: int = -1
+    """fsdp_hybrid only: ranks per shard group; -1 means the data-parallel ranks of one node."""
+    micro_batch: int = 1
+    """Sequences per data-parallel rank per forward pass."""
+    grad_accum: int = -1
+    """Micro batches per optimizer step; -1 infers it from `global_batch` (or 1)."""
+    global_batch: int = -1
+    """Sequences per optimizer step over all replicas; -1 derives micro_batch × grad_accum × dp."""
+    activation_checkpointing: Checkpointing = Checkpointing.none
+    mixed_precision: Precision = Precision.bf16
+    offload: Offload = Offload.none
+    smddp_fallback: bool = False
+    """If smddp does not import in the container, warn and use NCCL instead of failing."""
+
+
+@dataclass
+class HardwareConfig:
+    instance_type: str = MISSING
+    nodes: int = 1
+    processes_per_node: int = -1
+    """-1 means one process per GPU; on `cpu` it must be set."""
+    price_per_hour: float | None = None
+    """Overrides the catalog's on-demand price (a discount, another region)."""
+
+
+class DataSource(Enum):
+    synthetic = "synthetic"
+    local = "local"
+    s3 = "s3"
+    fsx = "fsx"
+    efs = "efs"
+
+
+class InputMode(Enum):
+    File = "File"
+    FastFile = "FastFile"
+
+
+@dataclass
+class DataConfig:
+    source: DataSource = DataSource.synthetic
+    path: str | None = None
+    """local: a host folder of token files; fsx/efs: the directory inside the file system."""
+    uri: str | None = None
+    """s3: the prefix holding the token files (s3://bucket/prefix)."""
+    channel: str = "train"
+    """The SageMaker channel the data arrives in (/opt/ml/input/data/<channel>)."""
+    input_mode: InputMode = InputMode.File
+    file_system_id: str | None = None
+    """fsx (fs-...) or efs (fs-...) file system id."""
+    token_dtype: str = "uint16"
+    """Element type of the token files: uint16 (vocab < 65,536) or uint32."""
+
+
+class ImageFamily(Enum):
+    cpu_local = "cpu_local"
+    cuda = "cuda"
+    dlc = "dlc"
+
+
+@dataclass
+class ImageConfig:
+    family: ImageFamily = ImageFamily.cpu_local
+    name: str = "dockyard/${name}"
+    """Repository of the built image; the tag is the content hash."""
+    base: str = MISSING
+    registry: str | None = None
+    push: bool = False
+    python_packages: list[str] = field(default_factory=list)
+    """Pinned extra packages for the image (pip requirement lines)."""
+
+
+class TargetKind(Enum):
+    local = "local"
+    sagemaker = "sagemaker"
+    kubernetes = "kubernetes"
+    slurm = "slurm"
+
+
+@dataclass
+class TargetConfig:
+    kind: TargetKind = MISSING
+    max_retries: int = 0
+    """Times a failed job is restarted (resuming from its checkpoints)."""
+    max_run_hours: float = 24.0
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class LocalTarget(TargetConfig):
+    kind: TargetKind = TargetKind.local
+    network: str = "dockyard-${name}"
+
+
+@dataclass
+class SageMakerTarget(TargetConfig):
+    kind: TargetKind = TargetKind.sagemaker
+    region: str = "us-east-1"
+    role_arn: str | None = None
+    """Execution role; needed to launch, not to plan."""
+    output_uri: str | None = None
+    checkpoint_uri: str | None = None
+    spot: bool = False
+    max_wait_hours: float | None = None
+    keep_alive_seconds: int = 0
+    network_isolation: bool = False
+    inter_container_encryption: bool = False
+    subnets: list[str] = field(default_factory=list)
+    security_groups: list[str] = field(default_factory=list)
+
+
+@dataclass
+class KubernetesTarget(TargetConfig):
+    kind: TargetKind = TargetKind.kubernetes
+    namespace: str = "default"
+    service_account: str | None = None
+
+
+@dataclass
+class SlurmTarget(TargetConfig):
+    kind: TargetKind = TargetKind.slurm
+    partition: str | None = None
+    account: str | None = None
+
+
+class Entry(Enum):
+    builtin = "builtin"
+    script = "script"
+
+
+class LrSchedule(Enum):
+    cosine = "cosine"
+    linear = "linear"
+    constant = "constant"
+
+
+@dataclass
+class TrainerConfig:
+    entry: Entry = Entry.builtin
+    steps: int = 100
+    lr: float = 3e-4
+    min_lr_ratio: float = 0.1
+    """The final learning rate of a decaying schedule, as a fraction of `lr`."""
+    lr_schedule: LrSchedule = LrSchedule.cosine
+    warmup_steps: int = 0
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    checkpoint_interval: int = 0
+    """Steps between checkpoints; 0 keeps only the final model."""
+    log_interval: int = 10
+    seed: int = 1234
+    compile: bool = False
+    """torch.compile the model."""
+    source_dir: str | None = None
+    """entry=script: the folder with the user's code, baked into the image's last layer."""
+    script: str | None = None
+    """entry=script: the file torchrun starts, relative to `source_dir`."""
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    """entry=script: passed to the script as --key value arguments."""
+
+
+@dataclass
+class Config:
+    """The primary config: one node per group plus the run's name."""
+
+    name: str = MISSING
+    model: ModelConfig = MISSING
+    parallelism: ParallelismConfig = MISSING
+    hardware: HardwareConfig = MISSING
+    data: DataConfig = MISSING
+    image: ImageConfig = MISSING
+    target: Any = MISSING
+    """One of the TargetConfig subclasses; the `target/` option picks which."""
+    trainer: TrainerConfig = MISSING

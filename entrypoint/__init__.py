@@ -1,0 +1,1 @@
+"""dockyard's in-container runtime. It needs only the plan (JSON) and torch: no Hydra, no docker."""
