@@ -1,0 +1,34 @@
+"""Shared fixtures. Golden files are rewritten only on purpose: `pytest --update-golden`
+(or DOCKYARD_UPDATE_GOLDEN=1), and the diff is reviewed like code."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden/ from the current output")
+
+
+class Golden:
+    def __init__(self, update: bool) -> None:
+        self.update = update
+
+    def check(self, relative_path: str, actual: str) -> None:
+        """Compare `actual` with tests/golden/<relative_path>, or rewrite that file when updating."""
+        path = GOLDEN_DIR / relative_path
+        if self.update:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(actual)
+            return
+        assert path.exists(), f"no golden file {path}; run pytest --update-golden and review the diff"
+        assert actual == path.read_text(), f"{path} differs; if the change is intended, pytest --update-golden"
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest) -> Golden:
+    update = request.config.getoption("--update-golden") or os.environ.get("DOCKYARD_UPDATE_GOLDEN") == "1"
+    return Golden(bool(update))
