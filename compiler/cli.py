@@ -15,6 +15,7 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
@@ -66,21 +67,24 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(0 if args else USER_ERROR)
     verb, overrides = args[0], args[1:]
     if verb not in VERBS:
-        _fail(UnknownNameError("verb", "verb", verb, VERBS))
+        _fail(UnknownNameError("verb", "verb", verb, VERBS).one_line())
     run_app(VERBS[verb], overrides)
 
 
 def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
     """Run `task` as a Hydra app with `overrides` as its command line; user errors exit 2."""
-    errors: list[ConfigError] = []
+    errors: list[str] = []
 
     def guarded(cfg: DictConfig) -> None:
         try:
             task(cfg)
-        except ConfigError as error:  # reported below, once Hydra is done (all points of a sweep)
-            errors.append(error)
+        except ConfigError as error:  # reported once Hydra is done, for every point of a sweep
+            hydra_cfg = HydraConfig.get()
+            point = ""
+            if hydra_cfg.mode is RunMode.MULTIRUN:
+                point = f"[job {hydra_cfg.job.num}: {' '.join(hydra_cfg.overrides.task)}] "
+            errors.append(point + error.one_line())
 
-    guarded.__module__ = task.__module__
     app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=CONFIG_NAME)(guarded)
     user_wants_traceback = "HYDRA_FULL_ERROR" in os.environ
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
@@ -90,7 +94,7 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
     except (HydraException, OmegaConfBaseException) as exc:
         if user_wants_traceback:
             raise
-        errors.append(as_config_error(exc))
+        errors.append(as_config_error(exc).one_line())
     finally:
         if not user_wants_traceback:
             del os.environ["HYDRA_FULL_ERROR"]
@@ -98,9 +102,9 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
         _fail(*errors)
 
 
-def _fail(*errors: ConfigError) -> None:
+def _fail(*errors: str) -> None:
     for error in errors:
-        print(f"{PROG}: error: {error.one_line()}", file=sys.stderr)
+        print(f"{PROG}: error: {error}", file=sys.stderr)
     sys.exit(USER_ERROR)
 
 

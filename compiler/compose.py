@@ -13,7 +13,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
 from compiler import config_store, schema
 from compiler.errors import ConfigError, UnknownNameError
@@ -79,6 +79,9 @@ def as_config_error(exc: BaseException) -> ConfigError:
         return ConfigError(key, "is missing", f"set it on the command line ({key}=...)")
     if isinstance(cause, OmegaConfBaseException) and cause.full_key:
         return ConfigError(cause.full_key, _first_line(cause.msg), _nearest_key(cause))
+    if isinstance(exc, OverrideParseException):
+        parse_error = ": ".join(str(exc).splitlines()[:2])
+        return ConfigError("overrides", parse_error, "see Hydra's override grammar (`dockyard plan --help`)")
     return ConfigError("overrides", _first_line(str(exc)), "see `dockyard plan --help` for the override syntax")
 
 
@@ -88,7 +91,7 @@ def _first_line(text: str) -> str:
 
 def _nearest_key(error: OmegaConfBaseException) -> str:
     """'did you mean parallelism.tp?' for an unknown key, from the schema's own field names."""
-    if not isinstance(error, ConfigKeyError) or error.object_type is None:
+    if not isinstance(error, ConfigKeyError | ConfigAttributeError):
         return ""
     if not dataclasses.is_dataclass(error.object_type):
         return ""

@@ -156,7 +156,8 @@ def resolve_layout(config: schema.Config, instance: catalog.InstanceType) -> Lay
     formula = " × ".join(f"{n}={'?' if v == -1 else v}" for n, v in degrees.items())
     world_text = f"{nodes} nodes × {per_node} processes = {world}"
     if world % known or (not inferred and known != world):
-        key = f"parallelism.{inferred[0] if inferred else 'dp'}"
+        given = [name for name, value in degrees.items() if value > 1] or inferred or ["dp"]
+        key = f"parallelism.{given[-1]}"
         raise DegreeError(
             key,
             f"{formula} cannot equal the world size ({world_text})",

@@ -1,0 +1,155 @@
+"""The real `dockyard` command in a subprocess: what a user sees, what it writes, its exit status."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compiler.plan import Plan
+from tests.helpers import plan_for
+
+DOCKYARD = str(Path(sys.executable).parent / "dockyard")
+
+
+def dockyard(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([DOCKYARD, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def written_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
+def test_plan_writes_plan_json_into_hydra_run_folder(tmp_path):
+    result = dockyard("plan", "experiment=smoke", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    [plan_file] = tmp_path.glob("outputs/smoke/*/plan.json")
+    plan = Plan.from_json(plan_file.read_text())
+    assert plan.content_hash == plan_for("experiment=smoke").content_hash
+    assert f"sha256:{plan.content_hash[:12]}" in result.stdout
+    assert "4 processes = 2 × cpu" in result.stdout
+    assert "dp=4 × tp=1 × pp=1" in result.stdout
+    assert "4,096 tokens/step" in result.stdout
+    assert f"wrote     {plan_file}" in result.stdout
+
+
+def test_issue_example_compiles(tmp_path):
+    result = dockyard(
+        "plan", "model=llama3-8b", "parallelism=fsdp-hybrid", "parallelism.tp=2", "hardware=p5.48xlarge",
+        "hardware.nodes=4", "data=s3", "data.uri=s3://my-bucket/tokens", "data.token_dtype=uint32",
+        "target=sagemaker", "image=cuda", "hydra.run.dir=run", cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    plan = json.loads((tmp_path / "run/plan.json").read_text())
+    assert plan["layout"]["world_size"] == 32
+    assert (plan["layout"]["dp"], plan["layout"]["tp"]) == (16, 2)
+    assert "dp=16 × tp=2 × pp=1   fsdp_hybrid, shard group 4" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["parallelism.tp=3"], "dockyard: error: parallelism.tp: dp=? × tp=3 × pp=1 cannot equal the world size"),
+        (["parallelism.tpp=2"], "dockyard: error: parallelism.tpp: Key 'tpp' not in 'ParallelismConfig'; did you mean"),
+        (["hardware=p5.48xlarg"], "dockyard: error: hardware: unknown hardware option 'p5.48xlarg'; did you mean"),
+        (["data=s3"], "dockyard: error: data.uri: is missing; set data.uri=s3://bucket/prefix"),
+        (["target=sagemaker"], "dockyard: error: hardware.instance_type: 'cpu' runs only on target=local"),
+    ],
+)
+def test_user_error_is_one_line_exit_2_and_writes_nothing(tmp_path, overrides, expected):
+    result = dockyard("plan", *overrides, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith(expected)
+    assert result.stderr.count("\n") == 1
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+    assert written_files(tmp_path) == []
+
+
+def test_error_inside_an_existing_run_folder_leaves_the_users_files(tmp_path):
+    keep = tmp_path / "mine.txt"
+    keep.write_text("keep")
+    result = dockyard("plan", "parallelism.dp=3", "hydra.run.dir=.", cwd=tmp_path)
+    assert result.returncode == 2
+    assert written_files(tmp_path) == [keep]
+
+
+def test_cfg_job_prints_composed_config_and_writes_no_plan(tmp_path):
+    result = dockyard("plan", "--cfg", "job", "model=gpt2-124m", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "name: gpt2-124m" in result.stdout
+    assert "layers: 12" in result.stdout
+    assert not list(tmp_path.rglob("plan.json"))
+
+
+def test_info_lists_config_groups(tmp_path):
+    result = dockyard("plan", "--info", "defaults", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "experiment/smoke" in result.stdout
+
+
+def test_help_shows_groups(tmp_path):
+    result = dockyard("plan", "--help", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "parallelism: ddp, fsdp, fsdp-hybrid, smddp, zero1, zero2, zero3" in result.stdout
+
+
+def test_multirun_writes_one_plan_per_point(tmp_path):
+    result = dockyard("plan", "-m", "trainer.lr=0.001,0.002", "parallelism=ddp,zero2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    plans = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("multirun/smoke/*/*/plan.json"))]
+    assert len(plans) == 4
+    points = {(p["trainer"]["lr"], p["parallelism"]["strategy"]) for p in plans}
+    assert points == {(0.001, "ddp"), (0.001, "zero2"), (0.002, "ddp"), (0.002, "zero2")}
+
+
+def test_multirun_names_each_invalid_point(tmp_path):
+    result = dockyard("plan", "-m", "parallelism.dp=3,4", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith("dockyard: error: [job 0: parallelism.dp=3] parallelism.dp:")
+    assert len(list(tmp_path.glob("multirun/smoke/*/*/plan.json"))) == 1
+
+
+def test_config_dir_adds_user_configs(tmp_path):
+    user_conf = tmp_path / "myconf"
+    (user_conf / "experiment").mkdir(parents=True)
+    (user_conf / "experiment/mine.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - smoke\n\nname: mine\ntrainer:\n  steps: 7\n"
+    )
+    (user_conf / "short.yaml").write_text("defaults:\n  - config\n  - _self_\n\ntrainer:\n  steps: 30\n")
+    result = dockyard("plan", "-cd", str(user_conf), "experiment=mine", "hydra.run.dir=a", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "a/plan.json").read_text())["trainer"]["steps"] == 7
+    result = dockyard("plan", "-cd", str(user_conf), "-cn", "short", "hydra.run.dir=b", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "b/plan.json").read_text())["trainer"]["steps"] == 30
+
+
+def test_shell_completion_install_and_query(tmp_path):
+    script = dockyard("plan", "-sc", "install=bash", cwd=tmp_path)
+    assert script.returncode == 0, script.stderr
+    assert "complete -o nospace -o default -F hydra_bash_completion dockyard" in script.stdout
+
+    def query(line: str) -> list[str]:
+        env = {**os.environ, "COMP_LINE": line, "COMP_POINT": str(len(line))}
+        result = dockyard("-sc", "query=bash", cwd=tmp_path, env=env)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split()
+
+    assert query("dockyard pl") == ["plan"]
+    assert "parallelism=" in query("dockyard plan para")
+    assert "model=llama3-8b" in query("dockyard plan model=")
+
+
+def test_unknown_verb_suggests_the_nearest(tmp_path):
+    result = dockyard("plna", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == "dockyard: error: verb: unknown verb 'plna'; did you mean plan?\n"
+
+
+def test_no_verb_prints_usage_and_exits_2(tmp_path):
+    result = dockyard(cwd=tmp_path)
+    assert result.returncode == 2
+    assert "usage: dockyard VERB" in result.stdout

@@ -1,0 +1,148 @@
+"""Configs that cannot work: each fails with a ConfigError naming the key and saying what to change."""
+
+import pytest
+
+from compiler.errors import ConfigError
+from tests.helpers import plan_for
+
+SM = "experiment=gpt2-124m-p4d"  # SageMaker, one p4d, S3 data
+P5 = ("hardware=p5.48xlarge", "image=cuda")  # GPUs on the local target
+ROLE = "target.role_arn=arn:aws:iam::123456789012:role/SageMakerRole"
+
+INVALID = [
+    # compose time: Hydra and the schemas
+    (["parallelism.tpp=2"], "parallelism.tpp", "did you mean parallelism.tp"),
+    (["parallelism.tp=two"], "parallelism.tp", "could not be converted to Integer"),
+    (["parallelism.strategy=fsdp3"], "parallelism.strategy", "Invalid value 'fsdp3'"),
+    (["model.activation=relu"], "model.activation", "expected one of [gelu, swiglu]"),
+    (["trainer.compile=maybe"], "trainer.compile", "not a valid bool"),
+    (["model=llama4"], "model", "did you mean llama3-8b"),
+    (["hardware=p5.48xlarg"], "hardware", "did you mean p5.48xlarge"),
+    (["nonsense=1"], "nonsense", "not in 'Config'"),
+    (["+parallelism.extra=1"], "parallelism.extra", "is not a key of ParallelismConfig"),
+    (["image.base=???"], "image.base", "is missing"),
+    # hardware
+    (["hardware.instance_type=p5.48xlarg"], "hardware.instance_type", "did you mean p5.48xlarge"),
+    (["hardware.instance_type=trn1.32xlarge"], "hardware.instance_type", "unknown instance type"),
+    (["hardware.nodes=0"], "hardware.nodes", "must be at least 1"),
+    (["hardware.processes_per_node=-1"], "hardware.processes_per_node", "has no default on CPU"),
+    (["hardware.processes_per_node=0"], "hardware.processes_per_node", "must be at least 1"),
+    ([*P5, "hardware.processes_per_node=16"], "hardware.processes_per_node", "has 8 GPUs, not 16"),
+    (["hardware.price_per_hour=-1"], "hardware.price_per_hour", "cannot be negative"),
+    (["target=sagemaker"], "hardware.instance_type", "'cpu' runs only on target=local"),
+    # model
+    (["model.heads=5"], "model.heads", "do not divide hidden=128"),
+    (["model.kv_heads=3"], "model.kv_heads", "do not divide heads=4"),
+    (["model.seq_len=512"], "model.seq_len", "exceeds the model's context of 256"),
+    (["model.layers=0"], "model.layers", "must be at least 1"),
+    (["model.position=rope", "model.hidden=120", "model.heads=8"], "model.heads", "RoPE needs an even head size"),
+    # parallel degrees and batch
+    (["parallelism.dp=3"], "parallelism.dp", "cannot equal the world size (2 nodes × 2 processes = 4)"),
+    (["parallelism.dp=-1", "parallelism.tp=-1"], "parallelism.tp", "only one degree can be -1"),
+    (["parallelism.tp=0"], "parallelism.tp", "must be at least 1, or -1"),
+    (["parallelism.tp=-1", "parallelism.dp=1"], "parallelism.tp", "tp=4 does not fit inside one node of 2"),
+    ([*P5, "hardware.nodes=2", "parallelism.tp=16"], "parallelism.tp", "does not fit inside one node of 8"),
+    ([*P5, "parallelism.tp=8"], "parallelism.tp", "tp=8 does not divide model.heads=4"),
+    ([*P5, "model=llama3-8b", "parallelism.tp=8", "model.kv_heads=4", "model.heads=32"], "parallelism.tp",
+     "does not divide model.kv_heads=4"),
+    ([*P5, "model=gpt2-1.5b", "parallelism.tp=2"], "parallelism.tp", "does not divide model.heads=25"),
+    ([*P5, "hardware.nodes=2", "parallelism.pp=3", "parallelism.dp=-1"], "parallelism.pp", "cannot equal"),
+    ([*P5, "parallelism.pp=8", "model.layers=12", "parallelism.dp=-1"], "parallelism.pp", "does not divide model.layers=12"),
+    (["parallelism.pp=2", "parallelism.dp=-1"], "parallelism.pp", "pipeline parallelism is not supported yet"),
+    (["parallelism.micro_batch=0"], "parallelism.micro_batch", "must be at least 1"),
+    (["parallelism.global_batch=30"], "parallelism.global_batch", "micro_batch × grad_accum × dp = 4 × 1 × 4"),
+    (["parallelism.grad_accum=-1", "parallelism.global_batch=30"], "parallelism.global_batch", "not a multiple of"),
+    (["parallelism.grad_accum=0"], "parallelism.grad_accum", "must be at least 1, or -1"),
+    # strategies
+    (["parallelism=fsdp-hybrid", "parallelism.shard_group_size=3"], "parallelism.shard_group_size",
+     "does not divide dp=4"),
+    (["parallelism.shard_group_size=2"], "parallelism.shard_group_size", "only applies to strategy fsdp_hybrid"),
+    ([*P5, "parallelism=zero2", "parallelism.tp=2"], "parallelism.tp", "does not combine with tensor parallelism"),
+    (["parallelism=smddp"], "parallelism.strategy", "smddp runs only on SageMaker"),
+    ([SM, "parallelism=smddp", "hardware=g5.48xlarge"], "hardware.instance_type", "smddp does not support g5"),
+    ([SM, "parallelism=smddp", "parallelism.tp=2"], "parallelism.tp", "smddp is data-parallel only"),
+    ([*P5, "parallelism.offload=optimizer"], "parallelism.offload", "ddp keeps full model state"),
+    ([*P5, "parallelism=zero2", "parallelism.offload=parameters"], "parallelism.offload", "does not shard parameters"),
+    # GPU-only options on hardware=cpu
+    (["parallelism.mixed_precision=fp16"], "parallelism.mixed_precision", "fp16 with loss scaling needs a GPU"),
+    (["parallelism=zero3", "parallelism.offload=optimizer"], "parallelism.offload", "needs GPUs"),
+    (["image=cuda"], "image.family", "the cuda image needs GPUs"),
+    (["hardware=p4d.24xlarge"], "image.family", "the cpu-local image has no CUDA"),
+    # data
+    (["data=s3"], "data.uri", "is missing"),
+    (["data=s3", "data.uri=https://bucket/x"], "data.uri", "is not an S3 URI"),
+    (["data=s3", "data.uri=s3://My_Bucket/x"], "data.uri", "is not an S3 URI"),
+    (["data=s3", "data.uri=s3://a..b/x"], "data.uri", "is not an S3 URI"),
+    (["data=s3", "data.uri=s3://bucket/x", "data.channel=my channel"], "data.channel", "not a SageMaker channel"),
+    ([SM, f"data.channel={'c' * 65}"], "data.channel", "not a SageMaker channel name"),
+    (["data=local"], "data.path", "is missing"),
+    ([SM, "data=local", "data.path=/data"], "data.source", "a host folder cannot reach target=sagemaker"),
+    ([SM, "data=fsx", "data.path=/fsx/tokens"], "data.file_system_id", "is missing"),
+    ([SM, "data=fsx", "data.file_system_id=fsx-1", "data.path=/x"], "data.file_system_id", "not a file system id"),
+    ([SM, "data=efs", "data.file_system_id=fs-0123456789abcdef0", "data.path=tokens"], "data.path",
+     "not an absolute path"),
+    (["data=fsx", "data.file_system_id=fs-0123456789abcdef0", "data.path=/t"], "data.source",
+     "cannot be mounted on target=local"),
+    ([SM, "data=fsx", "data.file_system_id=fs-0123456789abcdef0", "data.path=/t"], "target.subnets",
+     "only inside a VPC"),
+    ([SM, "data=fsx", "data.file_system_id=fs-0123456789abcdef0", "data.path=/t", "data.input_mode=FastFile"],
+     "data.input_mode", "support only File mode"),
+    ([SM, "model=llama3.2-1b"], "data.token_dtype", "uint16 cannot hold a vocabulary of 128256"),
+    ([SM, "data.token_dtype=int8"], "data.token_dtype", "is not a token type"),
+    # targets
+    ([SM, "target.max_run_hours=700"], "target.max_run_hours", "SageMaker stops jobs after 28 days"),
+    ([SM, "target.role_arn=my-role"], "target.role_arn", "is not an IAM role ARN"),
+    ([SM, "target.region=mars-1"], "target.region", "is not an AWS region"),
+    ([SM, "target.output_uri=/tmp/out"], "target.output_uri", "is not an S3 URI"),
+    ([SM, "target.spot=true"], "target.max_wait_hours", "managed spot needs a wait"),
+    ([SM, "target.spot=true", "target.max_wait_hours=48", "target.keep_alive_seconds=600"],
+     "target.keep_alive_seconds", "warm pools do not work with managed spot"),
+    ([SM, "target.max_wait_hours=48"], "target.max_wait_hours", "applies only to managed spot"),
+    ([SM, "target.keep_alive_seconds=7200"], "target.keep_alive_seconds", "between 0 and 3600"),
+    ([SM, "target.subnets=[subnet-0123456789abcdef0]"], "target.security_groups", "needs both"),
+    ([SM, "target.subnets=[subnet-1]", "target.security_groups=[sg-0123456789abcdef0]"], "target.subnets",
+     "is not a subnet id"),
+    (["target.max_retries=31"], "target.max_retries", "between 0 and 30"),
+    (["target.max_run_hours=0"], "target.max_run_hours", "must be positive"),
+    (["+target.environment.AWS_SECRET_ACCESS_KEY=abc"], "target.environment.AWS_SECRET_ACCESS_KEY",
+     "looks like a secret"),
+    (["+target.environment.1BAD=x"], "overrides", "Error parsing override '+target.environment.1BAD=x'"),
+    (["+target.environment.BAD-NAME=x"], "target.environment.BAD-NAME", "not an environment variable name"),
+    ([*P5, "target=kubernetes", "target.namespace=My_NS"], "target.namespace", "not a Kubernetes namespace"),
+    # images
+    (["image.name=Dockyard/Smoke"], "image.name", "is not a Docker repository name"),
+    (["image.push=true"], "image.registry", "image.push=true needs a registry"),
+    (["image.python_packages=[numpy]"], "image.python_packages", "'numpy' is not pinned"),
+    # trainer
+    (["trainer.steps=0"], "trainer.steps", "must be at least 1"),
+    (["trainer.lr=0"], "trainer.lr", "must be positive"),
+    (["trainer.warmup_steps=60"], "trainer.warmup_steps", "between 0 and steps-1 (59)"),
+    (["trainer.min_lr_ratio=2"], "trainer.min_lr_ratio", "between 0 and 1"),
+    (["trainer.log_interval=0"], "trainer.log_interval", "must be at least 1"),
+    (["trainer.checkpoint_interval=-5"], "trainer.checkpoint_interval", "cannot be negative"),
+    (["trainer=script"], "trainer.source_dir", "is missing for trainer.entry=script"),
+    (["trainer=script", "trainer.source_dir=src"], "trainer.script", "is missing for trainer.entry=script"),
+    (["trainer.script=train.py"], "trainer.script", "only used with a user script"),
+    ([SM, ROLE, "trainer=script", "trainer.source_dir=src", "trainer.script=t.py",
+      f"+trainer.hyperparameters.note={'x' * 2501}"], "trainer.hyperparameters.note", "2500 characters"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "key", "message"), INVALID, ids=[" ".join(c[0])[:60] for c in INVALID])
+def test_invalid_config_names_key_and_fix(overrides, key, message):
+    with pytest.raises(ConfigError) as caught:
+        plan_for(*overrides)
+    assert caught.value.key == key
+    assert message in caught.value.one_line()
+    assert "\n" not in caught.value.one_line()
+
+
+def test_too_many_hyperparameters_for_sagemaker():
+    many = [f"+trainer.hyperparameters.h{i}={i}" for i in range(101)]
+    with pytest.raises(ConfigError, match="at most 100, got 101") as caught:
+        plan_for(SM, "trainer=script", "trainer.source_dir=src", "trainer.script=t.py", *many)
+    assert caught.value.key == "trainer.hyperparameters"
+
+
+def test_there_are_at_least_forty_invalid_cases():
+    assert len(INVALID) >= 40
