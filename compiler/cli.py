@@ -74,8 +74,10 @@ def main(argv: list[str] | None = None) -> None:
 def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
     """Run `task` as a Hydra app with `overrides` as its command line; user errors exit 2."""
     errors: list[str] = []
+    task_failed = False
 
     def guarded(cfg: DictConfig) -> None:
+        nonlocal task_failed
         try:
             task(cfg)
         except ConfigError as error:  # reported once Hydra is done, for every point of a sweep
@@ -84,6 +86,9 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
             if hydra_cfg.mode is RunMode.MULTIRUN:
                 point = f"[job {hydra_cfg.job.num}: {' '.join(hydra_cfg.overrides.task)}] "
             errors.append(point + error.one_line())
+        except Exception:
+            task_failed = True
+            raise
 
     app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=CONFIG_NAME)(guarded)
     user_wants_traceback = "HYDRA_FULL_ERROR" in os.environ
@@ -91,8 +96,8 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
     sys.argv = [PROG, *overrides]
     try:
         app()
-    except (HydraException, OmegaConfBaseException) as exc:
-        if user_wants_traceback:
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        if user_wants_traceback or task_failed:  # a bug in dockyard, not a user's mistake
             raise
         errors.append(as_config_error(exc).one_line())
     finally:

@@ -61,7 +61,7 @@ def compose_in_context(overrides: Sequence[str]) -> schema.Config:
     """Compose inside an already initialized Hydra context (many configs, one initialization)."""
     try:
         cfg = compose(CONFIG_NAME, overrides=list(overrides))
-    except (ConfigCompositionException, OverrideParseException) as exc:
+    except (ConfigCompositionException, OverrideParseException, ValueError) as exc:
         raise as_config_error(exc) from None
     return to_config(cfg)
 

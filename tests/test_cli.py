@@ -37,9 +37,19 @@ def test_plan_writes_plan_json_into_hydra_run_folder(tmp_path):
 
 def test_issue_example_compiles(tmp_path):
     result = dockyard(
-        "plan", "model=llama3-8b", "parallelism=fsdp-hybrid", "parallelism.tp=2", "hardware=p5.48xlarge",
-        "hardware.nodes=4", "data=s3", "data.uri=s3://my-bucket/tokens", "data.token_dtype=uint32",
-        "target=sagemaker", "image=cuda", "hydra.run.dir=run", cwd=tmp_path,
+        "plan",
+        "model=llama3-8b",
+        "parallelism=fsdp-hybrid",
+        "parallelism.tp=2",
+        "hardware=p5.48xlarge",
+        "hardware.nodes=4",
+        "data=s3",
+        "data.uri=s3://my-bucket/tokens",
+        "data.token_dtype=uint32",
+        "target=sagemaker",
+        "image=cuda",
+        "hydra.run.dir=run",
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     plan = json.loads((tmp_path / "run/plan.json").read_text())
