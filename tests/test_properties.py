@@ -4,9 +4,9 @@ key end in a plan or a ConfigError, never in another exception."""
 import math
 
 import pytest
+from hydra import initialize_config_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hydra import initialize_config_dir
 
 from compiler.compose import CONF_DIR, compose_in_context
 from compiler.errors import ConfigError
