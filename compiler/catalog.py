@@ -1,8 +1,8 @@
 """Instance types dockyard knows: what each one has that a plan or an estimate depends on.
 
 Figures are per instance. GPU memory is what the card reports (HBM), peak bf16 is the dense tensor-core
-figure from the vendor's datasheet, NVLink is the per-GPU bidirectional bandwidth, network is the
-instance's EFA/ENA bandwidth, and prices are on-demand US East list prices in USD per hour
+figure from the vendor's datasheet, the GPU link is one direction of a GPU's NVLink (or PCIe), network
+is the instance's EFA/ENA bandwidth, and prices are on-demand US East list prices in USD per hour
 (`hardware.price_per_hour` overrides them for a discount or another region).
 """
 
@@ -18,7 +18,8 @@ class InstanceType:
     gpu_model: str
     gpu_memory_gib: float
     peak_bf16_tflops: float
-    nvlink_gbps: float
+    gpu_link_gbps: float
+    """GPU-to-GPU bandwidth inside a node, one direction: NVLink, or PCIe 4.0 x16 where there is none."""
     efa_devices: int
     network_gbps: float
     price_per_hour: float
@@ -36,17 +37,17 @@ LOCAL_CPU = InstanceType(
     gpu_model="none",
     gpu_memory_gib=0,
     peak_bf16_tflops=0,
-    nvlink_gbps=0,
+    gpu_link_gbps=0,
     efa_devices=0,
     network_gbps=0,
     price_per_hour=0,
     smddp=False,
 )
 
-_A100_40 = dict(gpu_model="A100-SXM4-40GB", gpu_memory_gib=40, peak_bf16_tflops=312, nvlink_gbps=600 * 8)
-_A100_80 = dict(gpu_model="A100-SXM4-80GB", gpu_memory_gib=80, peak_bf16_tflops=312, nvlink_gbps=600 * 8)
-_H100 = dict(gpu_model="H100-SXM5-80GB", gpu_memory_gib=80, peak_bf16_tflops=989, nvlink_gbps=900 * 8)
-_H200 = dict(gpu_model="H200-SXM5-141GB", gpu_memory_gib=141, peak_bf16_tflops=989, nvlink_gbps=900 * 8)
+_A100_40 = dict(gpu_model="A100-SXM4-40GB", gpu_memory_gib=40, peak_bf16_tflops=312, gpu_link_gbps=300 * 8)
+_A100_80 = dict(gpu_model="A100-SXM4-80GB", gpu_memory_gib=80, peak_bf16_tflops=312, gpu_link_gbps=300 * 8)
+_H100 = dict(gpu_model="H100-SXM5-80GB", gpu_memory_gib=80, peak_bf16_tflops=989, gpu_link_gbps=450 * 8)
+_H200 = dict(gpu_model="H200-SXM5-141GB", gpu_memory_gib=141, peak_bf16_tflops=989, gpu_link_gbps=450 * 8)
 
 INSTANCE_TYPES: dict[str, InstanceType] = {
     t.name: t
@@ -73,7 +74,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
             gpu_model="A10G-24GB",
             gpu_memory_gib=24,
             peak_bf16_tflops=70,
-            nvlink_gbps=0,
+            gpu_link_gbps=256,
             efa_devices=1,
             network_gbps=100,
             price_per_hour=16.29,
@@ -85,7 +86,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
             gpu_model="L40S-48GB",
             gpu_memory_gib=48,
             peak_bf16_tflops=362,
-            nvlink_gbps=0,
+            gpu_link_gbps=256,
             efa_devices=4,
             network_gbps=400,
             price_per_hour=30.13,

@@ -22,22 +22,24 @@ from omegaconf.errors import OmegaConfBaseException
 from compiler.compose import CONF_DIR, CONFIG_NAME, as_config_error, to_config
 from compiler.errors import ConfigError, UnknownNameError
 from compiler.plan import compile_plan
-from compiler.summary import summary_lines
+from compiler.summary import report_markdown, summary_lines
 
 PROG = "dockyard"
 USER_ERROR = 2
 PLAN_FILE = "plan.json"
+REPORT_FILE = "report.md"
 
 
 def plan_command(cfg: DictConfig) -> None:
-    """Compile the config into a plan, print its summary and write plan.json to the run folder."""
+    """Compile the config into a plan, print its summary, write plan.json and report.md to the run folder."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     with discarded_on_error(run_dir):
         plan = compile_plan(to_config(cfg))
     path = run_dir / PLAN_FILE
     path.write_text(plan.to_json(indent=2) + "\n")
+    (run_dir / REPORT_FILE).write_text(report_markdown(plan))
     print("\n".join(summary_lines(plan)))
-    print(f"wrote     {path}")
+    print(f"wrote     {path} and {REPORT_FILE}")
 
 
 VERBS: dict[str, Callable[[DictConfig], None]] = {"plan": plan_command}

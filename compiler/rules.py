@@ -15,7 +15,7 @@ from compiler.catalog import INSTANCE_TYPES, InstanceType
 from compiler.errors import ConfigError, UnsupportedError
 
 if TYPE_CHECKING:
-    from compiler.plan import Layout
+    from compiler.layout import Layout
 
 S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?$")
 CHANNEL_NAME = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")

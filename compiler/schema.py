@@ -80,6 +80,8 @@ class Checkpointing(Enum):
 
 
 class Precision(Enum):
+    auto = "auto"
+    """bf16 on GPUs, fp32 on CPUs."""
     bf16 = "bf16"
     fp16 = "fp16"
     fp32 = "fp32"
@@ -104,14 +106,14 @@ class ParallelismConfig:
     """Pipeline-parallel degree; -1 infers it."""
     shard_group_size: int = -1
     """fsdp_hybrid only: ranks per shard group; -1 means the data-parallel ranks of one node."""
-    micro_batch: int = 1
-    """Sequences per data-parallel rank per forward pass."""
+    micro_batch: Any = 1
+    """Sequences per data-parallel rank per forward pass, or `auto`: the largest that fits GPU memory."""
     grad_accum: int = -1
     """Micro batches per optimizer step; -1 infers it from `global_batch` (or 1)."""
     global_batch: int = -1
     """Sequences per optimizer step over all replicas; -1 derives micro_batch × grad_accum × dp."""
     activation_checkpointing: Checkpointing = Checkpointing.none
-    mixed_precision: Precision = Precision.bf16
+    mixed_precision: Precision = Precision.auto
     offload: Offload = Offload.none
     smddp_fallback: bool = False
     """If smddp does not import in the container, warn and use NCCL instead of failing."""
@@ -125,6 +127,8 @@ class HardwareConfig:
     """-1 means one process per GPU; on `cpu` it must be set."""
     price_per_hour: float | None = None
     """Overrides the catalog's on-demand price (a discount, another region)."""
+    memory_check: bool = True
+    """Refuse a plan whose predicted peak exceeds GPU memory; false makes that a warning."""
 
 
 class DataSource(Enum):

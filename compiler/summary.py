@@ -1,5 +1,6 @@
-"""The few lines `dockyard plan` prints: the numbers a user checks before paying for GPUs."""
+"""What `dockyard plan` tells a user: a short summary on the terminal and `report.md` beside plan.json."""
 
+from compiler.estimate import GIB
 from compiler.plan import Plan
 from compiler.schema import Strategy
 
@@ -9,21 +10,59 @@ def summary_lines(plan: Plan) -> list[str]:
     devices = f"{instance.gpus} × {instance.gpu_model}" if instance.has_gpus else "CPU"
     shard = f", shard group {layout.shard_degree}" if plan.parallelism.strategy is Strategy.fsdp_hybrid else ""
     cost = f"   ${plan.price_per_hour:,.2f}/h" if plan.price_per_hour else ""
+    par = plan.parallelism
     lines = [
         f"plan      {plan.name}   sha256:{plan.content_hash[:12]}",
         f"world     {layout.world_size} processes = {layout.nodes} × {instance.name} "
         f"({devices}) × {layout.processes_per_node} per node{cost}",
-        f"layout    dp={layout.dp} × tp={layout.tp} × pp={layout.pp}   {plan.parallelism.strategy.value}{shard}, "
-        f"{plan.parallelism.mixed_precision.value}, checkpointing {plan.parallelism.activation_checkpointing.value}",
+        f"layout    dp={layout.dp} × tp={layout.tp} × pp={layout.pp}   {par.strategy.value}{shard}, "
+        f"{par.mixed_precision.value}, checkpointing {par.activation_checkpointing.value}",
         f"model     {plan.model.name}   {plan.parameters / 1e6:,.1f}M parameters, seq_len {batch.seq_len}",
         f"batch     global {batch.global_batch} = micro {batch.micro_batch} × accum {batch.grad_accum} × "
         f"dp {layout.dp}   {batch.tokens_per_step:,} tokens/step",
+    ]
+    if plan.estimate:
+        memory, speed = plan.estimate.memory, plan.estimate.throughput
+        terms = ", ".join(f"{name} {size / GIB:.1f}" for name, size in memory.terms.items())
+        lines += [
+            f"memory    {memory.total / GIB:.1f} of {plan.estimate.gpu_memory / GIB:.0f} GiB per GPU: {terms}",
+            f"speed     {speed.step_seconds:.2f} s/step, {speed.tokens_per_second:,.0f} tokens/s, MFU "
+            f"{speed.mfu:.0%} (predicted){_cost_per_billion(plan)}",
+        ]
+    lines += [
         f"data      {_data(plan)}",
         f"image     {plan.image.name} ({plan.image.family.value.replace('_', '-')} on {plan.image.base})",
         f"target    {plan.target.kind.value}   {plan.trainer.steps} steps",
     ]
-    lines += [f"warning   {w}" for w in plan.warnings]
-    return lines
+    return lines + [f"warning   {w}" for w in plan.warnings]
+
+
+def report_markdown(plan: Plan) -> str:
+    """The planner's numbers in full, for review next to plan.json."""
+    lines = [f"# {plan.name}", "", "```", *summary_lines(plan), "```", ""]
+    if plan.estimate:
+        memory, speed = plan.estimate.memory, plan.estimate.throughput
+        lines += ["## Memory per GPU (predicted peak)", "", "| term | GiB | share |", "|---|---:|---:|"]
+        lines += [f"| {name} | {size / GIB:.2f} | {size / memory.total:.0%} |" for name, size in memory.terms.items()]
+        lines += [
+            f"| **total** | **{memory.total / GIB:.2f}** | of {plan.estimate.gpu_memory / GIB:.0f} GiB |",
+            "",
+            "## Speed (predicted)",
+            "",
+            f"- FLOPs per token: {speed.flops_per_token:.3e} (6 × matmul parameters + attention)",
+            f"- step: {speed.step_seconds:.3f} s = compute {speed.compute_seconds:.3f} s + exposed communication "
+            f"{speed.exposed_communication_seconds:.3f} s",
+            f"- {speed.tokens_per_second:,.0f} tokens/s, MFU {speed.mfu:.1%}",
+            f"- cost: ${plan.price_per_hour:,.2f}/h{_cost_per_billion(plan)}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _cost_per_billion(plan: Plan) -> str:
+    if not (plan.estimate and plan.price_per_hour):
+        return ""
+    hours = 1e9 / plan.estimate.throughput.tokens_per_second / 3600
+    return f", ${plan.price_per_hour * hours:,.2f} per 1B tokens"
 
 
 def _data(plan: Plan) -> str:

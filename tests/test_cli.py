@@ -43,6 +43,7 @@ def test_issue_example_compiles(tmp_path):
         "parallelism.tp=2",
         "hardware=p5.48xlarge",
         "hardware.nodes=4",
+        "parallelism.micro_batch=1",
         "data=s3",
         "data.uri=s3://my-bucket/tokens",
         "data.token_dtype=uint32",

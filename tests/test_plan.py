@@ -20,7 +20,7 @@ def test_preset_plan_matches_golden(preset, golden):
     [
         ("smoke", 4, 4, 1, 1, 16 * 256),
         ("gpt2-124m-p4d", 8, 8, 1, 5, 480 * 1024),
-        ("llama3-8b-p5x4", 32, 32, 1, 2, 128 * 8192),
+        ("llama3-8b-p5x4", 32, 32, 1, 4, 128 * 8192),
         ("llama3-70b-p5x16", 128, 16, 8, 16, 256 * 8192),
     ],
 )
@@ -103,3 +103,8 @@ def test_cost_uses_catalog_price_unless_overridden():
     plan = plan_for("experiment=llama3-8b-p5x4")
     assert plan.price_per_hour == pytest.approx(4 * plan.instance.price_per_hour)
     assert plan_for("experiment=llama3-8b-p5x4", "hardware.price_per_hour=40").price_per_hour == 160
+
+
+def test_mixed_precision_auto_is_bf16_on_gpus_and_fp32_on_cpus():
+    assert plan_for("experiment=smoke").parallelism.mixed_precision.value == "fp32"
+    assert plan_for("experiment=gpt2-124m-p4d").parallelism.mixed_precision.value == "bf16"

@@ -49,6 +49,7 @@ def valid_overrides(draw) -> list[str]:
         f"parallelism.grad_accum={draw(st.integers(1, 8))}",
         f"hardware.nodes={draw(st.integers(1, 16))}",
         f"trainer.lr={draw(st.floats(1e-6, 1e-1))}",
+        "hardware.memory_check=false",
     ]
     if on_gpu:
         overrides += [f"hardware={draw(st.sampled_from(GPU_TYPES))}", "image=cuda", "hardware.processes_per_node=-1"]

@@ -1,0 +1,134 @@
+"""Does the plan fit in GPU memory, and if not, which single change makes it fit at the lowest cost?
+
+A plan whose predicted peak exceeds the GPU's memory is a `ConfigError` that names the largest term and
+up to three changes that would fit, cheapest first (changes that keep the instance count before more
+nodes; among those, the fastest predicted step first), each with its predicted peak.
+`parallelism.micro_batch=auto` picks the largest micro batch that fits.
+"""
+
+import dataclasses
+from collections.abc import Iterator
+
+from compiler import estimate, schema
+from compiler.catalog import InstanceType
+from compiler.errors import ConfigError
+from compiler.layout import Batch, Layout, resolve_batch, resolve_layout
+
+GIB = estimate.GIB
+AUTO = "auto"
+AUTO_MAX_MICRO_BATCH = 64
+
+TERM_KEYS = {
+    "parameters": "parallelism.strategy",
+    "gradients": "parallelism.strategy",
+    "optimizer": "parallelism.strategy",
+    "activations": "parallelism.activation_checkpointing",
+    "logits": "parallelism.micro_batch",
+    "communication": "parallelism.strategy",
+    "context": "hardware.instance_type",
+    "margin": "hardware.instance_type",
+}
+"""The config key a user turns to shrink each memory term."""
+
+STRONGER_STRATEGIES = {
+    schema.Strategy.ddp: (schema.Strategy.zero1, schema.Strategy.zero2, schema.Strategy.zero3, schema.Strategy.fsdp),
+    schema.Strategy.zero1: (schema.Strategy.zero2, schema.Strategy.zero3),
+    schema.Strategy.zero2: (schema.Strategy.zero3,),
+    schema.Strategy.fsdp_hybrid: (schema.Strategy.fsdp,),
+}
+
+
+def capacity(instance: InstanceType) -> int:
+    return round(instance.gpu_memory_gib * GIB)
+
+
+def peak(config: schema.Config, instance: InstanceType) -> tuple[estimate.Memory, Layout, Batch]:
+    """Predicted memory of `config` as it stands (micro batch a number)."""
+    layout = resolve_layout(config, instance)
+    batch = resolve_batch(config.parallelism, config.model.seq_len, layout)
+    return estimate.memory(config.model, config.parallelism, layout, batch.micro_batch), layout, batch
+
+
+def resolve_micro_batch(config: schema.Config, instance: InstanceType, layout: Layout) -> schema.Config:
+    """`config` with a numeric micro batch: the given one, or with `auto` the largest that fits."""
+    micro = config.parallelism.micro_batch
+    if micro != AUTO:
+        if isinstance(micro, bool) or not isinstance(micro, int):
+            raise ConfigError("parallelism.micro_batch", f"'{micro}' is not a number", "use an integer ≥ 1, or auto")
+        return config
+    if not instance.has_gpus:
+        raise ConfigError(
+            "parallelism.micro_batch",
+            "auto fits the micro batch to GPU memory, and cpu has none",
+            "set a number on hardware=cpu",
+        )
+    total = config.parallelism.global_batch
+    per_replica = total // layout.dp if total > 0 and total % layout.dp == 0 else AUTO_MAX_MICRO_BATCH
+    candidates = [m for m in range(min(per_replica, AUTO_MAX_MICRO_BATCH), 0, -1) if per_replica % m == 0 or total < 1]
+    for micro in candidates:
+        trial = _with_parallelism(config, micro_batch=micro)
+        if estimate.memory(trial.model, trial.parallelism, layout, micro).total <= capacity(instance):
+            return trial
+    return _with_parallelism(config, micro_batch=1)  # does not fit; check_fits names the fixes
+
+
+def check_fits(config: schema.Config, instance: InstanceType, memory: estimate.Memory) -> Iterator[str]:
+    """Raise a ConfigError with the cheapest fixes when `memory` exceeds the GPU; yields no warnings."""
+    if memory.total <= capacity(instance):
+        return
+    largest = memory.largest_term()
+    need = f"predicted peak {memory.total / GIB:.1f} GiB per GPU exceeds the {instance.gpu_memory_gib:g} GiB of "
+    need += f"{instance.gpu_model} (largest: {largest} {memory.terms[largest] / GIB:.1f} GiB)"
+    fixes = [f"{change} ({total / GIB:.1f} GiB)" for change, total in cheapest_fixes(config, instance)[:3]]
+    fix = f"fits with: {', '.join(fixes)}" if fixes else "no single change fits: use a GPU with more memory"
+    if not config.hardware.memory_check:
+        yield f"{need}; {fix} (hardware.memory_check=false: not enforced)"
+        return
+    raise ConfigError(TERM_KEYS[largest], need, fix)
+
+
+def cheapest_fixes(config: schema.Config, instance: InstanceType) -> list[tuple[str, int]]:
+    """Single changes that bring the peak under the GPU's memory, as (override, predicted peak bytes)."""
+    fitting = []
+    for change, candidate in _candidates(config):
+        try:
+            memory, layout, batch = peak(candidate, instance)
+        except ConfigError:
+            continue  # the change breaks another rule (a batch that no longer divides, say)
+        if memory.total <= capacity(instance):
+            step = estimate.throughput(candidate.model, candidate.parallelism, instance, layout, batch).step_seconds
+            fitting.append((candidate.hardware.nodes, step, change, memory.total))
+    return [(change, total) for _, _, change, total in sorted(fitting)]
+
+
+def _candidates(config: schema.Config) -> Iterator[tuple[str, schema.Config]]:
+    par = config.parallelism
+    for strategy in STRONGER_STRATEGIES.get(par.strategy, ()):
+        if not (strategy.is_deepspeed and par.tp > 1):
+            yield (
+                f"parallelism.strategy={strategy.value}",
+                _with_parallelism(config, strategy=strategy, shard_group_size=-1),
+            )
+    levels = list(schema.Checkpointing)
+    for level in levels[levels.index(par.activation_checkpointing) + 1 :]:
+        yield (
+            f"parallelism.activation_checkpointing={level.value}",
+            _with_parallelism(config, activation_checkpointing=level),
+        )
+    micro = par.micro_batch // 2
+    while micro >= 1:
+        yield f"parallelism.micro_batch={micro}", _with_parallelism(config, micro_batch=micro, grad_accum=-1)
+        micro //= 2
+    if par.strategy not in (schema.Strategy.ddp, schema.Strategy.smddp) and par.offload is schema.Offload.none:
+        yield "parallelism.offload=optimizer", _with_parallelism(config, offload=schema.Offload.optimizer)
+    for factor in (2, 4):
+        nodes = config.hardware.nodes * factor
+        hardware = dataclasses.replace(config.hardware, nodes=nodes)
+        yield (
+            f"hardware.nodes={nodes}",
+            dataclasses.replace(_with_parallelism(config, dp=-1, grad_accum=-1), hardware=hardware),
+        )
+
+
+def _with_parallelism(config: schema.Config, **changes) -> schema.Config:
+    return dataclasses.replace(config, parallelism=dataclasses.replace(config.parallelism, **changes))

@@ -1,0 +1,161 @@
+"""The parallel layout and the batch: dp × tp × pp over the world, micro × accumulation × dp sequences.
+
+Every degree may be -1 (inferred from the others); the product must equal nodes × processes per node,
+and the messages show the formula with the numbers filled in.
+"""
+
+from dataclasses import dataclass
+
+from compiler import catalog, rules, schema
+from compiler.errors import ConfigError, DegreeError, UnsupportedError
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the world's ranks split into data, tensor and pipeline parallel groups."""
+
+    nodes: int
+    processes_per_node: int
+    world_size: int
+    dp: int
+    tp: int
+    pp: int
+    shard_degree: int
+    """Ranks that share one copy of the model state (1 for DDP; the shard group for FSDP and ZeRO)."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    micro_batch: int
+    grad_accum: int
+    global_batch: int
+    """Sequences per optimizer step: micro_batch × grad_accum × dp."""
+    seq_len: int
+    tokens_per_step: int
+
+
+def resolve_layout(config: schema.Config, instance: catalog.InstanceType) -> Layout:
+    """Resolve the one degree that may be -1 and check dp × tp × pp against the world size."""
+    par, model = config.parallelism, config.model
+    nodes = config.hardware.nodes
+    per_node = rules.processes_per_node(config.hardware, instance)
+    world = nodes * per_node
+    degrees = {"dp": par.dp, "tp": par.tp, "pp": par.pp}
+    for name, value in degrees.items():
+        if value < 1 and value != -1:
+            raise ConfigError(f"parallelism.{name}", f"must be at least 1, or -1 to infer it (got {value})")
+    inferred = [name for name, value in degrees.items() if value == -1]
+    if len(inferred) > 1:
+        raise DegreeError(
+            f"parallelism.{inferred[1]}",
+            f"only one degree can be -1, got {', '.join(inferred)}",
+            "give all but one of dp, tp, pp",
+        )
+    known = 1
+    for value in degrees.values():
+        known *= max(value, 1)
+    formula = " × ".join(f"{n}={'?' if v == -1 else v}" for n, v in degrees.items())
+    world_text = f"{nodes} nodes × {per_node} processes = {world}"
+    if world % known or (not inferred and known != world):
+        given = [name for name, value in degrees.items() if value > 1] or inferred or ["dp"]
+        key = f"parallelism.{given[-1]}"
+        raise DegreeError(
+            key,
+            f"{formula} cannot equal the world size ({world_text})",
+            f"make dp × tp × pp = {world}, or set one degree to -1 to infer it",
+        )
+    if inferred:
+        degrees[inferred[0]] = world // known
+    dp, tp, pp = degrees["dp"], degrees["tp"], degrees["pp"]
+    _check_tensor_parallel(tp, per_node, model)
+    _check_pipeline_parallel(pp, model.layers)
+    return Layout(
+        nodes=nodes,
+        processes_per_node=per_node,
+        world_size=world,
+        dp=dp,
+        tp=tp,
+        pp=pp,
+        shard_degree=_shard_degree(par, dp, per_node // (tp * pp) or 1),
+    )
+
+
+def _check_tensor_parallel(tp: int, per_node: int, model: schema.ModelConfig) -> None:
+    if tp > per_node or per_node % tp:
+        raise DegreeError(
+            "parallelism.tp",
+            f"tp={tp} does not fit inside one node of {per_node} processes; "
+            "tensor parallelism needs the NVLink of one node",
+            f"use a tp that divides {per_node}",
+        )
+    for field_name in ("heads", "kv_heads"):
+        heads = getattr(model, field_name)
+        if heads % tp:
+            raise DegreeError(
+                "parallelism.tp",
+                f"tp={tp} does not divide model.{field_name}={heads}",
+                f"use a tp that divides {heads}",
+            )
+
+
+def _check_pipeline_parallel(pp: int, layers: int) -> None:
+    if layers % pp:
+        raise DegreeError(
+            "parallelism.pp", f"pp={pp} does not divide model.layers={layers}", f"use a pp that divides {layers}"
+        )
+    if pp > 1:
+        raise UnsupportedError(
+            "parallelism.pp",
+            "pipeline parallelism is not supported yet",
+            "set parallelism.pp=1 and use tp or FSDP for the memory",
+        )
+
+
+def _shard_degree(par: schema.ParallelismConfig, dp: int, dp_per_node: int) -> int:
+    if par.strategy is not schema.Strategy.fsdp_hybrid:
+        if par.shard_group_size != -1:
+            raise ConfigError(
+                "parallelism.shard_group_size",
+                "only applies to strategy fsdp_hybrid",
+                "remove it, or use parallelism=fsdp-hybrid",
+            )
+        return 1 if par.strategy in (schema.Strategy.ddp, schema.Strategy.smddp) else dp
+    group = min(dp_per_node, dp) if par.shard_group_size == -1 else par.shard_group_size
+    if group < 1 or dp % group:
+        raise DegreeError(
+            "parallelism.shard_group_size",
+            f"shard group of {group} does not divide dp={dp}",
+            f"use a size that divides {dp}, or -1 for the ranks of one node",
+        )
+    return group
+
+
+def resolve_batch(par: schema.ParallelismConfig, seq_len: int, layout: Layout) -> Batch:
+    """global_batch = micro_batch × grad_accum × dp, inferring whichever of the last two is -1."""
+    micro, accum, total, dp = par.micro_batch, par.grad_accum, par.global_batch, layout.dp
+    if micro < 1:
+        raise ConfigError("parallelism.micro_batch", f"must be at least 1 (got {micro})")
+    for key, value in (("grad_accum", accum), ("global_batch", total)):
+        if value < 1 and value != -1:
+            raise ConfigError(f"parallelism.{key}", f"must be at least 1, or -1 to derive it (got {value})")
+    per_pass = micro * dp
+    if total == -1:
+        accum = max(accum, 1)
+        total = per_pass * accum
+    elif accum == -1:
+        if total % per_pass:
+            raise DegreeError(
+                "parallelism.global_batch",
+                f"global_batch={total} is not a multiple of micro_batch × dp = {micro} × {dp}",
+                f"use a multiple of {per_pass}",
+            )
+        accum = total // per_pass
+    elif total != per_pass * accum:
+        raise DegreeError(
+            "parallelism.global_batch",
+            f"global_batch={total} but micro_batch × grad_accum × dp = {micro} × {accum} × {dp} = {per_pass * accum}",
+            "set parallelism.grad_accum=-1 to infer it",
+        )
+    return Batch(
+        micro_batch=micro, grad_accum=accum, global_batch=total, seq_len=seq_len, tokens_per_step=total * seq_len
+    )

@@ -1,0 +1,121 @@
+"""The planner: model-state bytes against the ZeRO paper, fit errors whose fixes really fit, auto micro batch."""
+
+import re
+
+import pytest
+
+from compiler import estimate, fit
+from compiler.errors import ConfigError
+from compiler.schema import Checkpointing, ParallelismConfig, Precision, Strategy
+from tests.helpers import plan_for
+
+GIB = estimate.GIB
+
+
+@pytest.mark.parametrize(
+    ("strategy", "gigabytes"),
+    [(Strategy.ddp, 120), (Strategy.zero1, 31.4), (Strategy.zero2, 16.6), (Strategy.zero3, 1.9)],
+)
+def test_zero_paper_worked_example(strategy, gigabytes):
+    """Rajbhandari et al. 2020, Figure 1: 7.5B parameters on 64 GPUs, mixed precision with Adam (K = 12)."""
+    par = ParallelismConfig(strategy=strategy, mixed_precision=Precision.fp16)
+    per_parameter = sum(estimate.state_bytes_per_parameter(par, shard=64 if strategy is not Strategy.ddp else 1))
+    assert round(per_parameter * 7.5e9 / 1e9, 1) == gigabytes
+
+
+def test_fsdp_divides_all_model_state_by_its_shard_group():
+    full = estimate.state_bytes_per_parameter(ParallelismConfig(strategy=Strategy.fsdp), shard=32)
+    hybrid = estimate.state_bytes_per_parameter(ParallelismConfig(strategy=Strategy.fsdp_hybrid), shard=8)
+    assert sum(full) == pytest.approx(16 / 32)
+    assert sum(hybrid) == pytest.approx(16 / 8)
+
+
+def test_more_recomputation_keeps_fewer_activations():
+    sizes = [
+        plan_for(
+            "experiment=llama3-8b-p5x4",
+            f"parallelism.activation_checkpointing={level.value}",
+            "hardware.memory_check=false",
+        ).estimate.memory.activations
+        for level in Checkpointing
+    ]
+    assert sizes[0] > sizes[1] > sizes[2]
+
+
+def test_tensor_parallelism_divides_activations_and_states():
+    one = plan_for("experiment=llama3-70b-p5x16", "parallelism.tp=1", "hardware.memory_check=false")
+    eight = plan_for("experiment=llama3-70b-p5x16")
+    assert eight.estimate.memory.activations < one.estimate.memory.activations / 4
+    # FSDP over 128 ranks or tp=8 × FSDP over 16 hold the same share of the model states
+    assert eight.estimate.memory.optimizer == pytest.approx(one.estimate.memory.optimizer, rel=1e-6)
+
+
+def test_flops_per_token_convention():
+    model = plan_for("model=gpt2-124m").model
+    matmul = 12 * estimate.layer_parameters(model) + 50257 * 768
+    assert estimate.flops_per_token(model) == 6 * matmul + 12 * 12 * 768 * 1024
+
+
+def test_plan_that_does_not_fit_names_largest_term_and_fixes_that_fit():
+    overrides = ["experiment=llama3-8b-p5x4", "parallelism.micro_batch=2"]
+    with pytest.raises(ConfigError) as caught:
+        plan_for(*overrides)
+    error = caught.value
+    assert error.key == "parallelism.activation_checkpointing"
+    assert "exceeds the 80 GiB of H100-SXM5-80GB (largest: activations" in error.message
+    fixes = re.findall(r"([\w.]+=[\w.]+) \(([\d.]+) GiB\)", error.fix)
+    assert 1 <= len(fixes) <= 3
+    for change, predicted in fixes:
+        plan = plan_for(*overrides, change)
+        assert plan.estimate.memory.total <= plan.estimate.gpu_memory
+        assert plan.estimate.memory.total / GIB == pytest.approx(float(predicted), abs=0.05)
+
+
+def test_fixes_keep_the_instance_count_before_adding_nodes():
+    config_fixes = fit.cheapest_fixes(
+        *_config_and_instance("experiment=llama3-8b-p5x4", "parallelism.micro_batch=2"),
+    )
+    changes = [change for change, _ in config_fixes]
+    node_changes = [i for i, change in enumerate(changes) if change.startswith("hardware.nodes")]
+    assert all(i > j for i in node_changes for j, c in enumerate(changes) if not c.startswith("hardware.nodes"))
+
+
+def test_memory_check_false_turns_the_error_into_a_warning():
+    plan = plan_for("experiment=llama3-8b-p5x4", "parallelism.micro_batch=2", "hardware.memory_check=false")
+    assert plan.estimate.memory.total > plan.estimate.gpu_memory
+    assert any("not enforced" in warning for warning in plan.warnings)
+
+
+@pytest.mark.parametrize("preset", ["gpt2-124m-p4d", "llama3-8b-p5x4", "llama3-70b-p5x16"])
+def test_auto_micro_batch_is_the_largest_that_fits(preset):
+    plan = plan_for(f"experiment={preset}", "parallelism.micro_batch=auto")
+    per_replica = plan.batch.global_batch // plan.layout.dp
+    chosen = plan.batch.micro_batch
+    assert plan.estimate.memory.total <= plan.estimate.gpu_memory
+    larger = [m for m in range(chosen + 1, per_replica + 1) if per_replica % m == 0]
+    if larger:
+        with pytest.raises(ConfigError, match="exceeds"):
+            plan_for(f"experiment={preset}", f"parallelism.micro_batch={larger[0]}")
+
+
+def test_auto_micro_batch_needs_a_gpu():
+    with pytest.raises(ConfigError, match="auto fits the micro batch to GPU memory") as caught:
+        plan_for("parallelism.micro_batch=auto")
+    assert caught.value.key == "parallelism.micro_batch"
+
+
+def test_micro_batch_must_be_a_number_or_auto():
+    with pytest.raises(ConfigError, match="'many' is not a number"):
+        plan_for("parallelism.micro_batch=many")
+
+
+def test_cpu_plans_carry_no_gpu_estimate():
+    assert plan_for("experiment=smoke").estimate is None
+
+
+def _config_and_instance(*overrides):
+    from compiler.catalog import instance_type
+    from compiler.compose import compose_config
+
+    config = compose_config(overrides)
+    return config, instance_type(config.hardware.instance_type)
