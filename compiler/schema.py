@@ -208,6 +208,8 @@ class SageMakerTarget(TargetConfig):
     """Execution role; needed to launch, not to plan."""
     output_uri: str | None = None
     checkpoint_uri: str | None = None
+    volume_size_gb: int = 100
+    """EBS volume per instance, for File-mode channels and local files."""
     spot: bool = False
     max_wait_hours: float | None = None
     keep_alive_seconds: int = 0

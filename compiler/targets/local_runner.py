@@ -1,0 +1,133 @@
+"""Runs a `LocalRequest` on the Docker engine: the I/O half of the local target.
+
+All nodes' logs stream live, each line prefixed by its node. The first node to fail stops the others and
+its exit status is the job's; containers and the network are removed on every exit, Ctrl-C included.
+`target.max_retries` starts a failed job again: it resumes from the checkpoints in the run folder.
+"""
+
+import queue
+import sys
+import threading
+from pathlib import Path
+from typing import IO
+
+import docker
+from docker.types import DeviceRequest
+
+from compiler.targets import records
+from compiler.targets.local import ContainerSpec, LocalRequest
+
+STOP_TIMEOUT_S = 10
+RUN_LABEL = "dockyard.run_id"
+SHM_SIZE = "1g"
+"""torch's shared-memory tensors and data loader workers outgrow Docker's 64 MB default."""
+
+
+def prepare_host_folders(request: LocalRequest, plan_json: str) -> None:
+    """Write the plan channel and each node's contract files; make the folders containers write to."""
+    run_dir = Path(request.run_dir)
+    (run_dir / "plan").mkdir(parents=True, exist_ok=True)
+    (run_dir / "plan" / "plan.json").write_text(plan_json)
+    for spec in request.containers:
+        config = run_dir / "nodes" / spec.hostname / "config"
+        config.mkdir(parents=True, exist_ok=True)
+        for name, text in spec.contract_files.items():
+            (config / name).write_text(text)
+    for folder in request.host_folders:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        Path(folder).chmod(0o777)  # the image runs as a non-root user whose uid the host does not know
+
+
+def submit(request: LocalRequest, plan_json: str, *, client=None, out: IO[str] = sys.stdout) -> int:
+    """Run the job to its end (with retries); returns its exit status."""
+    client = client or docker.from_env()
+    prepare_host_folders(request, plan_json)
+    record = records.start(Path(request.run_dir), request.run_id, "local", request.containers[0].image)
+    status = 1
+    try:
+        for attempt in range(request.max_retries + 1):
+            if attempt:
+                print(f"dockyard: restarting the job (retry {attempt} of {request.max_retries})", file=out)
+            record = records.update(record, status="running", attempts=attempt + 1)
+            status = run_once(request, client, out)
+            if status == 0:
+                break
+        record = records.update(record, status="completed" if status == 0 else "failed", exit_status=status)
+    except KeyboardInterrupt:
+        records.update(record, status="stopped", exit_status=130)
+        raise
+    return status
+
+
+def run_once(request: LocalRequest, client, out: IO[str]) -> int:
+    network = client.networks.create(request.network, driver="bridge")
+    containers = []
+    try:
+        for spec in request.containers:
+            container = _create(client, spec, request.run_id)
+            network.connect(container, aliases=[spec.hostname])
+            containers.append((spec.hostname, container))
+        exits: queue.Queue[tuple[str, int]] = queue.Queue()
+        for host, container in containers:
+            container.start()
+            threading.Thread(target=_stream, args=(host, container, out), daemon=True).start()
+            threading.Thread(
+                target=lambda h=host, c=container: exits.put((h, c.wait()["StatusCode"])), daemon=True
+            ).start()
+        return _wait_for_all(request, containers, exits, out)
+    finally:
+        for _, container in containers:
+            container.remove(force=True)
+        network.remove()
+
+
+def _create(client, spec: ContainerSpec, run_id: str):
+    volumes = {m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in spec.mounts}
+    gpus = [DeviceRequest(count=-1, capabilities=[["gpu"]])] if spec.gpus else None
+    return client.containers.create(
+        spec.image,
+        command=list(spec.command),
+        name=spec.name,
+        hostname=spec.hostname,
+        environment=spec.environment,
+        volumes=volumes,
+        device_requests=gpus,
+        shm_size=SHM_SIZE,
+        labels={RUN_LABEL: run_id},
+    )
+
+
+def _wait_for_all(request: LocalRequest, containers: list, exits: queue.Queue, out: IO[str]) -> int:
+    """Wait until every node exits 0, or until the first failure, which stops the rest."""
+    running = {host for host, _ in containers}
+    while running:
+        host, status = exits.get()
+        running.discard(host)
+        if status != 0:
+            reason = _failure_reason(Path(request.run_dir), host)
+            print(f"dockyard: {host} failed with exit status {status}{reason}; stopping the other nodes", file=out)
+            for other, container in containers:
+                if other in running:
+                    container.stop(timeout=STOP_TIMEOUT_S)
+            return status
+    return 0
+
+
+def _failure_reason(run_dir: Path, host: str) -> str:
+    failure = run_dir / "nodes" / host / "output" / "failure"
+    if failure.exists() and failure.read_text().strip():
+        return f" ({failure.read_text().strip().splitlines()[0]})"
+    return ""
+
+
+def _stream(host: str, container, out: IO[str]) -> None:
+    """Print the container's output line by line, prefixed by its node, as it comes."""
+    pending = b""
+    for chunk in container.logs(stream=True, follow=True):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            out.write(f"{host} | {line.decode(errors='replace')}\n")
+        out.flush()
+    if pending:
+        out.write(f"{host} | {pending.decode(errors='replace')}\n")

@@ -1,0 +1,125 @@
+"""The SageMaker target's translator: plan + image → the CreateTrainingJob request, checked by botocore.
+
+Pure: the run id and the job's S3 prefix are arguments. The plan reaches the job as the `plan` channel
+(an S3 prefix holding plan.json), so it never meets the hyperparameter limits; the container finds it
+through DOCKYARD_PLAN, exactly as in the local target.
+"""
+
+import json
+from dataclasses import dataclass
+
+import botocore.session
+from botocore.exceptions import ParamValidationError
+from botocore.validate import validate_parameters
+
+from compiler.errors import ConfigError
+from compiler.plan import Plan
+from compiler.schema import DataSource, Entry, SageMakerTarget
+from compiler.targets.local import CONTAINER_ROOT, PLAN_CHANNEL
+
+FILE_SYSTEM_TYPES = {DataSource.fsx: "FSxLustre", DataSource.efs: "EFS"}
+
+
+@dataclass(frozen=True)
+class SageMakerRequest:
+    region: str
+    plan_uri: str
+    """Where submit() uploads plan.json: the `plan` channel's S3 prefix."""
+    create_training_job: dict
+    """Exactly the parameters of CreateTrainingJob."""
+
+    def to_json(self) -> str:
+        return (
+            json.dumps(
+                {"region": self.region, "plan_uri": self.plan_uri, "CreateTrainingJob": self.create_training_job},
+                indent=2,
+                sort_keys=True,
+            )
+            + "\n"
+        )
+
+    def __str__(self) -> str:
+        return self.to_json()
+
+
+def to_request(plan: Plan, image: str, *, run_id: str, job_prefix: str) -> SageMakerRequest:
+    """`job_prefix` is an s3:// prefix for this job's plan, output and (by default) checkpoints."""
+    target = plan.target
+    if not isinstance(target, SageMakerTarget):
+        raise ConfigError("target", f"plan is for target {target.kind.value}, not sagemaker", "use target=sagemaker")
+    if target.role_arn is None:
+        raise ConfigError("target.role_arn", "is missing", "set target.role_arn=arn:aws:iam::<account>:role/<name>")
+    plan_uri = f"{job_prefix.rstrip('/')}/{PLAN_CHANNEL}/"
+    parameters = {
+        "TrainingJobName": run_id,
+        "AlgorithmSpecification": {"TrainingImage": image, "TrainingInputMode": "File"},
+        "RoleArn": target.role_arn,
+        "InputDataConfig": [_s3_channel(PLAN_CHANNEL, plan_uri, "File"), *_data_channels(plan)],
+        "OutputDataConfig": {"S3OutputPath": target.output_uri or f"{job_prefix.rstrip('/')}/output"},
+        "ResourceConfig": {
+            "InstanceType": f"ml.{plan.instance.name}",
+            "InstanceCount": plan.layout.nodes,
+            "VolumeSizeInGB": target.volume_size_gb,
+            **({"KeepAlivePeriodInSeconds": target.keep_alive_seconds} if target.keep_alive_seconds else {}),
+        },
+        "StoppingCondition": {
+            "MaxRuntimeInSeconds": round(target.max_run_hours * 3600),
+            **({"MaxWaitTimeInSeconds": round(target.max_wait_hours * 3600)} if target.spot else {}),
+        },
+        "EnableManagedSpotTraining": target.spot,
+        "CheckpointConfig": {
+            "S3Uri": target.checkpoint_uri or f"{job_prefix.rstrip('/')}/checkpoints",
+            "LocalPath": f"{CONTAINER_ROOT}/checkpoints",
+        },
+        "EnableNetworkIsolation": target.network_isolation,
+        "EnableInterContainerTrafficEncryption": target.inter_container_encryption,
+        "Environment": {
+            **target.environment,
+            "DOCKYARD_PLAN": f"{CONTAINER_ROOT}/input/data/{PLAN_CHANNEL}/plan.json",
+            "DOCKYARD_RUN_ID": run_id,
+        },
+        "HyperParameters": _hyperparameters(plan),
+        "Tags": [{"Key": "dockyard:plan", "Value": plan.content_hash}, {"Key": "dockyard:name", "Value": plan.name}],
+    }
+    if target.max_retries:
+        parameters["RetryStrategy"] = {"MaximumRetryAttempts": target.max_retries}
+    if target.subnets:
+        parameters["VpcConfig"] = {"SecurityGroupIds": list(target.security_groups), "Subnets": list(target.subnets)}
+    check_with_botocore(parameters)
+    return SageMakerRequest(region=target.region, plan_uri=plan_uri, create_training_job=parameters)
+
+
+def _s3_channel(name: str, uri: str, input_mode: str) -> dict:
+    source = {"S3DataType": "S3Prefix", "S3Uri": uri, "S3DataDistributionType": "FullyReplicated"}
+    return {"ChannelName": name, "DataSource": {"S3DataSource": source}, "InputMode": input_mode}
+
+
+def _data_channels(plan: Plan) -> list[dict]:
+    data = plan.data
+    if data.source is DataSource.s3:
+        return [_s3_channel(data.channel, data.uri, data.input_mode.value)]
+    if data.source in FILE_SYSTEM_TYPES:
+        file_system = {
+            "FileSystemId": data.file_system_id,
+            "FileSystemAccessMode": "ro",
+            "FileSystemType": FILE_SYSTEM_TYPES[data.source],
+            "DirectoryPath": data.path,
+        }
+        return [{"ChannelName": data.channel, "DataSource": {"FileSystemDataSource": file_system}, "InputMode": "File"}]
+    return []  # synthetic data needs no channel
+
+
+def _hyperparameters(plan: Plan) -> dict[str, str]:
+    """A user script's hyperparameters, each JSON-encoded into a string as SageMaker's SDK does."""
+    if plan.trainer.entry is not Entry.script:
+        return {}
+    return {key: json.dumps(value) for key, value in plan.trainer.hyperparameters.items()}
+
+
+def check_with_botocore(parameters: dict) -> None:
+    """Validate against botocore's own model of CreateTrainingJob: shapes, required members, ranges."""
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    try:
+        validate_parameters(parameters, model.operation_model("CreateTrainingJob").input_shape)
+    except ParamValidationError as error:
+        raise ConfigError("target", f"SageMaker would reject the job: {error.kwargs['report']}") from None

@@ -1,0 +1,109 @@
+"""The I/O half of the SageMaker target: check the role and buckets, upload the plan, create the job,
+follow it (status changes and CloudWatch log lines) until it ends or the user detaches.
+
+Clients come from one boto3 session, so `AWS_ENDPOINT_URL` (moto's server in tests) and the user's
+profile and credentials apply as everywhere in AWS's tools; nothing here reads them itself.
+"""
+
+import sys
+import time
+from typing import IO
+
+import boto3
+from botocore.exceptions import ClientError
+
+from compiler.errors import ConfigError
+from compiler.targets.sagemaker import SageMakerRequest
+
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+FINAL_STATES = ("Completed", "Failed", "Stopped")
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    return bucket, key
+
+
+def check_resources(request: SageMakerRequest, session: boto3.Session) -> None:
+    """A missing role or bucket is a user's mistake: say which key, before anything is created."""
+    job = request.create_training_job
+    role_name = job["RoleArn"].rsplit("/", 1)[-1]
+    try:
+        session.client("iam").get_role(RoleName=role_name)
+    except ClientError as error:
+        raise ConfigError(
+            "target.role_arn",
+            f"role {job['RoleArn']} cannot be used: {_message(error)}",
+            "create it with SageMaker as a trusted entity, or fix the ARN",
+        ) from None
+    buckets = {
+        "target.output_uri": job["OutputDataConfig"]["S3OutputPath"],
+        "target.checkpoint_uri": job["CheckpointConfig"]["S3Uri"],
+    }
+    for channel in job["InputDataConfig"]:
+        if "S3DataSource" in channel["DataSource"] and channel["ChannelName"] != "plan":
+            buckets["data.uri"] = channel["DataSource"]["S3DataSource"]["S3Uri"]
+    s3 = session.client("s3")
+    for key, uri in buckets.items():
+        bucket = split_s3_uri(uri)[0]
+        try:
+            s3.head_bucket(Bucket=bucket)
+        except ClientError as error:
+            raise ConfigError(
+                key, f"bucket {bucket} cannot be reached: {_message(error)}", "create the bucket or fix the URI"
+            ) from None
+
+
+def submit(request: SageMakerRequest, plan_json: str, session: boto3.Session) -> str:
+    """Upload the plan and create the job; returns the job's name."""
+    check_resources(request, session)
+    bucket, prefix = split_s3_uri(request.plan_uri)
+    session.client("s3").put_object(Bucket=bucket, Key=f"{prefix}plan.json", Body=plan_json.encode())
+    client = session.client("sagemaker")
+    client.create_training_job(**request.create_training_job)
+    return request.create_training_job["TrainingJobName"]
+
+
+def follow(job_name: str, session: boto3.Session, *, out: IO[str] = sys.stdout, poll_s: float = 15.0) -> str:
+    """Print status changes and new log lines until the job ends; returns its final status."""
+    sagemaker, logs = session.client("sagemaker"), session.client("logs")
+    seen_status, next_tokens = None, {}
+    while True:
+        job = sagemaker.describe_training_job(TrainingJobName=job_name)
+        status = (job["TrainingJobStatus"], job.get("SecondaryStatus"))
+        if status != seen_status:
+            print(f"{job_name}: {status[0]} ({status[1]})", file=out)
+            seen_status = status
+        print_new_log_lines(logs, job_name, next_tokens, out)
+        if status[0] in FINAL_STATES:
+            if job.get("FailureReason"):
+                print(f"{job_name}: {job['FailureReason']}", file=out)
+            return status[0]
+        time.sleep(poll_s)
+
+
+def print_new_log_lines(logs, job_name: str, next_tokens: dict[str, str], out: IO[str]) -> None:
+    try:
+        streams = logs.describe_log_streams(logGroupName=LOG_GROUP, logStreamNamePrefix=f"{job_name}/")
+    except logs.exceptions.ResourceNotFoundException:
+        return  # no instance has started logging yet
+    for stream in streams["logStreams"]:
+        name = stream["logStreamName"]
+        kwargs = {"nextToken": next_tokens[name]} if name in next_tokens else {"startFromHead": True}
+        page = logs.get_log_events(logGroupName=LOG_GROUP, logStreamName=name, **kwargs)
+        host = name.split("/", 1)[1].split("-")[0] if "/" in name else name
+        for event in page["events"]:
+            print(f"{host} | {event['message']}", file=out)
+        next_tokens[name] = page["nextForwardToken"]
+
+
+def describe(job_name: str, session: boto3.Session) -> dict:
+    return session.client("sagemaker").describe_training_job(TrainingJobName=job_name)
+
+
+def stop(job_name: str, session: boto3.Session) -> None:
+    session.client("sagemaker").stop_training_job(TrainingJobName=job_name)
+
+
+def _message(error: ClientError) -> str:
+    return error.response.get("Error", {}).get("Message") or error.response.get("Error", {}).get("Code", "error")

@@ -1,0 +1,152 @@
+"""The SageMaker target: golden CreateTrainingJob requests, botocore's checks, and a real HTTP round trip
+against moto's server (create, describe, stop; a wrong role or bucket is the user's error)."""
+
+import contextlib
+import io
+import json
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto.server import ThreadedMotoServer
+
+from compiler.errors import ConfigError
+from compiler.targets import sagemaker, sagemaker_submit
+from tests.helpers import plan_for
+
+ROLE = "arn:aws:iam::123456789012:role/dockyard-training"
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/dockyard/job@sha256:" + "0" * 64
+PRESETS = ("gpt2-124m-p4d", "llama3-8b-p5x4", "llama3-70b-p5x16")
+
+
+def request_for(*overrides: str, run_id: str = "golden-run") -> sagemaker.SageMakerRequest:
+    plan = plan_for(*overrides, f"target.role_arn={ROLE}")
+    return sagemaker.to_request(plan, IMAGE, run_id=run_id, job_prefix=f"s3://dockyard-jobs/{run_id}")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_preset_request_matches_golden(preset, golden):
+    golden.check(f"sagemaker/{preset}.json", request_for(f"experiment={preset}").to_json())
+
+
+def test_request_carries_layout_limits_and_plan_channel():
+    job = request_for(
+        "experiment=llama3-8b-p5x4", "target.spot=true", "target.max_wait_hours=30", "target.max_retries=2"
+    ).create_training_job
+    assert job["ResourceConfig"] == {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 4, "VolumeSizeInGB": 100}
+    assert job["StoppingCondition"] == {"MaxRuntimeInSeconds": 86400, "MaxWaitTimeInSeconds": 108000}
+    assert job["RetryStrategy"] == {"MaximumRetryAttempts": 2}
+    channels = {c["ChannelName"]: c for c in job["InputDataConfig"]}
+    assert channels["plan"]["DataSource"]["S3DataSource"]["S3Uri"] == "s3://dockyard-jobs/golden-run/plan/"
+    assert channels["train"]["InputMode"] == "FastFile"
+    assert job["Environment"]["DOCKYARD_PLAN"] == "/opt/ml/input/data/plan/plan.json"
+
+
+def test_file_system_channel_and_vpc():
+    job = request_for(
+        "experiment=gpt2-124m-p4d",
+        "data=fsx",
+        "data.file_system_id=fs-0123456789abcdef0",
+        "data.path=/fsx/tokens",
+        "target.subnets=[subnet-0123456789abcdef0]",
+        "target.security_groups=[sg-0123456789abcdef0]",
+    ).create_training_job
+    [data] = [c for c in job["InputDataConfig"] if c["ChannelName"] == "train"]
+    assert data["DataSource"]["FileSystemDataSource"]["FileSystemType"] == "FSxLustre"
+    assert job["VpcConfig"] == {"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": ["subnet-0123456789abcdef0"]}
+
+
+def test_script_hyperparameters_are_json_encoded_strings():
+    job = request_for(
+        "experiment=gpt2-124m-p4d",
+        "trainer=script",
+        "trainer.source_dir=src",
+        "trainer.script=train.py",
+        "+trainer.hyperparameters.epochs=3",
+        "+trainer.hyperparameters.name=abc",
+    ).create_training_job
+    assert job["HyperParameters"] == {"epochs": "3", "name": '"abc"'}
+
+
+def test_missing_role_is_a_config_error():
+    plan = plan_for("experiment=gpt2-124m-p4d")
+    with pytest.raises(ConfigError, match="target.role_arn: is missing"):
+        sagemaker.to_request(plan, IMAGE, run_id="r", job_prefix="s3://b/r")
+
+
+def test_botocore_rejects_a_malformed_request():
+    with pytest.raises(ConfigError, match="SageMaker would reject the job"):
+        sagemaker.check_with_botocore({"TrainingJobName": "x", "ResourceConfig": {"InstanceCount": "two"}})
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint():
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def aws(moto_endpoint, monkeypatch):
+    """A boto3 session whose every client talks HTTP to moto's server, with a role and the buckets."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
+        monkeypatch.setenv(name, value)
+    session = boto3.Session(region_name="us-east-1")
+    iam = session.client("iam")
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Action": "sts:AssumeRole", "Principal": {"Service": "sagemaker.amazonaws.com"}}
+        ],
+    }
+    with contextlib.suppress(iam.exceptions.EntityAlreadyExistsException):
+        iam.create_role(RoleName="dockyard-training", AssumeRolePolicyDocument=json.dumps(trust))
+    for bucket in ("dockyard-jobs", "dockyard-example-data"):
+        session.client("s3").create_bucket(Bucket=bucket)
+    return session
+
+
+def test_submit_describe_stop_over_http(aws):
+    plan = plan_for("experiment=gpt2-124m-p4d", f"target.role_arn={ROLE}")
+    request = sagemaker.to_request(plan, IMAGE, run_id="dockyard-moto-1", job_prefix="s3://dockyard-jobs/moto-1")
+    name = sagemaker_submit.submit(request, plan.to_json(), aws)
+    job = sagemaker_submit.describe(name, aws)
+    assert job["TrainingJobName"] == "dockyard-moto-1"
+    assert job["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge"
+    assert job["AlgorithmSpecification"]["TrainingImage"] == IMAGE
+    uploaded = aws.client("s3").get_object(Bucket="dockyard-jobs", Key="moto-1/plan/plan.json")["Body"].read()
+    assert json.loads(uploaded)["name"] == "gpt2-124m-p4d"
+    printed = io.StringIO()
+    assert sagemaker_submit.follow(name, aws, out=printed, poll_s=0) == "Completed"  # moto completes at once
+    assert "dockyard-moto-1: Completed" in printed.getvalue()
+
+
+def test_stop_sends_stop_training_job(aws):
+    """moto 5.2 has no StopTrainingJob (it answers 500), so this checks the call botocore sends."""
+    sent = []
+    aws.events.register("before-call.sagemaker.StopTrainingJob", lambda params, **_: sent.append(params))
+    with pytest.raises(ClientError):
+        sagemaker_submit.stop("dockyard-moto-1", aws)
+    assert sent[0]["headers"]["X-Amz-Target"] == "SageMaker.StopTrainingJob"
+    assert json.loads(sent[0]["body"]) == {"TrainingJobName": "dockyard-moto-1"}
+
+
+def test_wrong_role_is_a_config_error_and_creates_nothing(aws):
+    plan = plan_for("experiment=gpt2-124m-p4d", "target.role_arn=arn:aws:iam::123456789012:role/missing")
+    request = sagemaker.to_request(plan, IMAGE, run_id="dockyard-moto-2", job_prefix="s3://dockyard-jobs/moto-2")
+    with pytest.raises(ConfigError) as caught:
+        sagemaker_submit.submit(request, plan.to_json(), aws)
+    assert caught.value.key == "target.role_arn"
+    names = [j["TrainingJobName"] for j in aws.client("sagemaker").list_training_jobs()["TrainingJobSummaries"]]
+    assert "dockyard-moto-2" not in names
+
+
+def test_missing_data_bucket_is_a_config_error(aws):
+    plan = plan_for("experiment=gpt2-124m-p4d", f"target.role_arn={ROLE}", "data.uri=s3://no-such-bucket/x")
+    request = sagemaker.to_request(plan, IMAGE, run_id="dockyard-moto-3", job_prefix="s3://dockyard-jobs/moto-3")
+    with pytest.raises(ConfigError) as caught:
+        sagemaker_submit.submit(request, plan.to_json(), aws)
+    assert caught.value.key == "data.uri"
