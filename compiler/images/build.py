@@ -78,15 +78,28 @@ def image_reference(plan: Plan, context: BuildContext) -> str:
     return f"{plan.image.name}:{context.tag}"
 
 
-def build_image(plan: Plan, client: docker.DockerClient, *, cwd: Path, out: IO[str] = sys.stdout) -> BuiltImage:
-    """The plan's image, built unless its content-addressed tag is already in the engine."""
+def build_image(
+    plan: Plan, client: docker.DockerClient, *, cwd: Path, out: IO[str] = sys.stdout, use_cache: bool = True
+) -> BuiltImage:
+    """The plan's image, built unless its content-addressed tag is already in the engine.
+
+    `use_cache=False` builds every step again, even for an existing tag (a cold build, for benchmarks).
+    """
     context = build_context(plan, cwd=cwd)
     reference = image_reference(plan, context)
-    existing = _find(client, reference)
+    existing = _find(client, reference) if use_cache else None
     if existing is not None:
         return BuiltImage(reference, existing.id, built=False)
     ensure_base_image(client, plan.image, out)
-    labels = image_labels(plan, cwd)
+    steps = send_build(client, context, reference, out, labels=image_labels(plan, cwd), nocache=not use_cache)
+    return BuiltImage(reference, client.images.get(reference).id, built=True, steps=steps)
+
+
+def send_build(
+    client: docker.DockerClient, context: BuildContext, reference: str, out: IO[str], **options
+) -> tuple[Step, ...]:
+    """Send `context` to the engine and build it as `reference` with host networking (no bridge is needed,
+    and builds reach the package indexes the host reaches); `options` go to the build API."""
     with tempfile.TemporaryFile() as tar:
         context.write_tar(tar)
         tar.seek(0)
@@ -94,14 +107,13 @@ def build_image(plan: Plan, client: docker.DockerClient, *, cwd: Path, out: IO[s
             fileobj=tar,
             custom_context=True,
             tag=reference,
-            labels=labels,
             network_mode="host",
             rm=True,
             forcerm=True,
             decode=True,
+            **options,
         )
-        steps = stream_build_log(log, out)
-    return BuiltImage(reference, client.images.get(reference).id, built=True, steps=steps)
+        return stream_build_log(log, out)
 
 
 def image_labels(plan: Plan, cwd: Path) -> dict[str, str]:
