@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test plan lint bench clean
+.PHONY: run test plan build docker lint bench bench-build clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV) || { apt-get update -qq && apt-get install -y -qq python3-venv && python3 -m venv $(VENV); }
@@ -13,14 +13,23 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-run: $(STAMP)  ## the main job on the default experiment
-	$(BIN)/dockyard plan experiment=smoke
+run: $(STAMP) docker  ## the main job on the default experiment: its plan and its image
+	$(BIN)/dockyard build experiment=smoke
+
+# A Docker engine: docker.io is installed and dockerd started when missing (as root). Without one the
+# image tests skip, except in CI (CI=true), where they fail.
+docker:
+	scripts/ensure-docker
 
 test: $(STAMP)
+	@scripts/ensure-docker || [ "$${CI:-}" != true ]
 	$(BIN)/pytest -q
 
 plan: $(STAMP)  ## make plan ARGS="experiment=llama3-8b-p5x4 parallelism.tp=2"
 	$(BIN)/dockyard plan $(ARGS)
+
+build: $(STAMP) docker  ## make build ARGS="experiment=llama3-8b-p5x4"
+	$(BIN)/dockyard build $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -28,6 +37,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/compile.py
+
+bench-build: $(STAMP) docker  ## cold, no-op and code-change image builds against a naive Dockerfile
+	$(BIN)/python bench/build.py
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache .hypothesis

@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from compiler.compose import CONF_DIR, CONFIG_NAME, as_config_error, to_config
 from compiler.errors import ConfigError, UnknownNameError
-from compiler.plan import compile_plan
+from compiler.plan import Plan, compile_plan
 from compiler.summary import report_markdown, summary_lines
 
 PROG = "dockyard"
@@ -42,7 +42,16 @@ def plan_command(cfg: DictConfig) -> None:
     print(f"wrote     {path} and {REPORT_FILE}")
 
 
-VERBS: dict[str, Callable[[DictConfig], None]] = {"plan": plan_command}
+def build_command(cfg: DictConfig) -> None:
+    """`plan`, then build the plan's image (nothing when its content hash is built), push it if asked."""
+    from compiler.images.workflow import build_and_record  # the Docker SDK only for this verb
+
+    plan_command(cfg)
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    build_and_record(Plan.from_json((run_dir / PLAN_FILE).read_text()), run_dir, cwd=Path.cwd())
+
+
+VERBS: dict[str, Callable[[DictConfig], None]] = {"plan": plan_command, "build": build_command}
 
 
 @contextmanager
@@ -131,8 +140,10 @@ def _complete(args: list[str]) -> None:
 def usage() -> str:
     return (
         f"usage: {PROG} VERB [hydra overrides and flags...]\n\n"
-        "verbs:\n  plan   compile the config into a validated plan.json and print its summary\n\n"
+        "verbs:\n  plan   compile the config into a validated plan.json and print its summary\n"
+        "  build  plan, then build the plan's content-addressed image (and push it with image.push=true)\n\n"
         f"examples:\n  {PROG} plan experiment=llama3-8b-p5x4 parallelism.tp=2\n"
+        f"  {PROG} build experiment=smoke image.push=true image.registry=127.0.0.1:5000\n"
         f"  {PROG} plan --cfg job          (the composed config)\n"
         f"  {PROG} plan --help             (config groups and Hydra flags)\n"
         f'  eval "$({PROG} plan -sc install=bash)"   (shell completion)'

@@ -1,0 +1,174 @@
+"""The build context: every file the Dockerfile reads, and the content hash that names the image.
+
+The context is assembled from three places rather than from one folder: the torch wheel from the
+wheelhouse (cpu_local), dockyard's own package sources, and the user's `trainer.source_dir` less what
+its `.dockerignore` excludes. It is sent to Docker as a tar whose entries carry no owner or time, so the
+same files always make the same layers; the tag hashes the Dockerfile and each file's path, mode and
+content, so any change that could change the image changes its tag, and nothing else does.
+"""
+
+import configparser
+import hashlib
+import io
+import os
+import shlex
+import subprocess
+import tarfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import IO
+
+from docker.utils.build import exclude_paths
+
+from compiler import schema
+from compiler.errors import ConfigError
+from compiler.images import DOCKYARD_ROOT
+from compiler.images.render import CONSTRAINTS, has_user_code, render_dockerfile, uses_constraints
+from compiler.plan import Plan
+
+DOCKYARD_SOURCES = ("pyproject.toml", "README.md", "compiler", "entrypoint", "conf", "hydra_plugins")
+"""What `pip install` needs to install dockyard's distribution in the image."""
+ALWAYS_IGNORED = (".git", "**/__pycache__", "**/*.pyc", "**/.pytest_cache")
+"""Ignored in the user's code before its own `.dockerignore` (which can bring them back with `!`)."""
+BASE_PYTHON_TAG = "cp311"
+"""The CPython of the cpu-local base (Debian bookworm's python3)."""
+TAG_LENGTH = 20
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    dockerfile: str
+    files: dict[str, Path]
+    """Path inside the context → the file on this machine."""
+
+    @cached_property
+    def content_hash(self) -> str:
+        """sha256 over the Dockerfile and every file's path, mode and content, in path order."""
+        digest = hashlib.sha256(b"Dockerfile\0" + self.dockerfile.encode() + b"\0")
+        for name in sorted(self.files):
+            source = self.files[name]
+            digest.update(f"{name}\0{_mode(source):o}\0{_file_sha256(source)}\0".encode())
+        return digest.hexdigest()
+
+    @property
+    def tag(self) -> str:
+        return self.content_hash[:TAG_LENGTH]
+
+    def write_tar(self, out: IO[bytes]) -> None:
+        """The context as Docker's build API takes it, with parent folders and normalised metadata."""
+        with tarfile.open(fileobj=out, mode="w") as tar:
+            dockerfile = self.dockerfile.encode()
+            _add(tar, "Dockerfile", io.BytesIO(dockerfile), len(dockerfile), 0o644)
+            for folder in sorted({str(p) for name in self.files for p in Path(name).parents if str(p) != "."}):
+                info = tarfile.TarInfo(folder)
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            for name in sorted(self.files):
+                source = self.files[name]
+                with source.open("rb") as file:
+                    _add(tar, name, file, source.stat().st_size, _mode(source))
+
+
+def build_context(plan: Plan, *, cwd: Path, wheelhouse: Iterable[Path] | None = None) -> BuildContext:
+    """Everything a build of `plan` reads. `cwd` anchors a relative `trainer.source_dir`."""
+    files = dict(_dockyard_files())
+    if uses_constraints(plan.image):
+        files["constraints.txt"] = CONSTRAINTS
+    if plan.image.family is schema.ImageFamily.cpu_local:
+        wheel = find_torch_wheel(plan.image, wheelhouse_folders(plan.image) if wheelhouse is None else wheelhouse)
+        files[f"wheelhouse/{wheel.name}"] = wheel
+    if has_user_code(plan):
+        files.update(user_code_files(cwd / plan.trainer.source_dir))
+    return BuildContext(render_dockerfile(plan), files)
+
+
+def wheelhouse_folders(image: schema.ImageConfig) -> list[Path]:
+    """`image.wheelhouse`, or else the find-links of pip's environment and configuration files."""
+    if image.wheelhouse:
+        return [Path(folder).expanduser() for folder in image.wheelhouse]
+    links = shlex.split(os.environ.get("PIP_FIND_LINKS", ""))
+    parser = configparser.ConfigParser()
+    parser.read(_pip_config_files())
+    for section in ("global", "install"):
+        links += parser.get(section, "find-links", fallback="").split()
+    return [Path(link.removeprefix("file://")) for link in links if "://" not in link or link.startswith("file://")]
+
+
+def _pip_config_files() -> list[Path]:
+    """pip's configuration files, lowest priority first (site-wide, per user, $PIP_CONFIG_FILE)."""
+    dirs = os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":")
+    files = [Path(d) / "pip" / "pip.conf" for d in reversed(dirs)] + [Path("/etc/pip.conf")]
+    files += [Path.home() / ".pip" / "pip.conf", Path.home() / ".config" / "pip" / "pip.conf"]
+    if "PIP_CONFIG_FILE" in os.environ:
+        files.append(Path(os.environ["PIP_CONFIG_FILE"]))
+    return files
+
+
+def find_torch_wheel(image: schema.ImageConfig, folders: Iterable[Path]) -> Path:
+    folders = list(folders)
+    pattern = f"torch-{image.torch}+cpu-{BASE_PYTHON_TAG}-{BASE_PYTHON_TAG}-*linux*_x86_64.whl"
+    for folder in folders:
+        found = sorted(folder.glob(pattern))
+        if found:
+            return found[-1]
+    searched = ", ".join(str(f) for f in folders) or "no folder (pip names no find-links)"
+    raise ConfigError(
+        "image.wheelhouse",
+        f"no {pattern} in {searched}",
+        "put the CPU torch wheel in one of them, or set image.wheelhouse=[FOLDER,...]",
+    )
+
+
+def _dockyard_files() -> Iterable[tuple[str, Path]]:
+    for name in DOCKYARD_SOURCES:
+        path = DOCKYARD_ROOT / name
+        if path.is_file():
+            yield f"dockyard/{name}", path
+        elif path.is_dir():
+            for file in sorted(path.rglob("*")):
+                if file.is_file() and "__pycache__" not in file.parts and file.suffix != ".pyc":
+                    yield f"dockyard/{file.relative_to(DOCKYARD_ROOT)}", file
+
+
+def user_code_files(source_dir: Path) -> dict[str, Path]:
+    """The files of `trainer.source_dir` that its `.dockerignore` (Docker's own syntax) lets through."""
+    if not source_dir.is_dir():
+        raise ConfigError("trainer.source_dir", f"'{source_dir}' is not a folder", "point it at your training code")
+    patterns = list(ALWAYS_IGNORED)
+    ignore_file = source_dir / ".dockerignore"
+    if ignore_file.is_file():
+        lines = (line.strip() for line in ignore_file.read_text().splitlines())
+        patterns += [line for line in lines if line and not line.startswith("#")]
+    kept = exclude_paths(str(source_dir), patterns, dockerfile=".dockerignore")
+    return {f"code/{name}": source_dir / name for name in sorted(kept) if (source_dir / name).is_file()}
+
+
+def code_commit(source_dir: Path) -> str | None:
+    """The git commit of the user's code (with `-dirty` if it has uncommitted changes), if it is in git."""
+
+    def git(*args: str) -> str | None:
+        result = subprocess.run(["git", "-C", str(source_dir), *args], capture_output=True, text=True)
+        return result.stdout.strip() if result.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return None
+    return f"{commit}-dirty" if git("status", "--porcelain", "--", ".") else commit
+
+
+def _mode(path: Path) -> int:
+    return 0o755 if os.access(path, os.X_OK) else 0o644
+
+
+def _file_sha256(path: Path) -> str:
+    with path.open("rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def _add(tar: tarfile.TarFile, name: str, file: IO[bytes], size: int, mode: int) -> None:
+    """One file entry owned by root with time 0: the layer it makes depends on its content alone."""
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = size, mode
+    tar.addfile(info, file)

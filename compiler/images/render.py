@@ -1,0 +1,76 @@
+"""The Dockerfile of a plan's image, rendered from the family's jinja2 template in `images/`.
+
+Everything a template prints comes from the Plan, whose values `rules.check_image` has validated, and
+strings that reach a shell are quoted; the result depends on nothing on this machine, so golden files
+can pin it.
+"""
+
+import shlex
+
+import jinja2
+
+from compiler import schema
+from compiler.images import DOCKYARD_ROOT
+from compiler.plan import Plan
+
+TEMPLATES_DIR = DOCKYARD_ROOT / "images"
+TEMPLATES = {
+    schema.ImageFamily.cpu_local: "cpu-local.Dockerfile.j2",
+    schema.ImageFamily.cuda: "cuda.Dockerfile.j2",
+    schema.ImageFamily.dlc: "dlc.Dockerfile.j2",
+}
+CODE_DIR = "/opt/ml/code"
+"""Where the user's code lands: SageMaker's convention, and the container's working directory."""
+BUILD_TOOLS = ("setuptools==80.9.0",)
+"""What `pip install --no-build-isolation` needs to build dockyard's own package in the image."""
+DOCKYARD_RUNTIME = ("omegaconf==2.3.1",)
+"""What dockyard's package needs inside the image to read a plan (installed with --no-deps)."""
+CONSTRAINTS = TEMPLATES_DIR / "constraints.txt"
+CONSTRAINTS_IN_IMAGE = "/etc/dockyard/constraints.txt"
+
+
+def render_dockerfile(plan: Plan) -> str:
+    image = plan.image
+    template = _environment().get_template(TEMPLATES[image.family])
+    return template.render(
+        template=TEMPLATES[image.family],
+        image=image,
+        code=has_user_code(plan),
+        code_dir=CODE_DIR,
+        system_packages=image.system_packages,
+        build_tools=BUILD_TOOLS,
+        dependencies=python_dependencies(image),
+        constrained=uses_constraints(image),
+        constraints=CONSTRAINTS_IN_IMAGE,
+    )
+
+
+def has_user_code(plan: Plan) -> bool:
+    return plan.trainer.entry is schema.Entry.script
+
+
+def uses_constraints(image: schema.ImageConfig) -> bool:
+    """The DLC keeps the versions its base was released with; only our own environments are constrained."""
+    return image.family is not schema.ImageFamily.dlc
+
+
+def python_dependencies(image: schema.ImageConfig) -> list[str]:
+    """dockyard's pinned requirements after torch (which has a layer of its own); the config's come later."""
+    pins = [f"deepspeed=={image.deepspeed}"] if image.deepspeed else []
+    pins += [f"boto3=={image.boto3}", *DOCKYARD_RUNTIME]
+    if image.family is schema.ImageFamily.dlc:  # no virtual environment of ours brought the build tools
+        pins = [*BUILD_TOOLS, *pins]
+    return pins
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["q"] = shlex.quote
+    return env

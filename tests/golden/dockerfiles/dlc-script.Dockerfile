@@ -1,0 +1,26 @@
+# Rendered by dockyard from images/dlc.Dockerfile.j2; the image's tag is a hash of this file and its context.
+FROM 763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.7.1-gpu-py312-cu128-ubuntu22.04-sagemaker
+
+USER root
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
+# System packages, and the unprivileged user the container runs as.
+RUN useradd --create-home --shell /bin/bash dockyard \
+ && mkdir -p /opt/ml/code && chown dockyard:dockyard /opt/ml/code
+
+# Pinned Python dependencies.
+RUN pip install --no-build-isolation setuptools==80.9.0 boto3==1.44.5 omegaconf==2.3.1
+
+# The config's own packages (image.python_packages), apart so that changing them keeps the layers above.
+RUN pip install --no-build-isolation deepspeed==0.19.8
+
+# dockyard's package (the entrypoint and the plan it reads); changes only when dockyard does.
+COPY dockyard/ /opt/dockyard/
+RUN pip install --no-deps --no-build-isolation /opt/dockyard
+
+USER dockyard
+WORKDIR /opt/ml/code
+# SageMaker starts the container with the argument `train`; the entrypoint accepts it.
+ENTRYPOINT ["dockyard-entrypoint"]
+
+# The user's code, last: a change to it rebuilds only this layer.
+COPY --chown=dockyard:dockyard code/ /opt/ml/code/

@@ -1,0 +1,30 @@
+# Rendered by dockyard from images/cpu-local.Dockerfile.j2; the image's tag is a hash of this file and its context.
+FROM dockyard/base:bookworm-py311
+
+# System packages, and the unprivileged user the container runs as.
+RUN useradd --create-home --shell /bin/bash dockyard \
+ && mkdir -p /opt/ml/code && chown dockyard:dockyard /opt/ml/code
+
+# A virtual environment owned by the image, outside the system Python (PEP 668); pip trusts the system
+# store, which holds the authorities the base was given.
+ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_CERT=/etc/ssl/certs/ca-certificates.crt
+RUN python3 -m venv $VIRTUAL_ENV && pip install setuptools==80.9.0
+# Versions of what the pins below pull in (images/constraints.txt).
+COPY constraints.txt /etc/dockyard/constraints.txt
+
+# torch: the CPU build from the wheelhouse in the context, in a layer of its own.
+COPY wheelhouse/ /tmp/wheelhouse/
+RUN pip install --constraint /etc/dockyard/constraints.txt --find-links /tmp/wheelhouse torch==2.13.0+cpu
+
+# Pinned Python dependencies (DeepSpeed builds against the torch above).
+RUN pip install --no-build-isolation --constraint /etc/dockyard/constraints.txt deepspeed==0.19.8 boto3==1.44.5 omegaconf==2.3.1
+
+# dockyard's package (the entrypoint and the plan it reads); changes only when dockyard does.
+COPY dockyard/ /opt/dockyard/
+RUN pip install --no-deps --no-build-isolation /opt/dockyard
+
+USER dockyard
+WORKDIR /opt/ml/code
+# SageMaker starts the container with the argument `train`; the entrypoint accepts it.
+ENTRYPOINT ["dockyard-entrypoint"]

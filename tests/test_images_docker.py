@@ -1,0 +1,183 @@
+"""Image builds against a real Docker engine: run, cache behaviour, secrets, push and pull by digest.
+
+Without an engine these tests skip locally, and fail in CI (CI=true), where `make test` starts one.
+The cpu-local base is made once if the engine lacks it; images built here are content-addressed, so
+a later session finds them built and checks the same images again without rebuilding.
+"""
+
+import io
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+import yaml  # PyYAML comes with Hydra
+from local_server import free_port, serving
+
+from compiler.compose import compose_config
+from compiler.images.build import BuildError, BuiltImage, build_image, docker_client, ensure_base_image
+from compiler.images.workflow import build_and_record
+from compiler.plan import compile_plan
+
+FAKE_AWS = {
+    "AWS_ACCESS_KEY_ID": "AKIADOCKYARDTESTONLY",
+    "AWS_SECRET_ACCESS_KEY": "dockyard/test+secret/NOT-A-REAL-KEY-8c1f2",
+    "AWS_SESSION_TOKEN": "dockyard-test-session-token-NOT-REAL-5d0e",
+}
+IGNORED_SECRET = "dockyard-test-ignored-file-content-77a3"
+SMOKE = ["experiment=smoke", "trainer=script", "trainer.source_dir=code", "trainer.script=train.py"]
+LAYER_STEPS = ("RUN", "COPY", "ADD")
+
+
+@pytest.fixture(scope="session")
+def engine() -> docker.DockerClient:
+    try:
+        return docker_client()
+    except BuildError as error:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI runs the image tests on a real engine: {error.one_line()}")
+        pytest.skip(f"no Docker engine: {error.one_line()}")
+
+
+@pytest.fixture(scope="session")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A user's project: code/ with a .dockerignore'd secret file. Its content is the same every session."""
+    root = tmp_path_factory.mktemp("project")
+    code = root / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "train.py").write_text("from pkg.model import LAYERS\nprint('training', LAYERS)\n")
+    (code / "pkg" / "__init__.py").write_text("")
+    (code / "pkg" / "model.py").write_text("LAYERS = 2\n")
+    (code / "secrets.txt").write_text(IGNORED_SECRET + "\n")
+    (code / ".dockerignore").write_text("secrets.txt\n")
+    return root
+
+
+@pytest.fixture(scope="session")
+def smoke(engine: docker.DockerClient, project: Path) -> BuiltImage:
+    """The smoke image with user code, built (or found) with AWS credentials in the environment."""
+    plan = compile_plan(compose_config(SMOKE))
+    ensure_base_image(engine, plan.image, sys.stdout)
+    saved = {name: os.environ.get(name) for name in FAKE_AWS}
+    os.environ.update(FAKE_AWS)
+    try:
+        return build_image(plan, engine, cwd=project)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+
+
+def run_in(engine: docker.DockerClient, reference: str, *command: str) -> str:
+    output = engine.containers.run(reference, list(command), entrypoint=[], remove=True, network_mode="none")
+    return output.decode()
+
+
+def test_image_has_the_stack_and_runs_as_a_user(engine: docker.DockerClient, smoke: BuiltImage) -> None:
+    probe = "import torch, deepspeed, boto3, entrypoint, os; print(torch.__version__, os.getuid())"
+    version, uid = run_in(engine, smoke.reference, "python", "-c", probe).split()[-2:]
+    assert version == "2.13.0+cpu"
+    assert uid != "0"
+    assert run_in(engine, smoke.reference, "whoami").strip() == "dockyard"
+    assert run_in(engine, smoke.reference, "ls", "-A", "/opt/ml/code").split() == [
+        ".dockerignore",
+        "pkg",
+        "train.py",
+    ], "the user's code, less what .dockerignore excludes"
+    config = engine.images.get(smoke.reference).attrs["Config"]
+    assert config["Entrypoint"] == ["dockyard-entrypoint"]
+    plan = compile_plan(compose_config(SMOKE))
+    assert config["Labels"]["dockyard.plan"] == plan.content_hash
+    assert config["Labels"]["dockyard.version"] == "0.1.0"
+
+
+def test_nothing_changed_builds_nothing_in_under_a_second(engine: docker.DockerClient, smoke, project) -> None:
+    plan = compile_plan(compose_config(SMOKE))
+    start = time.monotonic()
+    again = build_image(plan, engine, cwd=project, out=io.StringIO())
+    elapsed = time.monotonic() - start
+    assert (again.reference, again.built, again.steps) == (smoke.reference, False, ())
+    assert elapsed < 1.0, f"a no-op build took {elapsed:.2f} s"
+
+
+def test_a_code_change_rebuilds_only_the_last_layer(engine: docker.DockerClient, smoke, project, tmp_path) -> None:
+    changed = tmp_path / "project"
+    subprocess.run(["cp", "-a", str(project), str(changed)], check=True)
+    # A new value every run, so that this build always has something to do.
+    (changed / "code" / "pkg" / "model.py").write_text(f"LAYERS = 2  # {uuid.uuid4()}\n")
+    log = io.StringIO()
+    rebuilt = build_image(compile_plan(compose_config(SMOKE)), engine, cwd=changed, out=log)
+    assert rebuilt.built and rebuilt.reference != smoke.reference
+    layers_built = [s.instruction for s in rebuilt.steps_run if s.instruction.split()[0] in LAYER_STEPS]
+    assert layers_built == ["COPY --chown=dockyard:dockyard code/ /opt/ml/code/"], log.getvalue()
+    assert log.getvalue().count("---> Using cache") >= 10
+    engine.images.remove(rebuilt.reference, noprune=True)
+
+
+def test_no_credentials_in_any_layer(engine: docker.DockerClient, smoke: BuiltImage) -> None:
+    """`docker save` holds every layer and the image config (environment, history, labels)."""
+    needles = [value.encode() for value in (*FAKE_AWS.values(), IGNORED_SECRET)]
+    overlap = max(len(n) for n in needles)
+    tail, found, size = b"", set(), 0
+    for chunk in engine.images.get(smoke.reference).save(chunk_size=8 << 20):
+        window = tail + chunk
+        found.update(n for n in needles if n in window)
+        tail, size = window[-overlap:], size + len(chunk)
+    assert size > 100 << 20, "the saved image should hold all its layers"
+    assert not found, f"secrets found in the image: {found}"
+
+
+@pytest.fixture
+def registry(engine: docker.DockerClient, tmp_path: Path) -> Iterator[str]:
+    """Debian's docker-registry on 127.0.0.1 (a loopback registry the engine may use over plain HTTP)."""
+    port = free_port()
+    config = {
+        "version": 0.1,
+        "storage": {"filesystem": {"rootdirectory": str(tmp_path / "storage")}},
+        "http": {"addr": f"127.0.0.1:{port}"},
+    }
+    (tmp_path / "registry.yml").write_text(yaml.safe_dump(config))
+    with serving(["docker-registry", "serve", str(tmp_path / "registry.yml")], port):
+        yield f"127.0.0.1:{port}"
+
+
+def test_push_records_the_digest_and_the_image_pulls_back_by_it(engine, smoke, project, registry, tmp_path) -> None:
+    plan = compile_plan(compose_config([*SMOKE, "image.push=true", f"image.registry={registry}"]))
+    pushed = build_and_record(plan, tmp_path, cwd=project, out=io.StringIO())
+    assert pushed.digest.startswith(f"{registry}/dockyard/smoke@sha256:")
+    assert f'"digest": "{pushed.digest}"' in (tmp_path / "image.json").read_text()
+    original = engine.images.get(smoke.reference).id
+    engine.images.remove(original, force=True, noprune=True)  # every tag and digest, not the cached layers
+    with pytest.raises(docker.errors.ImageNotFound):
+        engine.images.get(original)
+    pulled = engine.images.pull(pushed.digest)
+    assert pulled.id == original
+    pulled.tag(*smoke.reference.split(":"))  # put the session's image back for the other tests
+
+
+def dockyard(project: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [str(Path(sys.executable).with_name("dockyard")), "build", *SMOKE, *args]
+    return subprocess.run(command, cwd=project, capture_output=True, text=True)
+
+
+def test_cli_build_records_the_image_next_to_the_plan(smoke: BuiltImage, project: Path, tmp_path: Path) -> None:
+    result = dockyard(project, f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    assert f"image     {smoke.reference}  (already built, nothing to do" in result.stdout
+    assert (tmp_path / "plan.json").is_file()
+    assert f'"reference": "{smoke.reference}"' in (tmp_path / "image.json").read_text()
+
+
+def test_cli_build_error_is_one_line_and_builds_nothing(smoke: BuiltImage, project: Path, tmp_path: Path) -> None:
+    result = dockyard(project, f"image.wheelhouse=[{tmp_path / 'empty'}]", f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 2
+    assert result.stderr.startswith("dockyard: error: image.wheelhouse: no torch-2.13.0+cpu-cp311")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run" / "image.json").exists()

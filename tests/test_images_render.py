@@ -1,0 +1,190 @@
+"""Dockerfiles, build contexts and image rules: everything about images that needs no Docker engine."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from compiler.compose import compose_config
+from compiler.errors import ConfigError
+from compiler.images.context import build_context, find_torch_wheel, user_code_files, wheelhouse_folders
+from compiler.images.render import render_dockerfile
+from compiler.plan import compile_plan
+
+LLAMA = ["data.token_dtype=uint32"]  # a 128k vocabulary needs 32-bit token files
+SCRIPT = ["trainer=script", "trainer.source_dir=code", "trainer.script=train.py"]
+PRESETS = {
+    "smoke": ["experiment=smoke"],
+    "gpt2-124m-p4d": ["experiment=gpt2-124m-p4d"],
+    "llama3-8b-p5x4": ["experiment=llama3-8b-p5x4", *LLAMA],
+    "llama3-70b-p5x16": ["experiment=llama3-70b-p5x16", *LLAMA],
+    # Each family with everything it can take: the user's code, apt and pip packages.
+    "cpu-local-script": [
+        "experiment=smoke",
+        *SCRIPT,
+        "image.system_packages=[g++]",
+        "image.python_packages=['einops==0.8.2']",
+    ],
+    "cuda-script": ["experiment=llama3-8b-p5x4", *LLAMA, *SCRIPT, "image.system_packages=[numactl]"],
+    "dlc-script": ["experiment=gpt2-124m-p4d", *SCRIPT, "image.python_packages=['deepspeed==0.19.8']"],
+}
+
+
+def plan_of(*overrides: str):
+    return compile_plan(compose_config(list(overrides)))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_dockerfile_matches_golden(preset: str, golden) -> None:
+    golden.check(f"dockerfiles/{preset}.Dockerfile", render_dockerfile(plan_of(*PRESETS[preset])))
+
+
+def test_layers_go_from_slowest_to_fastest_changing() -> None:
+    lines = render_dockerfile(plan_of(*PRESETS["cpu-local-script"])).splitlines()
+    order = [
+        next(i for i, line in enumerate(lines) if line.startswith(prefix))
+        for prefix in (
+            "FROM ",
+            "RUN apt-get update",
+            "COPY wheelhouse/",
+            "RUN pip install --no-build-isolation --constraint",
+            "RUN pip install --no-build-isolation einops",
+            "COPY dockyard/",
+            "COPY --chown=dockyard",
+        )
+    ]
+    assert order == sorted(order)
+    assert lines[-1].startswith("COPY --chown=dockyard:dockyard code/"), "the user's code must be the last layer"
+    assert "USER dockyard" in lines and 'ENTRYPOINT ["dockyard-entrypoint"]' in lines
+
+
+def test_cuda_image_installs_the_pinned_network_stack_without_cuda_compat() -> None:
+    text = render_dockerfile(plan_of(*PRESETS["llama3-8b-p5x4"], "image.nccl=2.26.5-1", "image.efa_installer=1.41.0"))
+    assert "aws-efa-installer-1.41.0.tar.gz" in text
+    assert "./efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify" in text
+    assert "libnccl2=2.26.5-1+cuda12.8" in text
+    assert "apt-get purge -y $(dpkg-query -W -f '${Package}\\n' 'cuda-compat-*'" in text
+    assert "LD_LIBRARY_PATH=/opt/aws-ofi-nccl/lib:" in text
+    assert "download.pytorch.org/whl/cu128 torch==2.13.0" in text
+
+
+def test_dlc_image_adds_only_dockyard_and_user_layers() -> None:
+    text = render_dockerfile(plan_of("experiment=gpt2-124m-p4d", *SCRIPT))
+    assert "torch==" not in text and "venv" not in text and "constraint" not in text
+    assert text.count("\nRUN ") == 3  # the user, dockyard's pinned dependencies, dockyard
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (
+            ["experiment=llama3-8b-p5x4", *LLAMA, "image.base=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04"],
+            "image.base",
+        ),
+        (["experiment=llama3-8b-p5x4", *LLAMA, "image.base=nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04"], "image.base"),
+        (["experiment=llama3-8b-p5x4", *LLAMA, "image.cuda=12.6"], "image.cuda"),
+        (["experiment=llama3-8b-p5x4", *LLAMA, "image.nccl=null"], "image.nccl"),
+        (["experiment=llama3-8b-p5x4", *LLAMA, "image.nccl=2.27"], "image.nccl"),
+        (["experiment=llama3-8b-p5x4", *LLAMA, "image.torch=null"], "image.torch"),
+        (["experiment=gpt2-124m-p4d", "image.torch=2.7.1"], "image.torch"),
+        (["experiment=gpt2-124m-p4d", "image.efa_installer=1.41.0"], "image.efa_installer"),
+        (["image.gdrcopy=2.5.1"], "image.gdrcopy"),
+        (["image.torch='2.13; rm -rf /'"], "image.torch"),
+        (["image.system_packages=['g++ && curl x']"], "image.system_packages"),
+        (["image.python_packages=[torch]"], "image.python_packages"),
+        (["image.python_packages=['x==1 --index-url=http://evil']"], "image.python_packages"),
+        (["image.push=true"], "image.registry"),
+    ],
+)
+def test_invalid_image_configs_are_config_errors(overrides: list[str], key: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        plan_of(*overrides)
+    assert error.value.key == key
+
+
+def test_a_cuda_base_from_a_private_registry_is_taken_as_given() -> None:
+    plan = plan_of(*PRESETS["llama3-8b-p5x4"], "image.base=registry.example.com/ml/cuda-base:2026.11")
+    assert render_dockerfile(plan).startswith("# Rendered by dockyard from images/cuda.Dockerfile.j2")
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A user's project folder with training code, a .dockerignore and files it excludes."""
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "train.py").write_text("print('training')\n")
+    (code / "pkg" / "model.py").write_text("LAYERS = 2\n")
+    (code / "notes.log").write_text("scratch\n")
+    (code / "data").mkdir()
+    (code / "data" / "big.bin").write_bytes(b"\0" * 1000)
+    (code / "data" / "keep.txt").write_text("kept by !\n")
+    (code / "__pycache__").mkdir()
+    (code / "__pycache__" / "train.cpython-311.pyc").write_bytes(b"pyc")
+    (code / ".dockerignore").write_text("# local only\n*.log\ndata\n!data/keep.txt\n")
+    return tmp_path
+
+
+def test_user_code_honours_dockerignore(project: Path) -> None:
+    files = user_code_files(project / "code")
+    assert sorted(files) == ["code/.dockerignore", "code/data/keep.txt", "code/pkg/model.py", "code/train.py"]
+
+
+def test_tag_changes_with_the_code_and_not_with_ignored_files(project: Path) -> None:
+    plan = plan_of("experiment=smoke", *SCRIPT)
+    first = build_context(plan, cwd=project).tag
+    (project / "code" / "notes.log").write_text("more scratch\n")
+    (project / "code" / "__pycache__" / "train.cpython-311.pyc").write_bytes(b"other")
+    assert build_context(plan, cwd=project).tag == first
+    (project / "code" / "pkg" / "model.py").write_text("LAYERS = 3\n")
+    changed = build_context(plan, cwd=project).tag
+    assert changed != first
+    (project / "code" / "pkg" / "model.py").chmod(0o755)
+    assert build_context(plan, cwd=project).tag != changed, "the mode of a file is part of the image"
+
+
+def test_context_tar_has_normalised_entries(project: Path) -> None:
+    import io
+    import tarfile
+
+    context = build_context(plan_of("experiment=smoke", *SCRIPT), cwd=project)
+    buffer = io.BytesIO()
+    context.write_tar(buffer)
+    buffer.seek(0)
+    with tarfile.open(fileobj=buffer) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        assert tar.extractfile("Dockerfile").read().decode() == context.dockerfile
+    assert {m.mtime for m in members.values()} == {0} and {m.uid for m in members.values()} == {0}
+    assert members["code/pkg"].isdir() and members["wheelhouse"].isdir()
+    assert any(name.startswith("wheelhouse/torch-2.13.0+cpu-") for name in members)
+    assert "dockyard/pyproject.toml" in members and "dockyard/entrypoint/__init__.py" in members
+
+
+def test_wheelhouse_defaults_to_pips_find_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "pip.conf"
+    config.write_text(f"[global]\nfind-links = {tmp_path / 'a'}\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
+    monkeypatch.setenv("XDG_CONFIG_DIRS", str(tmp_path / "none"))
+    monkeypatch.setenv("PIP_FIND_LINKS", f"{tmp_path / 'b'} https://example.com/wheels")
+    image = plan_of("experiment=smoke").image
+    assert wheelhouse_folders(image) == [tmp_path / "b", tmp_path / "a"]
+
+
+def test_a_missing_torch_wheel_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as error:
+        find_torch_wheel(plan_of("experiment=smoke").image, [tmp_path])
+    assert error.value.key == "image.wheelhouse" and "torch-2.13.0+cpu-cp311" in error.value.message
+
+
+def test_code_commit_label_names_the_commit(tmp_path: Path) -> None:
+    from compiler.images.context import code_commit
+
+    assert code_commit(tmp_path) is None
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    (tmp_path / "train.py").write_text("x = 1\n")
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "init"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert code_commit(tmp_path) == head
+    (tmp_path / "train.py").write_text("x = 2\n")
+    assert code_commit(tmp_path) == f"{head}-dirty"
