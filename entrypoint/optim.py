@@ -40,7 +40,8 @@ def grad_norm(params: list[nn.Parameter]) -> float:
     """The L2 norm of all gradients, whatever mix of plain, FSDP-sharded and tensor-parallel ones.
 
     A DTensor gradient's local shard is repeated on every rank of the mesh dimensions it is replicated
-    over, and on ranks outside its mesh; dividing its squared norm by that count and summing over the
+    over, and on ranks outside its mesh (a tensor-parallel rank's copy of a data-parallel-only parameter).
+    Counting Replicate placements, not Shard ones, also covers FSDP's strided shards over TP. Dividing its squared norm by that count and summing over the
     world counts each element once. Plain tensors (DDP) are identical on every rank and stay local.
     """
     world = dist.get_world_size() if dist.is_initialized() else 1
@@ -50,10 +51,10 @@ def grad_norm(params: list[nn.Parameter]) -> float:
         if grad is None:
             continue
         if isinstance(grad, DTensor):
-            copies = world
+            copies = world // grad.device_mesh.size()
             for size, placement in zip(grad.device_mesh.shape, grad.placements, strict=True):
-                if placement.is_shard():
-                    copies //= size
+                if placement.is_replicate():
+                    copies *= size
             sharded += grad.to_local().detach().double().pow(2).sum().cpu() / copies
         else:
             plain += grad.detach().double().pow(2).sum().cpu()
