@@ -6,6 +6,7 @@ while it was writing. The engine decides the format inside (torch.distributed.ch
 DDP/FSDP/TP, DeepSpeed's own files for ZeRO). The newest `KEEP` complete checkpoints are kept.
 """
 
+import contextlib
 import json
 import re
 import shutil
@@ -51,10 +52,8 @@ def save(engine: Saver, root: Path, step: int, local_leader: bool, metadata: dic
     dist.barrier()
     if local_leader and partial.exists():
         (partial / MARKER).write_text(json.dumps({"step": step, **metadata}, sort_keys=True))
-        try:
+        with contextlib.suppress(OSError):  # another node's leader renamed it first (shared file system)
             partial.rename(final)
-        except OSError:  # another node's leader renamed it first (shared file system)
-            pass
         for _, old in complete(root)[:-KEEP]:
             shutil.rmtree(old, ignore_errors=True)
     dist.barrier()

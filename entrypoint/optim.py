@@ -40,9 +40,10 @@ def grad_norm(params: list[nn.Parameter]) -> float:
     """The L2 norm of all gradients, whatever mix of plain, FSDP-sharded and tensor-parallel ones.
 
     A DTensor gradient's local shard is repeated on every rank of the mesh dimensions it is replicated
-    over, and on ranks outside its mesh (a tensor-parallel rank's copy of a data-parallel-only parameter).
-    Counting Replicate placements, not Shard ones, also covers FSDP's strided shards over TP. Dividing its squared norm by that count and summing over the
-    world counts each element once. Plain tensors (DDP) are identical on every rank and stay local.
+    over, and on ranks outside its mesh (a tensor-parallel rank's copy of a data-parallel-only parameter);
+    dividing its squared norm by that count and summing over the world counts each element once.
+    Counting Replicate placements, not Shard ones, also covers FSDP's strided shards over TP.
+    Plain tensors (DDP) are identical on every rank and stay local.
     """
     world = dist.get_world_size() if dist.is_initialized() else 1
     sharded, plain = torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)

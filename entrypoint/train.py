@@ -61,9 +61,9 @@ def prepare_data(plan: Plan, paths: Paths) -> Batches:
     folder = None
     if plan.data.source is not DataSource.synthetic:
         folder = data_folder(plan, paths.channel(plan.data.channel))
-        if plan.data.source is DataSource.s3 and int(os.environ.get("LOCAL_RANK", "0")) == 0:
-            if not folder.is_dir() or not any(folder.iterdir()):
-                download_s3(plan.data.uri, folder)
+        empty = not folder.is_dir() or not any(folder.iterdir())
+        if plan.data.source is DataSource.s3 and empty and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            download_s3(plan.data.uri, folder)
         dist.barrier()
     dp_rank = dist.get_rank() // plan.layout.tp
     return Batches(make_source(plan, folder), plan, dp_rank)
