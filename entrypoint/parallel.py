@@ -84,16 +84,15 @@ class TorchEngine:
 
     def forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor, last_micro: bool) -> torch.Tensor:
         """The micro batch's loss (detached); its gradient, scaled by 1/grad_accum, is accumulated."""
-        sync = self._gradient_sync(last_micro)
         autocast = (
             torch.autocast(self.device.type, dtype=self.autocast_dtype)
             if self.autocast_dtype
             else contextlib.nullcontext()
         )
-        with sync, autocast:
-            loss = loss_fn(self.model(inputs), targets)
-        scaled = loss / self.plan.batch.grad_accum
-        with sync:
+        with self._gradient_sync(last_micro):
+            with autocast:
+                loss = loss_fn(self.model(inputs), targets)
+            scaled = loss / self.plan.batch.grad_accum
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()
         return loss.detach()
 
