@@ -158,7 +158,7 @@ def run(launch: Launch, env: dict[str, str]) -> int:
 
 def failure_reason(status: int, tail: list[str]) -> str:
     """The last error line a rank printed (Python exception or torch's error), else the exit status."""
-    pattern = re.compile(r"\b(\w+(Error|Exception)|Timed out|timed out|DistBackendError)\b.*")
+    pattern = re.compile(r"\b(\w+(Error|Exception)|Timed out|timed out|Signal \d+ \(\w+\) received)\b.*")
     for line in reversed(tail):
         if "ChildFailedError" not in line and (match := pattern.search(line)):
             return match[0].strip()

@@ -128,8 +128,8 @@ def entrypoint_env(root: Path, **extra: str) -> dict[str, str]:
     """A clean environment for `python -m entrypoint`: no cluster variables from the machine running tests."""
     keep = ("PATH", "HOME", "LANG", "TMPDIR", "VIRTUAL_ENV")
     env = {name: os.environ[name] for name in keep if name in os.environ}
-    env.update(DOCKYARD_ROOT=str(root), DOCKYARD_MASTER_PORT=str(free_port()), PYTHONPATH=str(REPO), **extra)
-    return env
+    env.update(DOCKYARD_ROOT=str(root), DOCKYARD_MASTER_PORT=str(free_port()), PYTHONPATH=str(REPO))
+    return {**env, **extra}
 
 
 def start_entrypoint(plan_path: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
