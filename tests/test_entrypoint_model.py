@@ -1,0 +1,88 @@
+"""The decoder matches the plan's parameter count; data, schedule and DeepSpeed config are what the plan says."""
+
+import numpy as np
+import pytest
+import torch
+
+from compiler.schema import Checkpointing
+from entrypoint.data import Batches, SyntheticTokens, TokenFiles
+from entrypoint.model import Decoder
+from entrypoint.optim import lr_at
+from entrypoint.zero import deepspeed_config
+from tests.entrypoint_support import plan_for, tiny_plan
+
+
+@pytest.mark.parametrize("model", ["tiny", "gpt2-124m", "llama3.2-1b"])
+def test_parameter_count_matches_the_plan(model):
+    plan = plan_for("experiment=smoke", f"model={model}", "hardware.processes_per_node=2")
+    with torch.device("meta"):
+        decoder = Decoder(plan.model)
+    assert sum(p.numel() for p in decoder.parameters()) == plan.parameters
+
+
+@pytest.mark.parametrize("llama", [False, True])
+def test_decoder_is_causal(llama):
+    overrides = ("model.position=rope", "model.activation=swiglu", "model.norm=rmsnorm", "model.kv_heads=2") * llama
+    plan = tiny_plan(*overrides)
+    torch.manual_seed(0)
+    decoder = Decoder(plan.model)
+    decoder.set_checkpointing(Checkpointing.selective)
+    tokens = torch.randint(0, plan.model.vocab, (2, 16))
+    changed = tokens.clone()
+    changed[:, 10:] = (changed[:, 10:] + 1) % plan.model.vocab
+    logits, logits_changed = decoder(tokens), decoder(changed)
+    assert logits.shape == (2, 16, plan.model.vocab)
+    torch.testing.assert_close(logits[:, :10], logits_changed[:, :10])
+    assert not torch.allclose(logits[:, 10:], logits_changed[:, 10:])
+
+
+def test_synthetic_tokens_follow_a_fixed_successor():
+    source = SyntheticTokens(vocab=64, seq_len=8, seed=1)
+    first, again = source(torch.arange(4)), source(torch.arange(4))
+    assert first.shape == (4, 9) and torch.equal(first, again)
+    assert torch.equal(source.successor[first[:, :-1]], first[:, 1:])
+
+
+def test_ranks_get_disjoint_samples_that_cover_the_global_batch():
+    plan = tiny_plan("hardware.processes_per_node=4", "parallelism.micro_batch=2", "parallelism.grad_accum=3")
+    seen = []
+    for rank in range(4):
+        batches = Batches(lambda indices: indices[:, None].repeat(1, 2), plan, rank)
+        seen += [int(i) for micro in range(3) for i in batches.micro_batch(step=1, micro=micro)[0][:, 0]]
+    assert sorted(seen) == list(range(24, 48))  # step 1 of a 24-sequence global batch
+
+
+def test_token_files_read_across_file_boundaries(tmp_path):
+    np.arange(0, 10, dtype=np.uint16).tofile(tmp_path / "a.bin")
+    np.arange(10, 25, dtype=np.uint16).tofile(tmp_path / "b.bin")
+    files = TokenFiles(tmp_path, "uint16", seq_len=4, seed=0)
+    assert files.windows == 6
+    rows = files(torch.arange(12))
+    starts = sorted(int(row[0]) for row in rows[:6])
+    assert starts == [0, 4, 8, 12, 16, 20]  # every window once per epoch, in a seeded order
+    assert all(torch.equal(row, torch.arange(row[0], row[0] + 5)) for row in rows)
+    assert not torch.equal(rows[:6, 0], rows[6:, 0])  # the next epoch is shuffled afresh
+
+
+def test_learning_rate_schedule():
+    trainer = tiny_plan("trainer.steps=11", "trainer.warmup_steps=2", "trainer.lr=1.0").trainer
+    assert [lr_at(step, trainer) for step in (0, 1, 2)] == [0.5, 1.0, 1.0]
+    assert lr_at(10, trainer) == pytest.approx(trainer.min_lr_ratio)
+
+
+def test_deepspeed_config_from_the_plan():
+    plan = plan_for(
+        "experiment=llama3-8b-p5x4",
+        "data=synthetic",
+        "parallelism=zero3",
+        "parallelism.offload=parameters",
+        "parallelism.tp=1",
+    )
+    config = deepspeed_config(plan)
+    assert config["train_batch_size"] == plan.batch.global_batch
+    assert config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"] * plan.layout.dp == (
+        plan.batch.global_batch
+    )
+    assert config["zero_optimization"]["stage"] == 3
+    assert config["zero_optimization"]["offload_param"]["device"] == "cpu"
+    assert config["bf16"]["enabled"] and not config["fp16"]["enabled"]
