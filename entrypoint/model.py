@@ -116,9 +116,9 @@ class Decoder(nn.Module):
         self.norm = _norm(model)
         self.head = None if model.tied_embeddings else nn.Linear(model.hidden, model.vocab, bias=False)
         if model.position is Position.rope:
-            cos, sin = rope_tables(model.hidden // model.heads, model.context, model.rope_theta)
-            self.register_buffer("rope_cos", cos, persistent=False)
-            self.register_buffer("rope_sin", sin, persistent=False)
+            half = model.hidden // model.heads // 2
+            self.register_buffer("rope_cos", torch.empty(model.context, half), persistent=False)
+            self.register_buffer("rope_sin", torch.empty(model.context, half), persistent=False)
         self.full_checkpointing = False
         self.reset_parameters()
 
@@ -128,8 +128,14 @@ class Decoder(nn.Module):
         for block in self.blocks:
             block.attention.checkpoint_core = mode is Checkpointing.selective
 
+    @torch.no_grad()
     def reset_parameters(self) -> None:
-        """GPT-2's initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 × layers)."""
+        """GPT-2's initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 × layers); the RoPE
+        tables. Also run after a model built on the meta device is materialised, shard by shard."""
+        if self.positions is None:
+            cos, sin = rope_tables(self.config.hidden // self.config.heads, self.config.context, self.config.rope_theta)
+            self.rope_cos.copy_(cos)
+            self.rope_sin.copy_(sin)
         residual_std = 0.02 / math.sqrt(2 * self.config.layers)
         for name, param in self.named_parameters():
             if param.dim() == 1:

@@ -79,6 +79,9 @@ class TorchEngine:
                 fully_shard(block, mesh=dp_mesh, mp_policy=policy)
             self.model = fully_shard(model, mesh=dp_mesh, mp_policy=policy)
             self.autocast_dtype = None  # FSDP casts parameters itself
+            if any(p.is_meta for p in model.parameters()):
+                model.to_empty(device=device)
+                model.reset_parameters()
         self.optimizer = adamw(self.model, plan.trainer)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
 

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from compiler.plan import Plan
-from compiler.schema import DataSource
+from compiler.schema import DataSource, Strategy
 from entrypoint import checkpoint
 from entrypoint.cluster import Paths
 from entrypoint.data import Batches, data_folder, download_s3, make_source
@@ -45,9 +45,21 @@ def init_distributed(plan: Plan, timeout_s: float) -> torch.device:
     return device
 
 
+def builds_on_meta(plan: Plan) -> bool:
+    """FSDP models whose fp32 weights would take over a quarter of a GPU are built on the meta device and
+    materialised after sharding: each rank then only ever holds its shards. (This draws other random
+    numbers than building the whole model, so small models, and every test, build whole.)"""
+    fsdp = plan.parallelism.strategy in (Strategy.fsdp, Strategy.fsdp_hybrid)
+    return fsdp and plan.instance.has_gpus and plan.parameters * 4 > plan.instance.gpu_memory_gib * 2**30 / 4
+
+
 def make_engine(plan: Plan, device: torch.device):
     torch.manual_seed(plan.trainer.seed)
-    model = Decoder(plan.model).to(device)
+    if builds_on_meta(plan):
+        with torch.device("meta"):
+            model = Decoder(plan.model)
+    else:
+        model = Decoder(plan.model).to(device)
     if plan.parallelism.strategy.is_deepspeed:
         from entrypoint.zero import DeepSpeedEngine
 
