@@ -10,7 +10,7 @@ ARGS ?=
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV) || { apt-get update -qq && apt-get install -y -qq python3-venv && python3 -m venv $(VENV); }
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,train]'
 	touch $@
 
 run: $(STAMP) docker  ## the main job on the default experiment: its plan and its image

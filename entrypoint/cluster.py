@@ -1,0 +1,224 @@
+"""Which cluster this container landed on, and which node of it it is.
+
+Each source is a small pure function of the environment (and, for SageMaker, the contract files under a
+root folder that tests point at fixtures). `discover` tries them in a fixed order: SageMaker, Kubeflow,
+Slurm, SkyPilot, explicit DOCKYARD_* variables, else a single node. The node rank always comes from a
+host list that every node sees identically (or from a rank the scheduler hands out), never from a
+race between nodes.
+"""
+
+import json
+import re
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_PORT = 29500
+SAGEMAKER_ROOT = Path("/opt/ml")
+
+
+class ClusterError(RuntimeError):
+    """The cluster's description is inconsistent or its hosts cannot be reached."""
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where the job reads data and writes its model, checkpoints and failure reason.
+
+    SageMaker's training contract fixes these under /opt/ml; other clusters use the same layout under
+    DOCKYARD_ROOT so a job behaves the same everywhere.
+    """
+
+    root: Path
+
+    @property
+    def model(self) -> Path:
+        return self.root / "model"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def output(self) -> Path:
+        return self.root / "output" / "data"
+
+    @property
+    def failure(self) -> Path:
+        return self.root / "output" / "failure"
+
+    def channel(self, name: str) -> Path:
+        return self.root / "input" / "data" / name
+
+
+@dataclass(frozen=True)
+class Node:
+    source: str
+    """sagemaker, kubeflow, slurm, skypilot, dockyard or single."""
+    hosts: tuple[str, ...]
+    """Every node's host name in rank order; only the master where the scheduler hands out ranks."""
+    nnodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+    network_interface: str | None = None
+    """The interface the cluster says nodes talk over (SageMaker names it); None to detect it."""
+    hyperparameters: Mapping[str, str] | None = None
+    """SageMaker's hyperparameters.json: the job's values, passed on to a user script."""
+    channels: tuple[str, ...] = ()
+    """SageMaker's input channels (inputdataconfig.json)."""
+
+    @property
+    def current_host(self) -> str:
+        return self.hosts[self.node_rank] if len(self.hosts) == self.nnodes else f"node-{self.node_rank}"
+
+
+def _port(env: Mapping[str, str], *names: str) -> int:
+    for name in names:
+        if env.get(name):
+            return int(env[name])
+    return DEFAULT_PORT
+
+
+def _natural(host: str) -> list:
+    """Sort key: algo-2 before algo-10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", host)]
+
+
+def _from_host_list(source: str, hosts: list[str], current: str, port: int, **extra) -> Node:
+    ordered = tuple(sorted(set(hosts), key=_natural))
+    if current not in ordered:
+        raise ClusterError(f"{source}: this host '{current}' is not in the host list {', '.join(ordered)}")
+    return Node(source, ordered, len(ordered), ordered.index(current), ordered[0], port, **extra)
+
+
+def from_sagemaker(root: Path, env: Mapping[str, str]) -> Node | None:
+    """SageMaker's training contract: /opt/ml/input/config/resourceconfig.json and friends."""
+    config = root / "input" / "config"
+    resources = config / "resourceconfig.json"
+    if not resources.is_file():
+        return None
+    data = json.loads(resources.read_text())
+    hyperparameters_file = config / "hyperparameters.json"
+    hyperparameters = json.loads(hyperparameters_file.read_text()) if hyperparameters_file.is_file() else {}
+    inputs_file = config / "inputdataconfig.json"
+    channels = tuple(sorted(json.loads(inputs_file.read_text()))) if inputs_file.is_file() else ()
+    return _from_host_list(
+        "sagemaker",
+        data["hosts"],
+        data["current_host"],
+        _port(env, "DOCKYARD_MASTER_PORT"),
+        network_interface=data.get("network_interface_name"),
+        hyperparameters={str(k): str(v) for k, v in hyperparameters.items()},
+        channels=channels,
+    )
+
+
+def from_kubeflow(env: Mapping[str, str]) -> Node | None:
+    """Kubeflow's PyTorchJob: the operator sets PET_* (torchrun's own variables) or MASTER_ADDR and RANK."""
+    if "PET_NNODES" in env and "PET_MASTER_ADDR" in env:
+        nnodes = int(env["PET_NNODES"].split(":")[-1])
+        rank = int(env.get("PET_NODE_RANK", env.get("RANK", "0")))
+        master, port = env["PET_MASTER_ADDR"], _port(env, "PET_MASTER_PORT", "MASTER_PORT")
+    elif "MASTER_ADDR" in env and "KUBERNETES_SERVICE_HOST" in env:
+        nnodes, rank = int(env.get("WORLD_SIZE", "1")), int(env.get("RANK", "0"))
+        master, port = env["MASTER_ADDR"], _port(env, "MASTER_PORT")
+    else:
+        return None
+    if not 0 <= rank < nnodes:
+        raise ClusterError(f"kubeflow: node rank {rank} is outside 0..{nnodes - 1}")
+    return Node("kubeflow", (master,), nnodes, rank, master, port)
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Slurm's compressed host list: 'gpu-[01-03,7],login' → gpu-01, gpu-02, gpu-03, gpu-7, login."""
+    hosts: list[str] = []
+    for item in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text):
+        match = re.search(r"\[([^\]]*)\]", item)
+        if not match:
+            hosts.append(item)
+            continue
+        prefix, suffix = item[: match.start()], item[match.end() :]
+        for part in match[1].split(","):
+            low, _, high = part.partition("-")
+            for number in range(int(low), int(high or low) + 1):
+                hosts += expand_hostlist(f"{prefix}{number:0{len(low)}d}{suffix}")
+    return hosts
+
+
+def from_slurm(env: Mapping[str, str]) -> Node | None:
+    """Slurm: the job's node list (identical on every node) and this node's name in it."""
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if not nodelist or "SLURMD_NODENAME" not in env:
+        return None
+    return _from_host_list("slurm", expand_hostlist(nodelist), env["SLURMD_NODENAME"], _port(env, "MASTER_PORT"))
+
+
+def from_skypilot(env: Mapping[str, str]) -> Node | None:
+    """SkyPilot: SKYPILOT_NODE_IPS (one per line, head first) and SKYPILOT_NODE_RANK."""
+    if "SKYPILOT_NODE_IPS" not in env or "SKYPILOT_NODE_RANK" not in env:
+        return None
+    ips = tuple(ip for ip in env["SKYPILOT_NODE_IPS"].split() if ip)
+    rank = int(env["SKYPILOT_NODE_RANK"])
+    if not 0 <= rank < len(ips):
+        raise ClusterError(f"skypilot: node rank {rank} is outside the {len(ips)} node IPs")
+    return Node("skypilot", ips, len(ips), rank, ips[0], _port(env, "DOCKYARD_MASTER_PORT"))
+
+
+def from_dockyard(env: Mapping[str, str]) -> Node | None:
+    """Explicit: DOCKYARD_HOSTS=a,b,c and DOCKYARD_CURRENT_HOST=b (or DOCKYARD_NODE_RANK=1)."""
+    if "DOCKYARD_HOSTS" not in env:
+        return None
+    hosts = [h.strip() for h in env["DOCKYARD_HOSTS"].split(",") if h.strip()]
+    port = _port(env, "DOCKYARD_MASTER_PORT")
+    if "DOCKYARD_CURRENT_HOST" in env:
+        return _from_host_list("dockyard", hosts, env["DOCKYARD_CURRENT_HOST"], port)
+    rank = int(env.get("DOCKYARD_NODE_RANK", "0"))
+    if not 0 <= rank < len(hosts):
+        raise ClusterError(f"dockyard: DOCKYARD_NODE_RANK={rank} is outside the {len(hosts)} DOCKYARD_HOSTS")
+    return Node("dockyard", tuple(hosts), len(hosts), rank, hosts[0], port)
+
+
+def single_node(env: Mapping[str, str]) -> Node:
+    return Node("single", ("127.0.0.1",), 1, 0, "127.0.0.1", _port(env, "DOCKYARD_MASTER_PORT", "MASTER_PORT"))
+
+
+def discover(env: Mapping[str, str], sagemaker_root: Path = SAGEMAKER_ROOT) -> Node:
+    """The first source that recognises its own signs, in the documented order."""
+    for source in (
+        lambda: from_sagemaker(sagemaker_root, env),
+        lambda: from_kubeflow(env),
+        lambda: from_slurm(env),
+        lambda: from_skypilot(env),
+        lambda: from_dockyard(env),
+    ):
+        node = source()
+        if node is not None:
+            return node
+    return single_node(env)
+
+
+def wait_for_hosts(
+    hosts: tuple[str, ...],
+    timeout: float,
+    resolve: Callable[[str], object] = socket.gethostbyname,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Block until every host resolves (DNS for later nodes often appears late), or raise after `timeout`."""
+    deadline = clock() + timeout
+    pending = list(hosts)
+    while True:
+        for host in list(pending):
+            try:
+                resolve(host)
+                pending.remove(host)
+            except OSError:
+                pass
+        if not pending:
+            return
+        if clock() >= deadline:
+            raise ClusterError(f"hosts did not resolve within {timeout:.0f} s: {', '.join(pending)}")
+        sleep(1.0)

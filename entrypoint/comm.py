@@ -1,0 +1,235 @@
+"""The communication environment: what the node has, and which variables that calls for.
+
+`detect` is the one function that looks at the machine (device files under a root folder, so tests
+hand it fixture trees). Everything else is pure: `comm_env` turns the plan, the node and the detected
+facts into (name, value, reason) rows by walking `RULES`, a table of data with the source of each rule.
+A variable already in the environment is never overridden; its row says so.
+"""
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from entrypoint.cluster import Node
+
+Version = tuple[int, ...]
+
+OFI_NCCL_LIBRARIES = (
+    "opt/amazon/ofi-nccl/lib/libnccl-net.so",
+    "opt/amazon/ofi-nccl/lib64/libnccl-net.so",
+    "opt/aws-ofi-nccl/lib/libnccl-net.so",
+    "usr/local/lib/libnccl-net.so",
+)
+EFA_PACKAGES = "opt/amazon/efa_installed_packages"
+GPUDIRECT_RDMA_GPUS = ("A100", "H100", "H200", "B200")
+"""GPUs of the instance families (p4, p5, p6) whose EFA supports GPUDirect RDMA."""
+
+
+@dataclass(frozen=True)
+class Detected:
+    """What this node has, as far as communication is concerned."""
+
+    gpus: int = 0
+    gpu_model: str | None = None
+    efa_devices: int = 0
+    ofi_nccl: Version | None = None
+    """The aws-ofi-nccl plugin's version; None when the plugin is not installed."""
+    libfabric: Version | None = None
+    interfaces: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        gpus = f"{self.gpus} × {self.gpu_model}" if self.gpus else "no GPU"
+        return (
+            f"{gpus}, {self.efa_devices} EFA devices, aws-ofi-nccl {_text(self.ofi_nccl)}, "
+            f"libfabric {_text(self.libfabric)}, interfaces {', '.join(self.interfaces) or 'none'}"
+        )
+
+
+def _text(version: Version | None) -> str:
+    return ".".join(map(str, version)) if version else "not found"
+
+
+def _version(text: str) -> Version:
+    return tuple(int(part) for part in text.split("."))
+
+
+def detect(root: Path = Path("/")) -> Detected:
+    """Read the devices and libraries under `root`: NVIDIA's /proc entries, RDMA devices, the EFA installer's
+    package list and the aws-ofi-nccl library's own version string."""
+    gpu_infos = sorted((root / "proc/driver/nvidia/gpus").glob("*/information"))
+    models = [m[1].strip() for info in gpu_infos if (m := re.search(r"^Model:\s*(.+)$", info.read_text(), re.M))]
+    infiniband = root / "sys/class/infiniband"
+    efa = [d for d in infiniband.iterdir() if _is_efa(d)] if infiniband.is_dir() else []
+    net = root / "sys/class/net"
+    interfaces = tuple(sorted(i.name for i in net.iterdir() if i.name != "lo")) if net.is_dir() else ()
+    return Detected(
+        gpus=len(gpu_infos),
+        gpu_model=models[0] if models else None,
+        efa_devices=len(efa),
+        ofi_nccl=_ofi_nccl_version(root),
+        libfabric=_libfabric_version(root),
+        interfaces=interfaces,
+    )
+
+
+def _is_efa(device: Path) -> bool:
+    """EFA devices are named rdmap<bus>s<slot> (efa_<n> on older kernels); Mellanox ones mlx5_<n>."""
+    return device.name.startswith(("rdmap", "efa"))
+
+
+def _ofi_nccl_version(root: Path) -> Version | None:
+    for relative in OFI_NCCL_LIBRARIES:
+        library = root / relative
+        if library.is_file():
+            match = re.search(rb"aws-ofi-nccl[ -]v?(\d+\.\d+\.\d+)", library.read_bytes())
+            return _version(match[1].decode()) if match else (0,)
+    return None
+
+
+def _libfabric_version(root: Path) -> Version | None:
+    packages = root / EFA_PACKAGES
+    if not packages.is_file():
+        return None
+    match = re.search(r"libfabric[a-z-]*[_-](\d+\.\d+\.\d+)", packages.read_text())
+    return _version(match[1]) if match else None
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the rules decide from: the detected node, the plan's backend and the cluster's shape."""
+
+    detected: Detected
+    backend: str
+    nnodes: int
+    interface: str | None
+    debug: bool
+
+    @property
+    def efa(self) -> bool:
+        return self.detected.efa_devices > 0 and self.backend in ("nccl", "smddp")
+
+    @property
+    def gpudirect_rdma(self) -> bool:
+        model = self.detected.gpu_model or ""
+        return self.efa and any(name in model for name in GPUDIRECT_RDMA_GPUS)
+
+    def ofi_nccl_below(self, version: Version) -> bool:
+        plugin = self.detected.ofi_nccl
+        return plugin is not None and plugin < version
+
+    def libfabric_below(self, version: Version) -> bool:
+        return self.detected.libfabric is not None and self.detected.libfabric < version
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    value: Callable[[Facts], str]
+    when: Callable[[Facts], bool]
+    reason: str
+    source: str
+
+
+EFA_CHEATSHEET = "aws-ofi-nccl doc/efa-env-var.md"
+SAGEMAKER_CUSTOM = "SageMaker docs, EFA in custom training containers"
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "FI_PROVIDER",
+        lambda f: "efa",
+        lambda f: f.efa and f.ofi_nccl_below((1, 6)),
+        "EFA with aws-ofi-nccl < 1.6 does not pick the efa provider itself",
+        EFA_CHEATSHEET,
+    ),
+    Rule(
+        "FI_EFA_USE_DEVICE_RDMA",
+        lambda f: "1",
+        lambda f: f.gpudirect_rdma and (f.ofi_nccl_below((1, 7)) or f.libfabric_below((1, 18))),
+        "GPUDirect RDMA over EFA is off by default before aws-ofi-nccl 1.7 / libfabric 1.18",
+        EFA_CHEATSHEET,
+    ),
+    Rule(
+        "NCCL_PROTO",
+        lambda f: "simple",
+        lambda f: f.efa and f.ofi_nccl_below((1, 6)),
+        "EFA with aws-ofi-nccl < 1.6: the LL protocols can corrupt data",
+        EFA_CHEATSHEET,
+    ),
+    Rule(
+        "NCCL_LAUNCH_MODE",
+        lambda f: "PARALLEL",
+        lambda f: f.efa and f.ofi_nccl_below((1, 6)),
+        "part of the preset for older EFA stacks",
+        SAGEMAKER_CUSTOM,
+    ),
+    Rule(
+        "NCCL_NET_SHARED_COMMS",
+        lambda f: "0",
+        lambda f: f.efa and f.ofi_nccl_below((1, 6)),
+        "part of the preset for older EFA stacks: PXN connection sharing off",
+        SAGEMAKER_CUSTOM,
+    ),
+    Rule(
+        "NCCL_SOCKET_IFNAME",
+        lambda f: f.interface or "",
+        lambda f: f.backend in ("nccl", "smddp") and f.nnodes > 1 and f.interface is not None,
+        "NCCL's bootstrap and socket traffic between nodes use this interface",
+        "NCCL docs, environment variables",
+    ),
+    Rule(
+        "GLOO_SOCKET_IFNAME",
+        lambda f: f.interface or "",
+        lambda f: f.backend == "gloo" and f.nnodes > 1 and f.interface is not None,
+        "gloo connects the nodes over this interface",
+        "PyTorch docs, torch.distributed (common environment variables)",
+    ),
+    Rule(
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        lambda f: "1",
+        lambda f: f.backend in ("nccl", "smddp"),
+        "a failed or timed-out collective aborts the process instead of hanging",
+        "PyTorch docs, torch.distributed (NCCL environment variables)",
+    ),
+    Rule(
+        "NCCL_DEBUG",
+        lambda f: "INFO",
+        lambda f: f.debug and f.backend in ("nccl", "smddp"),
+        "asked for with DOCKYARD_DEBUG=1",
+        "NCCL docs, environment variables",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class EnvRow:
+    name: str
+    value: str
+    reason: str
+    set_here: bool
+    """False when the variable was already set (by the user): its value is kept, not dockyard's."""
+
+
+def comm_env(
+    node: Node, detected: Detected, backend: str, environ: Mapping[str, str], debug: bool = False
+) -> list[EnvRow]:
+    """The rows of every rule that applies, in table order; never a row that changes a user's value."""
+    interface = node.network_interface or _default_interface(detected.interfaces)
+    facts = Facts(detected, backend, node.nnodes, interface, debug)
+    rows = []
+    for rule in RULES:
+        if not rule.when(facts):
+            continue
+        value = rule.value(facts)
+        if rule.name in environ:
+            rows.append(EnvRow(rule.name, environ[rule.name], f"set by the user (dockyard: {value})", False))
+        else:
+            rows.append(EnvRow(rule.name, value, rule.reason, True))
+    return rows
+
+
+def _default_interface(interfaces: tuple[str, ...]) -> str | None:
+    """eth0 where it exists (containers, SageMaker), else the first ENA-style ens/enp name."""
+    if "eth0" in interfaces:
+        return "eth0"
+    return next((name for name in interfaces if name.startswith(("ens", "enp", "eth"))), None)

@@ -1,0 +1,141 @@
+"""Training data: (input, target) token batches for one data-parallel rank.
+
+Every source is a map from a global sample index to a sequence of seq_len + 1 tokens. The sampler
+gives data-parallel rank r, at optimizer step s and micro batch m, the samples
+`((s × grad_accum + m) × dp + r) × micro_batch + k`: disjoint across ranks, the same for every
+strategy with the same global batch (so DDP, FSDP and ZeRO see identical data), and a function of the
+step alone, so a resumed run continues with exactly the batches it would have seen.
+"""
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from compiler.plan import Plan
+from compiler.schema import DataSource
+
+TOKEN_SUFFIXES = (".bin", ".npy", ".tokens")
+
+
+class SyntheticTokens:
+    """Walks of a fixed random permutation of the vocabulary: learnable (each token determines the next),
+    so the loss falls within a few steps, which random tokens would not show."""
+
+    def __init__(self, vocab: int, seq_len: int, seed: int) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        self.successor = torch.randperm(vocab, generator=generator)
+        self.vocab, self.seq_len, self.seed = vocab, seq_len, seed
+
+    def __call__(self, indices: torch.Tensor) -> torch.Tensor:
+        current = (indices * 2654435761 + self.seed) % self.vocab
+        tokens = [current]
+        for _ in range(self.seq_len):
+            current = self.successor[current]
+            tokens.append(current)
+        return torch.stack(tokens, dim=1)
+
+
+class TokenFiles:
+    """Memory-mapped token files (flat arrays of uint16/uint32), read as one stream cut into windows.
+
+    Windows are visited in a seeded random order, a fresh order each epoch."""
+
+    def __init__(self, folder: Path, dtype: str, seq_len: int, seed: int) -> None:
+        files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in TOKEN_SUFFIXES)
+        if not files:
+            raise FileNotFoundError(f"no token files ({', '.join(TOKEN_SUFFIXES)}) under {folder}")
+        self.arrays = [_memmap(path, np.dtype(dtype)) for path in files]
+        self.starts = np.cumsum([0] + [len(a) for a in self.arrays])
+        self.seq_len, self.seed = seq_len, seed
+        self.windows = (int(self.starts[-1]) - 1) // seq_len
+        if self.windows < 1:
+            raise ValueError(f"{folder} holds {self.starts[-1]} tokens, fewer than one sequence of {seq_len + 1}")
+        self._orders: dict[int, torch.Tensor] = {}
+
+    def _order(self, epoch: int) -> torch.Tensor:
+        if epoch not in self._orders:
+            generator = torch.Generator().manual_seed(self.seed + epoch)
+            self._orders = {epoch: torch.randperm(self.windows, generator=generator)}
+        return self._orders[epoch]
+
+    def _read(self, start: int) -> np.ndarray:
+        """seq_len + 1 tokens from the stream, across a file boundary if need be."""
+        end, parts = start + self.seq_len + 1, []
+        index = int(np.searchsorted(self.starts, start, side="right")) - 1
+        while start < end:
+            offset = start - int(self.starts[index])
+            take = min(end - start, len(self.arrays[index]) - offset)
+            parts.append(self.arrays[index][offset : offset + take])
+            start, index = start + take, index + 1
+        return np.concatenate(parts).astype(np.int64)
+
+    def __call__(self, indices: torch.Tensor) -> torch.Tensor:
+        rows = []
+        for index in indices.tolist():
+            window = int(self._order(index // self.windows)[index % self.windows])
+            rows.append(torch.from_numpy(self._read(window * self.seq_len)))
+        return torch.stack(rows)
+
+
+def _memmap(path: Path, dtype: np.dtype) -> np.ndarray:
+    if path.suffix == ".npy":
+        return np.load(path, mmap_mode="r")
+    return np.memmap(path, dtype=dtype, mode="r")
+
+
+def download_s3(uri: str, folder: Path, client_factory: Callable[[], object] | None = None) -> None:
+    """Fetch every object under `uri` into `folder`, several at a time; files already there are kept."""
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    if client_factory is None:
+        import boto3  # only the S3 source needs it
+
+        client_factory = lambda: boto3.client("s3")  # noqa: E731
+    client = client_factory()
+    keys = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys += [item["Key"] for item in page.get("Contents", []) if not item["Key"].endswith("/")]
+
+    def fetch(key: str) -> None:
+        target = folder / os.path.relpath(key, prefix) if prefix else folder / key
+        if target.exists():
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")
+        client.download_file(bucket, key, str(partial))
+        partial.rename(target)
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(fetch, keys))
+
+
+def data_folder(plan: Plan, channel_dir: Path) -> Path:
+    """Where the token files of a non-synthetic source are: the channel SageMaker filled, else data.path."""
+    if channel_dir.is_dir() and any(channel_dir.iterdir()):
+        return channel_dir
+    if plan.data.source is DataSource.s3:
+        return channel_dir
+    return Path(plan.data.path or channel_dir)
+
+
+def make_source(plan: Plan, folder: Path | None) -> Callable[[torch.Tensor], torch.Tensor]:
+    model, seed = plan.model, plan.trainer.seed
+    if plan.data.source is DataSource.synthetic:
+        return SyntheticTokens(model.vocab, model.seq_len, seed)
+    return TokenFiles(folder, plan.data.token_dtype, model.seq_len, seed)
+
+
+class Batches:
+    """The micro batches one data-parallel rank trains on, by step."""
+
+    def __init__(self, source: Callable[[torch.Tensor], torch.Tensor], plan: Plan, dp_rank: int) -> None:
+        self.source, self.dp_rank = source, dp_rank
+        self.micro, self.accum, self.dp = plan.batch.micro_batch, plan.batch.grad_accum, plan.layout.dp
+
+    def micro_batch(self, step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
+        first = ((step * self.accum + micro) * self.dp + self.dp_rank) * self.micro
+        tokens = self.source(torch.arange(first, first + self.micro))
+        return tokens[:, :-1], tokens[:, 1:]

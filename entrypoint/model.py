@@ -1,0 +1,163 @@
+"""The built-in decoder: GPT-2 and Llama style from one `ModelConfig`.
+
+GPT-2: learned positions, LayerNorm, GELU, biases, tied embeddings. Llama: RoPE, RMSNorm, SwiGLU,
+no biases, grouped-query attention. The parameter count matches `compiler.estimate.parameter_count`
+exactly (tested), so the plan's numbers describe the model that trains.
+
+Attention reads the number of heads from the projections' output width, so the same code runs with
+the q/k/v projections split over tensor-parallel ranks (each rank then holds heads / tp heads).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from compiler.schema import Activation, Checkpointing, ModelConfig, Norm, Position
+
+
+def _norm(model: ModelConfig) -> nn.Module:
+    if model.norm is Norm.rmsnorm:
+        return nn.RMSNorm(model.hidden, eps=1e-5)
+    return nn.LayerNorm(model.hidden, eps=1e-5, bias=model.bias)
+
+
+def rope_tables(head_dim: int, length: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the rotary angles, shape (length, head_dim / 2)."""
+    inverse = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    angles = torch.outer(torch.arange(length, dtype=torch.float32), inverse)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x[2i], x[2i+1]) of every head of x (batch, heads, seq, head_dim)."""
+    pairs = x.float().unflatten(-1, (-1, 2))
+    even, odd = pairs[..., 0], pairs[..., 1]
+    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+    return rotated.flatten(-2).type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, model: ModelConfig) -> None:
+        super().__init__()
+        self.head_dim = model.hidden // model.heads
+        kv_width = model.kv_heads * self.head_dim
+        self.q = nn.Linear(model.hidden, model.hidden, bias=model.bias)
+        self.k = nn.Linear(model.hidden, kv_width, bias=model.bias)
+        self.v = nn.Linear(model.hidden, kv_width, bias=model.bias)
+        self.o = nn.Linear(model.hidden, model.hidden, bias=model.bias)
+        self.checkpoint_core = False
+        """Selective activation checkpointing: recompute only softmax(QKᵀ)V in the backward pass."""
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        q, k, v = (proj(x).view(batch, seq, -1, self.head_dim).transpose(1, 2) for proj in (self.q, self.k, self.v))
+        if rope is not None:
+            cos, sin = (table[:seq] for table in rope)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.checkpoint_core and self.training:
+            out = checkpoint(_attend, q, k, v, use_reentrant=False)
+        else:
+            out = _attend(q, k, v)
+        return self.o(out.transpose(1, 2).reshape(batch, seq, -1))
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
+
+
+class MLP(nn.Module):
+    def __init__(self, model: ModelConfig) -> None:
+        super().__init__()
+        self.gated = model.activation is Activation.swiglu
+        self.up = nn.Linear(model.hidden, model.ffn_hidden, bias=model.bias)
+        self.gate = nn.Linear(model.hidden, model.ffn_hidden, bias=model.bias) if self.gated else None
+        self.down = nn.Linear(model.ffn_hidden, model.hidden, bias=model.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate is not None:
+            return self.down(F.silu(self.gate(x)) * self.up(x))
+        return self.down(F.gelu(self.up(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, model: ModelConfig) -> None:
+        super().__init__()
+        self.attention_norm = _norm(model)
+        self.attention = Attention(model)
+        self.mlp_norm = _norm(model)
+        self.mlp = MLP(model)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x), rope)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class TokenEmbedding(nn.Embedding):
+    """The token embedding, also the output projection when embeddings are tied.
+
+    Both uses go through `forward`, so wrappers that gather parameters around a module's forward
+    (DeepSpeed ZeRO-3) see the weight used as the output layer too.
+    """
+
+    def forward(self, x: torch.Tensor, project: bool = False) -> torch.Tensor:
+        return x @ self.weight.t() if project else super().forward(x)
+
+
+class Decoder(nn.Module):
+    def __init__(self, model: ModelConfig) -> None:
+        super().__init__()
+        self.config = model
+        self.embed = TokenEmbedding(model.vocab, model.hidden)
+        self.positions = nn.Embedding(model.context, model.hidden) if model.position is Position.learned else None
+        self.blocks = nn.ModuleList(Block(model) for _ in range(model.layers))
+        self.norm = _norm(model)
+        self.head = None if model.tied_embeddings else nn.Linear(model.hidden, model.vocab, bias=False)
+        if model.position is Position.rope:
+            half = model.hidden // model.heads // 2
+            self.register_buffer("rope_cos", torch.empty(model.context, half), persistent=False)
+            self.register_buffer("rope_sin", torch.empty(model.context, half), persistent=False)
+        self.full_checkpointing = False
+        self.reset_parameters()
+
+    def set_checkpointing(self, mode: Checkpointing) -> None:
+        """full: recompute each block in the backward pass; selective: only the attention core."""
+        self.full_checkpointing = mode is Checkpointing.full
+        for block in self.blocks:
+            block.attention.checkpoint_core = mode is Checkpointing.selective
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """GPT-2's initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 × layers); the RoPE
+        tables. Also run after a model built on the meta device is materialised, shard by shard."""
+        if self.positions is None:
+            cos, sin = rope_tables(self.config.hidden // self.config.heads, self.config.context, self.config.rope_theta)
+            self.rope_cos.copy_(cos)
+            self.rope_sin.copy_(sin)
+        residual_std = 0.02 / math.sqrt(2 * self.config.layers)
+        for name, param in self.named_parameters():
+            if param.dim() == 1:
+                nn.init.ones_(param) if name.endswith("norm.weight") else nn.init.zeros_(param)
+            else:
+                std = residual_std if name.endswith(("o.weight", "down.weight")) else 0.02
+                nn.init.normal_(param, mean=0.0, std=std)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits (batch, seq, vocab) for tokens (batch, seq)."""
+        x = self.embed(tokens)
+        if self.positions is not None:
+            x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
+        rope = (self.rope_cos, self.rope_sin) if self.positions is None else None
+        for block in self.blocks:
+            if self.full_checkpointing and self.training:
+                x = checkpoint(block, x, rope, use_reentrant=False)
+            else:
+                x = block(x, rope)
+        x = self.norm(x)
+        return self.embed(x, project=True) if self.head is None else self.head(x)
+
+
+def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())

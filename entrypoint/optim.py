@@ -1,0 +1,78 @@
+"""The optimizer, its learning-rate schedule, and gradient clipping over sharded gradients."""
+
+import math
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+from compiler.schema import LrSchedule, TrainerConfig
+
+
+def adamw(model: nn.Module, trainer: TrainerConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not on norms, biases)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": trainer.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=trainer.lr, betas=(0.9, 0.95), eps=1e-8, foreach=False)
+
+
+def lr_at(step: int, trainer: TrainerConfig) -> float:
+    """Linear warm-up, then cosine or linear decay to lr × min_lr_ratio at the last step (0-based steps)."""
+    if step < trainer.warmup_steps:
+        return trainer.lr * (step + 1) / trainer.warmup_steps
+    if trainer.lr_schedule is LrSchedule.constant:
+        return trainer.lr
+    progress = (step - trainer.warmup_steps) / max(1, trainer.steps - 1 - trainer.warmup_steps)
+    shape = 0.5 * (1 + math.cos(math.pi * progress)) if trainer.lr_schedule is LrSchedule.cosine else 1 - progress
+    return trainer.lr * (trainer.min_lr_ratio + (1 - trainer.min_lr_ratio) * shape)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def grad_norm(params: list[nn.Parameter]) -> float:
+    """The L2 norm of all gradients, whatever mix of plain, FSDP-sharded and tensor-parallel ones.
+
+    A DTensor gradient's local shard is repeated on every rank of the mesh dimensions it is replicated
+    over, and on ranks outside its mesh (a tensor-parallel rank's copy of a data-parallel-only parameter);
+    dividing its squared norm by that count and summing over the world counts each element once.
+    Counting Replicate placements, not Shard ones, also covers FSDP's strided shards over TP.
+    Plain tensors (DDP) are identical on every rank and stay local.
+    """
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    sharded, plain = torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)
+    for param in params:
+        grad = param.grad
+        if grad is None:
+            continue
+        if isinstance(grad, DTensor):
+            copies = world // grad.device_mesh.size()
+            for size, placement in zip(grad.device_mesh.shape, grad.placements, strict=True):
+                if placement.is_replicate():
+                    copies *= size
+            sharded += grad.to_local().detach().double().pow(2).sum().cpu() / copies
+        else:
+            plain += grad.detach().double().pow(2).sum().cpu()
+    if world > 1 and any(isinstance(p.grad, DTensor) for p in params):
+        device = next(p.grad.to_local().device for p in params if isinstance(p.grad, DTensor))
+        total = sharded.to(device)
+        dist.all_reduce(total)
+        sharded = total.cpu()
+    return math.sqrt(float(sharded + plain))
+
+
+def clip_gradients(params: list[nn.Parameter], max_norm: float) -> float:
+    """Scale the gradients so their norm is at most `max_norm` (0: no clipping); the norm before."""
+    norm = grad_norm(params)
+    if max_norm > 0 and norm > max_norm:
+        scale = max_norm / (norm + 1e-6)
+        for param in params:
+            if param.grad is not None:
+                param.grad.mul_(scale)
+    return norm

@@ -1,0 +1,187 @@
+"""The built-in trainer, one process per rank under torchrun: `python -m entrypoint.train --plan plan.json`.
+
+It reads top to bottom: process group, model, strategy, data, resume, the derived numbers, the loop,
+the final model. The entrypoint sets DOCKYARD_BACKEND, DOCKYARD_ROOT and DOCKYARD_TIMEOUT; torchrun sets
+RANK, LOCAL_RANK and WORLD_SIZE.
+"""
+
+import argparse
+import json
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from compiler.plan import Plan
+from compiler.schema import DataSource, Strategy
+from entrypoint import checkpoint
+from entrypoint.cluster import Paths
+from entrypoint.data import Batches, data_folder, download_s3, make_source
+from entrypoint.metrics import MetricsLog, flops_per_token, memory_gib, mfu
+from entrypoint.model import Decoder
+from entrypoint.optim import lr_at
+
+DEFAULT_TIMEOUT_S = 600
+
+
+def init_distributed(plan: Plan, timeout_s: float) -> torch.device:
+    backend = os.environ.get("DOCKYARD_BACKEND") or ("nccl" if plan.instance.has_gpus else "gloo")
+    if backend == "smddp":
+        import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401  registers the smddp backend
+    device = torch.device("cpu")
+    if plan.instance.has_gpus:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    if dist.get_world_size() != plan.layout.world_size:
+        raise RuntimeError(
+            f"the plan's layout has {plan.layout.world_size} ranks "
+            f"({plan.layout.nodes} nodes × {plan.layout.processes_per_node}), torchrun started {dist.get_world_size()}"
+        )
+    return device
+
+
+def builds_on_meta(plan: Plan) -> bool:
+    """FSDP models whose fp32 weights would take over a quarter of a GPU are built on the meta device and
+    materialised after sharding: each rank then only ever holds its shards. (This draws other random
+    numbers than building the whole model, so small models, and every test, build whole.)"""
+    fsdp = plan.parallelism.strategy in (Strategy.fsdp, Strategy.fsdp_hybrid)
+    return fsdp and plan.instance.has_gpus and plan.parameters * 4 > plan.instance.gpu_memory_gib * 2**30 / 4
+
+
+def make_engine(plan: Plan, device: torch.device):
+    torch.manual_seed(plan.trainer.seed)
+    if builds_on_meta(plan):
+        with torch.device("meta"):
+            model = Decoder(plan.model)
+    else:
+        model = Decoder(plan.model).to(device)
+    if plan.parallelism.strategy.is_deepspeed:
+        from entrypoint.zero import DeepSpeedEngine
+
+        return DeepSpeedEngine(plan, model, device)
+    from entrypoint.parallel import TorchEngine
+
+    return TorchEngine(plan, model, device)
+
+
+def prepare_data(plan: Plan, paths: Paths) -> Batches:
+    folder = None
+    if plan.data.source is not DataSource.synthetic:
+        folder = data_folder(plan, paths.channel(plan.data.channel))
+        empty = not folder.is_dir() or not any(folder.iterdir())
+        if plan.data.source is DataSource.s3 and empty and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            download_s3(plan.data.uri, folder)
+        dist.barrier()
+    dp_rank = dist.get_rank() // plan.layout.tp
+    return Batches(make_source(plan, folder), plan, dp_rank)
+
+
+def derived_lines(plan: Plan, backend: str, start_step: int) -> list[str]:
+    layout, batch = plan.layout, plan.batch
+    return [
+        f"world size        {layout.world_size} = {layout.nodes} nodes × {layout.processes_per_node} processes",
+        f"layout            dp {layout.dp} × tp {layout.tp} × pp {layout.pp}, {plan.parallelism.strategy.value} "
+        f"over {backend}, shard group {layout.shard_degree}",
+        f"parameters        {plan.parameters:,} ({plan.model.name})",
+        f"batch             {batch.global_batch} sequences = micro {batch.micro_batch} × accum {batch.grad_accum} "
+        f"× dp {layout.dp}",
+        f"tokens per step   {batch.tokens_per_step:,} (seq_len {batch.seq_len})",
+        f"FLOPs per token   {flops_per_token(plan):.3e}",
+        f"steps             {start_step} → {plan.trainer.steps}" + (" (resumed)" if start_step else ""),
+    ]
+
+
+def save_final_model(engine, plan: Plan, paths: Paths) -> None:
+    state = engine.full_state_dict()
+    if dist.get_rank() != 0:
+        return
+    paths.model.mkdir(parents=True, exist_ok=True)
+    partial = paths.model / "model.pt.tmp"
+    torch.save(state, partial)
+    partial.rename(paths.model / "model.pt")
+    (paths.model / "config.json").write_text(json.dumps(plan.to_dict()["model"], indent=2, sort_keys=True))
+
+
+def global_mean(value: torch.Tensor) -> float:
+    total = value.detach().float().clone()
+    dist.all_reduce(total)
+    return total.item() / dist.get_world_size()
+
+
+def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> None:
+    device = init_distributed(plan, timeout_s)
+    rank, leader = dist.get_rank(), int(os.environ.get("LOCAL_RANK", "0")) == 0
+    engine = make_engine(plan, device)
+    batches = prepare_data(plan, paths)
+    start = 0
+    done = checkpoint.complete(paths.checkpoints)
+    if done:
+        start, folder = done[-1]
+        engine.load(folder)
+    log = MetricsLog(paths.output / "metrics.jsonl") if rank == 0 else None
+    if rank == 0:
+        backend = dist.get_backend()
+        print("\n".join(derived_lines(plan, backend, start)), flush=True)
+    trainer, accum = plan.trainer, plan.batch.grad_accum
+    last_time, last_step = time.perf_counter(), start
+    for step in range(start, trainer.steps):
+        loss = torch.zeros((), device=device)
+        for micro in range(accum):
+            inputs, targets = (t.to(device) for t in batches.micro_batch(step, micro))
+            loss += engine.forward_backward(inputs, targets, last_micro=micro == accum - 1)
+        lr = lr_at(step, trainer)
+        norm = engine.step(lr)
+        done_steps = step + 1
+        if done_steps % trainer.log_interval == 0 or done_steps in (start + 1, trainer.steps):
+            mean_loss = global_mean(loss / accum)
+            now = time.perf_counter()
+            tokens_per_s = plan.batch.tokens_per_step * (done_steps - last_step) / (now - last_time)
+            last_time, last_step = now, done_steps
+            if log:
+                efficiency = mfu(plan, tokens_per_s)
+                log.write(
+                    {
+                        "step": done_steps,
+                        "loss": round(mean_loss, 6),
+                        "lr": lr,
+                        "grad_norm": round(norm, 6),
+                        "tokens_per_s": round(tokens_per_s, 1),
+                        "mfu": None if efficiency is None else round(efficiency, 4),
+                        "memory_gib": round(memory_gib(device), 3),
+                    }
+                )
+        interval = trainer.checkpoint_interval
+        if interval and done_steps % interval == 0 and done_steps < trainer.steps:
+            checkpoint.save(engine, paths.checkpoints, done_steps, leader, {"plan": plan.content_hash})
+        if stop_at is not None and done_steps >= stop_at:
+            break
+    else:
+        save_final_model(engine, plan, paths)
+    if log:
+        log.close()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@record
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m entrypoint.train", description=__doc__)
+    parser.add_argument("--plan", required=True, type=Path)
+    args = parser.parse_args(argv)
+    plan = Plan.from_json(args.plan.read_text())
+    stop = os.environ.get("DOCKYARD_STOP_AT_STEP")
+    train(
+        plan,
+        Paths(Path(os.environ.get("DOCKYARD_ROOT", "/opt/ml"))),
+        float(os.environ.get("DOCKYARD_TIMEOUT", DEFAULT_TIMEOUT_S)),
+        int(stop) if stop else None,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""DeepSpeed ZeRO stages 1-3: the JSON config generated from the plan, and the engine behind the same
+interface as `parallel.TorchEngine`. DeepSpeed is imported only when a ZeRO strategy runs."""
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from compiler.plan import Plan
+from compiler.schema import Offload, Precision, Strategy
+from entrypoint.model import Decoder, loss_fn
+from entrypoint.optim import adamw, set_lr
+
+STAGES = {Strategy.zero1: 1, Strategy.zero2: 2, Strategy.zero3: 3}
+
+
+def deepspeed_config(plan: Plan) -> dict[str, Any]:
+    """DeepSpeed's config for the plan: batch split, precision, ZeRO stage and offload, clipping.
+
+    The optimizer is PyTorch's AdamW handed to DeepSpeed (so every strategy runs the same update);
+    DeepSpeed calls such optimizers untested and, with offload, would insist on its CPU Adam, which
+    needs a compiled extension: both checks are turned off explicitly.
+    """
+    par, batch = plan.parallelism, plan.batch
+    zero: dict[str, Any] = {"stage": STAGES[par.strategy]}
+    if par.offload is not Offload.none:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if par.offload is Offload.parameters:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    if par.strategy is Strategy.zero3:
+        zero["stage3_gather_16bit_weights_on_model_save"] = False
+    return {
+        "train_batch_size": batch.global_batch,
+        "train_micro_batch_size_per_gpu": batch.micro_batch,
+        "gradient_accumulation_steps": batch.grad_accum,
+        "gradient_clipping": plan.trainer.grad_clip,
+        "bf16": {"enabled": par.mixed_precision is Precision.bf16 and plan.instance.has_gpus},
+        "fp16": {"enabled": par.mixed_precision is Precision.fp16, "loss_scale": 0, "initial_scale_power": 16},
+        "zero_optimization": zero,
+        "zero_allow_untested_optimizer": True,
+        "zero_force_ds_cpu_optimizer": False,
+        "steps_per_print": 2**31 - 1,
+        "wall_clock_breakdown": False,
+    }
+
+
+class DeepSpeedEngine:
+    def __init__(self, plan: Plan, model: Decoder, device: torch.device) -> None:
+        import deepspeed
+
+        self.plan, self.device = plan, device
+        model.set_checkpointing(plan.parallelism.activation_checkpointing)
+        if plan.trainer.compile:
+            for block in model.blocks:
+                block.compile()
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(
+            model=model, optimizer=adamw(model, plan.trainer), config=deepspeed_config(plan)
+        )
+        self.model = self.engine
+
+    def forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor, last_micro: bool) -> torch.Tensor:
+        """DeepSpeed scales by 1/grad_accum and reduces at the accumulation boundary itself."""
+        loss = loss_fn(self.engine(inputs), targets)
+        self.engine.backward(loss)
+        if not last_micro:
+            self.engine.step()  # only counts the micro batch; the update happens at the boundary
+        return loss.detach()
+
+    def step(self, lr: float) -> float:
+        set_lr(self.optimizer, lr)
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        return float(norm) if norm is not None else 0.0
+
+    def save(self, folder: Path) -> None:
+        self.engine.save_checkpoint(str(folder.parent), tag=folder.name, save_latest=False)
+
+    def load(self, folder: Path) -> None:
+        path, _ = self.engine.load_checkpoint(str(folder.parent), tag=folder.name)
+        if path is None:
+            raise RuntimeError(f"DeepSpeed could not load the checkpoint in {folder}")
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The whole model on rank 0; ZeRO-3 gathers its partitioned parameters for it."""
+        import deepspeed
+
+        params = list(self.engine.module.parameters())
+        zero3 = self.plan.parallelism.strategy is Strategy.zero3
+        with deepspeed.zero.GatheredParameters(params, modifier_rank=None, enabled=zero3):
+            if dist.get_rank() != 0:
+                return {}
+            return {name: value.detach().cpu().clone() for name, value in self.engine.module.state_dict().items()}

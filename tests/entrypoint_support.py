@@ -1,0 +1,161 @@
+"""Helpers for the entrypoint tests: plans, fixture device trees, clusters, and real torchrun runs."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+from compiler.compose import compose_config
+from compiler.plan import Plan, compile_plan
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Small enough that a step takes milliseconds on one core; everything else as in experiment=smoke.
+TINY = (
+    "experiment=smoke",
+    "hardware.nodes=1",
+    "hardware.processes_per_node=2",
+    "model.seq_len=64",
+    "trainer.steps=6",
+    "trainer.warmup_steps=2",
+    "trainer.log_interval=1",
+    "trainer.checkpoint_interval=3",
+)
+
+
+@cache
+def plan_for(*overrides: str) -> Plan:
+    return compile_plan(compose_config(overrides))
+
+
+def tiny_plan(*overrides: str) -> Plan:
+    return plan_for(*TINY, *overrides)
+
+
+GPU_MODELS = {
+    "p4d.24xlarge": ("NVIDIA A100-SXM4-40GB", 4),
+    "p5.48xlarge": ("NVIDIA H100 80GB HBM3", 32),
+    "p5en.48xlarge": ("NVIDIA H200", 16),
+    "g5.48xlarge": ("NVIDIA A10G", 1),
+}
+"""Instance type: what NVIDIA's driver reports as the model, and the EFA devices the node shows."""
+
+STACKS = {
+    "legacy": ("1.5.0", "1.15.2"),
+    "rdma-opt-in": ("1.6.0", "1.17.1"),
+    "current": ("1.14.2", "2.1.0"),
+}
+"""EFA software stacks: (aws-ofi-nccl, libfabric) versions."""
+
+
+def device_tree(root: Path, instance: str, stack: str | None) -> Path:
+    """Files standing in for a node's devices and libraries, where `comm.detect` looks for them."""
+    (root / "sys/class/net/lo").mkdir(parents=True)
+    (root / "sys/class/net/eth0").mkdir()
+    if instance in GPU_MODELS:
+        model, efa = GPU_MODELS[instance]
+        for index in range(8):
+            gpu = root / f"proc/driver/nvidia/gpus/0000:{index + 16:02x}:00.0"
+            gpu.mkdir(parents=True)
+            (gpu / "information").write_text(f"Model: \t\t {model}\nIRQ:   \t\t 0\nBus Type: \t PCIe\n")
+        for index in range(efa):
+            (root / f"sys/class/infiniband/rdmap{index + 16}s0").mkdir(parents=True)
+    if stack is not None:
+        ofi, libfabric = STACKS[stack]
+        library = root / "opt/amazon/ofi-nccl/lib/libnccl-net.so"
+        library.parent.mkdir(parents=True)
+        library.write_bytes(b"\x7fELF\x00...NET/OFI Initializing aws-ofi-nccl " + ofi.encode() + b"\x00...")
+        (root / "opt/amazon/efa_installed_packages").write_text(
+            "# EFA installer version: 1.x\n# Debug packages installed: no\n# Packages installed:\n"
+            f"ibverbs-utils_50.0-1_amd64 libfabric-aws-bin_{libfabric}amzn1.0_amd64 efa-config_1.17-1_all\n"
+        )
+    return root
+
+
+def sagemaker_tree(root: Path, hosts: list[str], current: str) -> Path:
+    config = root / "input/config"
+    config.mkdir(parents=True)
+    groups = [{"instance_group_name": "homogeneousCluster", "instance_type": "ml.p5.48xlarge", "hosts": hosts}]
+    resources = {
+        "current_host": current,
+        "current_instance_type": "ml.p5.48xlarge",
+        "current_group_name": "homogeneousCluster",
+        "hosts": hosts,
+        "instance_groups": groups,
+        "network_interface_name": "eth0",
+    }
+    (config / "resourceconfig.json").write_text(json.dumps(resources))
+    (config / "hyperparameters.json").write_text(json.dumps({"epochs": "3", "sagemaker_region": '"us-east-1"'}))
+    (config / "inputdataconfig.json").write_text(json.dumps({"train": {"TrainingInputMode": "File"}}))
+    return root
+
+
+CLUSTER_ENVIRONMENTS = {
+    "kubeflow": {
+        "PET_NNODES": "2",
+        "PET_NODE_RANK": "1",
+        "PET_MASTER_ADDR": "llama-master-0",
+        "PET_MASTER_PORT": "23456",
+    },
+    "slurm": {
+        "SLURM_JOB_NODELIST": "p5-st-[1-2]",
+        "SLURMD_NODENAME": "p5-st-2",
+        "SLURM_NNODES": "2",
+        "SLURM_NODEID": "1",
+    },
+    "skypilot": {"SKYPILOT_NODE_IPS": "10.0.1.17\n10.0.1.23\n", "SKYPILOT_NODE_RANK": "1", "SKYPILOT_NUM_NODES": "2"},
+}
+"""Node 1 of a 2-node job as each scheduler describes it (SageMaker's comes as files: `sagemaker_tree`)."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def write_plan(plan: Plan, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "plan.json"
+    path.write_text(plan.to_json())
+    return path
+
+
+def entrypoint_env(root: Path, **extra: str) -> dict[str, str]:
+    """A clean environment for `python -m entrypoint`: no cluster variables from the machine running tests."""
+    keep = ("PATH", "HOME", "LANG", "TMPDIR", "VIRTUAL_ENV")
+    env = {name: os.environ[name] for name in keep if name in os.environ}
+    env.update(DOCKYARD_ROOT=str(root), DOCKYARD_MASTER_PORT=str(free_port()), PYTHONPATH=str(REPO))
+    return {**env, **extra}
+
+
+def start_entrypoint(plan_path: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "entrypoint", "train", f"--plan={plan_path}", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def train(plan: Plan, root: Path, timeout: float = 240, **env: str) -> list[dict]:
+    """Run the entrypoint (and through it torchrun and the trainer) to completion; its metrics lines."""
+    process = start_entrypoint(write_plan(plan, root), entrypoint_env(root, **env))
+    output, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, output[-4000:]
+    return metrics(root)
+
+
+def metrics(root: Path) -> list[dict]:
+    path = root / "output/data/metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def losses(records: list[dict]) -> dict[int, float]:
+    return {record["step"]: record["loss"] for record in records}

@@ -1,0 +1,86 @@
+"""`dockyard-entrypoint` as a user starts it: explain, errors before anything starts, a user's script."""
+
+import json
+import subprocess
+import sys
+
+from tests.entrypoint_support import REPO, entrypoint_env, start_entrypoint, tiny_plan, write_plan
+
+USER_SCRIPT = """
+import json, os, sys
+import torch
+import torch.distributed as dist
+
+dist.init_process_group(os.environ["DOCKYARD_BACKEND"])
+total = torch.ones(())
+dist.all_reduce(total)
+if "--fail" in sys.argv:
+    raise ValueError("the user's script gave up")
+print("SCRIPT", json.dumps({"argv": sys.argv[1:], "rank": dist.get_rank(), "sum": total.item()}), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def entrypoint(*args, env):
+    command = [sys.executable, "-m", "entrypoint", *args]
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_explain_prints_the_launch_and_trains_nothing(tmp_path):
+    plan = write_plan(tiny_plan(), tmp_path)
+    result = entrypoint("--explain", f"--plan={plan}", env=entrypoint_env(tmp_path / "root"))
+    assert result.returncode == 0, result.stderr
+    assert "cluster     single: node 0 of 1" in result.stdout
+    assert "backend     gloo" in result.stdout
+    assert "-m entrypoint.train" in result.stdout
+    assert not (tmp_path / "root").exists()
+
+
+def test_missing_plan(tmp_path):
+    result = entrypoint("train", env=entrypoint_env(tmp_path, DOCKYARD_PLAN=str(tmp_path / "absent.json")))
+    assert result.returncode == 2
+    assert "no plan at" in result.stderr and "absent.json" in result.stderr
+
+
+def test_plan_of_an_unknown_schema_version(tmp_path):
+    data = json.loads(tiny_plan().to_json())
+    data["schema_version"] = 99
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    result = entrypoint("train", f"--plan={path}", env=entrypoint_env(tmp_path))
+    assert result.returncode == 2
+    assert "schema_version: plan schema version 99" in result.stderr
+
+
+def test_plan_for_more_nodes_than_the_cluster_has(tmp_path):
+    path = write_plan(tiny_plan("hardware.nodes=2"), tmp_path)
+    result = entrypoint("train", f"--plan={path}", env=entrypoint_env(tmp_path))
+    assert result.returncode == 2
+    assert "the plan is for 2 nodes, but this single cluster has 1" in result.stderr
+
+
+def script_plan(tmp_path, *overrides):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "run.py").write_text(USER_SCRIPT)
+    plan = tiny_plan("trainer=script", f"trainer.source_dir={code}", "trainer.script=run.py", *overrides)
+    return write_plan(plan, tmp_path), entrypoint_env(tmp_path / "root", DOCKYARD_CODE_DIR=str(code))
+
+
+def test_user_script_gets_torchrun_and_its_hyperparameters(tmp_path):
+    plan_path, env = script_plan(tmp_path, "+trainer.hyperparameters.epochs=2", "+trainer.hyperparameters.name=abc")
+    process = start_entrypoint(plan_path, env)
+    output, _ = process.communicate(timeout=90)
+    assert process.returncode == 0, output[-3000:]
+    reports = [json.loads(line.split("SCRIPT ", 1)[1]) for line in output.splitlines() if "SCRIPT " in line]
+    assert sorted(r["rank"] for r in reports) == [0, 1]
+    assert all(r["argv"] == ["--epochs", "2", "--name", "abc"] and r["sum"] == 2.0 for r in reports)
+
+
+def test_user_script_failure_is_reported(tmp_path):
+    plan_path, env = script_plan(tmp_path, "+trainer.hyperparameters.fail=true")
+    process = start_entrypoint(plan_path, env)
+    output, _ = process.communicate(timeout=90)
+    assert process.returncode == 1
+    reason = (tmp_path / "root/output/failure").read_text().splitlines()[0]
+    assert reason == "ValueError: the user's script gave up"

@@ -1,0 +1,85 @@
+"""Failures end the job: two entrypoints stand in for two nodes (one process each, on this machine).
+
+A killed rank and a hung rank (SIGSTOP: alive, sockets open, never answering) must make the other node
+exit non-zero within the configured collective timeout, with the reason in its failure file.
+"""
+
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.entrypoint_support import entrypoint_env, free_port, metrics, start_entrypoint, tiny_plan, write_plan
+
+TIMEOUT_S = 15
+"""DOCKYARD_TIMEOUT for these jobs: what a collective may wait before it fails."""
+
+
+def two_nodes(tmp_path: Path):
+    plan = tiny_plan("hardware.nodes=2", "hardware.processes_per_node=1", "trainer.steps=100000")
+    port = str(free_port())
+    processes = []
+    for rank in (0, 1):
+        root = tmp_path / f"node{rank}"
+        env = entrypoint_env(
+            root,
+            DOCKYARD_HOSTS="127.0.0.1,127.0.0.1",
+            DOCKYARD_NODE_RANK=str(rank),
+            DOCKYARD_MASTER_PORT=port,
+            DOCKYARD_TIMEOUT=str(TIMEOUT_S),
+        )
+        processes.append(start_entrypoint(write_plan(plan, root), env))
+    return processes
+
+
+def wait_until_training(root: Path, processes, limit: float = 90) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if (root / "output/data/metrics.jsonl").exists() and metrics(root):
+            return
+        assert all(p.poll() is None for p in processes), "a node ended before training started"
+        time.sleep(0.5)
+    pytest.fail("training did not start")
+
+
+def trainer_process(entrypoint) -> psutil.Process:
+    children = psutil.Process(entrypoint.pid).children(recursive=True)
+    commands = {child: " ".join(child.cmdline()) for child in children}
+    return next(c for c, line in commands.items() if "entrypoint.train" in line and "torch.distributed.run" not in line)
+
+
+def finish(process, limit: float) -> tuple[int, str, float]:
+    started = time.monotonic()
+    output, _ = process.communicate(timeout=limit)
+    return process.returncode, output, time.monotonic() - started
+
+
+def stop_everything(processes) -> None:
+    for process in processes:
+        if process.poll() is None:
+            for child in psutil.Process(process.pid).children(recursive=True):
+                child.send_signal(signal.SIGCONT)
+                child.kill()
+            process.kill()
+            process.communicate()
+
+
+@pytest.mark.parametrize("fault", ["killed", "hung"])
+def test_a_lost_rank_ends_the_other_node_with_an_error(tmp_path, fault):
+    processes = two_nodes(tmp_path)
+    try:
+        wait_until_training(tmp_path / "node0", processes)
+        victim = trainer_process(processes[1])
+        victim.send_signal(signal.SIGKILL if fault == "killed" else signal.SIGSTOP)
+        status, output, seconds = finish(processes[0], limit=TIMEOUT_S + 45)
+    finally:
+        stop_everything(processes)
+    assert status != 0, output[-3000:]
+    assert seconds < TIMEOUT_S + 30
+    reason, context, *_ = (tmp_path / "node0/output/failure").read_text().splitlines()
+    assert "Error" in reason and "torchrun exit status 1" in context
+    if fault == "hung":
+        assert f"Timed out waiting {TIMEOUT_S * 1000}ms" in reason
+    assert "training failed" in output
