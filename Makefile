@@ -13,8 +13,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev,train]'
 	touch $@
 
-run: $(STAMP) docker  ## the main job on the default experiment: its plan and its image
-	$(BIN)/dockyard build experiment=smoke
+run: $(STAMP) docker  ## the main job: plan, image, and training on two local container nodes
+	$(BIN)/dockyard launch experiment=smoke
 
 # A Docker engine: docker.io is installed and dockerd started when missing (as root). Without one the
 # image tests skip, except in CI (CI=true), where they fail.

@@ -6,11 +6,8 @@ Each verb is a Hydra app over the same `conf/`, so every Hydra flag works after 
 """
 
 import os
-import shutil
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -19,54 +16,19 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from compiler.compose import CONF_DIR, CONFIG_NAME, as_config_error, to_config
+from compiler import runs, tasks
+from compiler.compose import CONF_DIR, CONFIG_NAME, as_config_error
 from compiler.errors import ConfigError, UnknownNameError
-from compiler.plan import Plan, compile_plan
-from compiler.summary import report_markdown, summary_lines
 
 PROG = "dockyard"
 USER_ERROR = 2
-PLAN_FILE = "plan.json"
-REPORT_FILE = "report.md"
-
-
-def plan_command(cfg: DictConfig) -> None:
-    """Compile the config into a plan, print its summary, write plan.json and report.md to the run folder."""
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    with discarded_on_error(run_dir):
-        plan = compile_plan(to_config(cfg))
-    path = run_dir / PLAN_FILE
-    path.write_text(plan.to_json(indent=2) + "\n")
-    (run_dir / REPORT_FILE).write_text(report_markdown(plan))
-    print("\n".join(summary_lines(plan)))
-    print(f"wrote     {path} and {REPORT_FILE}")
-
-
-def build_command(cfg: DictConfig) -> None:
-    """`plan`, then build the plan's image (nothing when its content hash is built), push it if asked."""
-    from compiler.images.workflow import build_and_record  # the Docker SDK only for this verb
-
-    plan_command(cfg)
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    build_and_record(Plan.from_json((run_dir / PLAN_FILE).read_text()), run_dir, cwd=Path.cwd())
-
-
-VERBS: dict[str, Callable[[DictConfig], None]] = {"plan": plan_command, "build": build_command}
-
-
-@contextmanager
-def discarded_on_error(run_dir: Path) -> Iterator[None]:
-    """On a ConfigError, remove what Hydra wrote for this run (its .hydra folder, empty folders)."""
-    try:
-        yield
-    except ConfigError:
-        shutil.rmtree(run_dir / ".hydra", ignore_errors=True)
-        cwd = Path.cwd().resolve()
-        folder = run_dir.resolve()
-        while folder != cwd and cwd in folder.parents and not any(folder.iterdir()):
-            folder.rmdir()
-            folder = folder.parent
-        raise
+VERBS: dict[str, Callable[[DictConfig], None]] = {
+    "plan": tasks.plan_task,
+    "build": tasks.build_task,
+    "launch": tasks.launch_task,
+}
+RUN_VERBS = ("status", "logs", "stop")
+"""Verbs about a launched run, by id or folder; they compose no config."""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -77,9 +39,17 @@ def main(argv: list[str] | None = None) -> None:
         print(usage())
         sys.exit(0 if args else USER_ERROR)
     verb, overrides = args[0], args[1:]
+    if verb in RUN_VERBS:
+        try:
+            return runs.main(verb, overrides)
+        except ConfigError as error:
+            _fail(error.one_line())
     if verb not in VERBS:
-        _fail(UnknownNameError("verb", "verb", verb, VERBS).one_line())
-    run_app(VERBS[verb], overrides)
+        _fail(UnknownNameError("verb", "verb", verb, [*VERBS, *RUN_VERBS]).one_line())
+    task = VERBS[verb]
+    if verb == "launch" and "--dry-run" in overrides:
+        task, overrides = tasks.dry_run_task, [o for o in overrides if o != "--dry-run"]
+    run_app(task, overrides)
 
 
 def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
@@ -140,10 +110,13 @@ def _complete(args: list[str]) -> None:
 def usage() -> str:
     return (
         f"usage: {PROG} VERB [hydra overrides and flags...]\n\n"
-        "verbs:\n  plan   compile the config into a validated plan.json and print its summary\n"
-        "  build  plan, then build the plan's content-addressed image (and push it with image.push=true)\n\n"
+        "verbs:\n  plan    compile the config into a validated plan.json and print its summary\n"
+        "  build   plan, then build the plan's content-addressed image (and push it with image.push=true)\n"
+        "  launch  build, then run the plan on its target (--dry-run: print the request, do nothing)\n"
+        "  status, logs, stop RUN   a launched run, by its id or its folder\n\n"
         f"examples:\n  {PROG} plan experiment=llama3-8b-p5x4 parallelism.tp=2\n"
         f"  {PROG} build experiment=smoke image.push=true image.registry=127.0.0.1:5000\n"
+        f"  {PROG} launch experiment=smoke          (train on two local container nodes)\n"
         f"  {PROG} plan --cfg job          (the composed config)\n"
         f"  {PROG} plan --help             (config groups and Hydra flags)\n"
         f'  eval "$({PROG} plan -sc install=bash)"   (shell completion)'

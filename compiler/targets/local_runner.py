@@ -18,7 +18,7 @@ from compiler.targets import records
 from compiler.targets.local import ContainerSpec, LocalRequest
 
 STOP_TIMEOUT_S = 10
-RUN_LABEL = "dockyard.run_id"
+RUN_LABEL = "dockyard.run_id"  # what `dockyard stop` finds a run's containers by
 SHM_SIZE = "1g"
 """torch's shared-memory tensors and data loader workers outgrow Docker's 64 MB default."""
 
@@ -33,6 +33,7 @@ def prepare_host_folders(request: LocalRequest, plan_json: str) -> None:
         config.mkdir(parents=True, exist_ok=True)
         for name, text in spec.contract_files.items():
             (config / name).write_text(text)
+    (run_dir / "logs").mkdir(exist_ok=True)
     for folder in request.host_folders:
         Path(folder).mkdir(parents=True, exist_ok=True)
         Path(folder).chmod(0o777)  # the image runs as a non-root user whose uid the host does not know
@@ -70,7 +71,8 @@ def run_once(request: LocalRequest, client, out: IO[str]) -> int:
         exits: queue.Queue[tuple[str, int]] = queue.Queue()
         for host, container in containers:
             container.start()
-            threading.Thread(target=_stream, args=(host, container, out), daemon=True).start()
+            log_file = Path(request.run_dir) / "logs" / f"{host}.log"
+            threading.Thread(target=_stream, args=(host, container, out, log_file), daemon=True).start()
             threading.Thread(
                 target=lambda h=host, c=container: exits.put((h, c.wait()["StatusCode"])), daemon=True
             ).start()
@@ -120,14 +122,22 @@ def _failure_reason(run_dir: Path, host: str) -> str:
     return ""
 
 
-def _stream(host: str, container, out: IO[str]) -> None:
-    """Print the container's output line by line, prefixed by its node, as it comes."""
+def _stream(host: str, container, out: IO[str], log_file: Path) -> None:
+    """Print the container's output line by line, prefixed by its node, as it comes; keep it in the run's
+    logs/<node>.log (appended, so a retried job's log holds every attempt)."""
     pending = b""
-    for chunk in container.logs(stream=True, follow=True):
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            out.write(f"{host} | {line.decode(errors='replace')}\n")
-        out.flush()
-    if pending:
-        out.write(f"{host} | {pending.decode(errors='replace')}\n")
+    with log_file.open("a") as log:
+        for chunk in container.logs(stream=True, follow=True):
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                _emit(host, line, out, log)
+        if pending:
+            _emit(host, pending, out, log)
+
+
+def _emit(host: str, line: bytes, out: IO[str], log: IO[str]) -> None:
+    text = line.decode(errors="replace")
+    out.write(f"{host} | {text}\n")
+    out.flush()
+    log.write(text + "\n")
+    log.flush()

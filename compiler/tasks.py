@@ -1,0 +1,104 @@
+"""The Hydra tasks behind the verbs: each gets the composed config and works in Hydra's run folder.
+
+A `ConfigError` anywhere in a task removes what the run wrote (Hydra's .hydra folder, the plan, report
+and image record, then the folders left empty), so a user's mistake leaves nothing half-written.
+"""
+
+import shutil
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from compiler import launch
+from compiler.compose import to_config
+from compiler.errors import ConfigError
+from compiler.plan import Plan, compile_plan
+from compiler.summary import report_markdown, summary_lines
+
+PLAN_FILE, REPORT_FILE, IMAGE_FILE = "plan.json", "report.md", "image.json"
+RUN_FILES = (PLAN_FILE, REPORT_FILE, IMAGE_FILE)
+
+
+def run_folder() -> Path:
+    return Path(HydraConfig.get().runtime.output_dir).resolve()
+
+
+@contextmanager
+def discarded_on_error(run_dir: Path) -> Iterator[None]:
+    try:
+        yield
+    except ConfigError:
+        discard(run_dir)
+        raise
+
+
+def discard(run_dir: Path) -> None:
+    """Remove what this run wrote, then the folders it leaves empty up to the working directory."""
+    shutil.rmtree(run_dir / ".hydra", ignore_errors=True)
+    for name in RUN_FILES:
+        (run_dir / name).unlink(missing_ok=True)
+    cwd, folder = Path.cwd().resolve(), run_dir
+    while folder != cwd and cwd in folder.parents and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
+
+
+def compile_into(cfg: DictConfig, run_dir: Path) -> Plan:
+    """Compile, print the summary, and write plan.json and report.md into the run folder."""
+    plan = compile_plan(to_config(cfg))
+    path = run_dir / PLAN_FILE
+    path.write_text(plan.to_json(indent=2) + "\n")
+    (run_dir / REPORT_FILE).write_text(report_markdown(plan))
+    print("\n".join(summary_lines(plan)))
+    print(f"wrote     {path} and {REPORT_FILE}")
+    return plan
+
+
+def plan_task(cfg: DictConfig) -> None:
+    """Compile the config into a plan, print its summary, write plan.json and report.md to the run folder."""
+    run_dir = run_folder()
+    with discarded_on_error(run_dir):
+        compile_into(cfg, run_dir)
+
+
+def build_task(cfg: DictConfig) -> None:
+    """`plan`, then build the plan's image (nothing when its content hash is built), push it if asked."""
+    from compiler.images.workflow import build_and_record  # the Docker SDK only for these verbs
+
+    run_dir = run_folder()
+    with discarded_on_error(run_dir):
+        build_and_record(compile_into(cfg, run_dir), run_dir, cwd=Path.cwd())
+
+
+def launch_task(cfg: DictConfig) -> None:
+    """`build`, then translate the plan for its target and submit it; exits with the job's status."""
+    from compiler.images.workflow import build_and_record
+
+    run_dir = run_folder()
+    with discarded_on_error(run_dir):
+        plan = compile_into(cfg, run_dir)
+        built = build_and_record(plan, run_dir, cwd=Path.cwd())
+        run_id = launch.run_id_for(plan, datetime.now(UTC))
+        request = launch.translate(plan, built.digest or built.reference, run_id, run_dir)
+    status = launch.submit(plan, request, run_dir)
+    if status:
+        sys.exit(status)
+
+
+def dry_run_task(cfg: DictConfig) -> None:
+    """Print exactly the request `launch` would submit; build nothing, start nothing, keep no run folder."""
+    from compiler.images.build import image_reference
+    from compiler.images.context import build_context
+
+    run_dir = run_folder()
+    try:
+        plan = compile_plan(to_config(cfg))
+        image = image_reference(plan, build_context(plan, cwd=Path.cwd()))
+        print(launch.translate(plan, image, launch.run_id_for(plan, datetime.now(UTC)), run_dir), end="")
+    finally:
+        discard(run_dir)
