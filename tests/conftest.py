@@ -39,3 +39,17 @@ def golden(request: pytest.FixtureRequest) -> Golden:
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI") == "true":
     settings.load_profile("ci")
+
+
+@pytest.fixture(scope="session")
+def engine():
+    """A real Docker engine. Without one, tests that need it skip locally and fail in CI (CI=true), where
+    `make test` starts one."""
+    from compiler.images.build import BuildError, docker_client
+
+    try:
+        return docker_client()
+    except BuildError as error:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI runs the Docker tests on a real engine: {error.one_line()}")
+        pytest.skip(f"no Docker engine: {error.one_line()}")

@@ -20,7 +20,7 @@ import yaml  # PyYAML comes with Hydra
 from local_server import free_port, serving
 
 from compiler.compose import compose_config
-from compiler.images.build import BuildError, BuiltImage, build_image, docker_client, ensure_base_image
+from compiler.images.build import BuiltImage, build_image, ensure_base_image
 from compiler.images.workflow import build_and_record
 from compiler.plan import compile_plan
 
@@ -32,16 +32,6 @@ FAKE_AWS = {
 IGNORED_SECRET = "dockyard-test-ignored-file-content-77a3"
 SMOKE = ["experiment=smoke", "trainer=script", "trainer.source_dir=code", "trainer.script=train.py"]
 LAYER_STEPS = ("RUN", "COPY", "ADD")
-
-
-@pytest.fixture(scope="session")
-def engine() -> docker.DockerClient:
-    try:
-        return docker_client()
-    except BuildError as error:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI runs the image tests on a real engine: {error.one_line()}")
-        pytest.skip(f"no Docker engine: {error.one_line()}")
 
 
 @pytest.fixture(scope="session")

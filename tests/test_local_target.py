@@ -1,0 +1,165 @@
+"""The local target: golden container specs, then real jobs on a real Docker engine — the smoke job on
+two containers × two processes, a killed node failing the job quickly, and a retry resuming from the
+last checkpoint."""
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from compiler.images.build import build_image, ensure_base_image
+from compiler.targets import local, local_runner
+from tests.helpers import PRESETS, plan_for
+
+DOCKYARD = str(Path(sys.executable).parent / "dockyard")
+SHORT = [
+    "experiment=smoke",
+    "trainer.steps=20",
+    "trainer.warmup_steps=2",
+    "trainer.log_interval=2",
+    "trainer.checkpoint_interval=10",
+]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_local_request_matches_golden(preset, golden):
+    plan = plan_for(f"experiment={preset}", "target=local")
+    request = local.to_request(
+        plan, "dockyard/golden:0123456789abcdef0123", run_id="golden-run", run_dir=Path("/runs/golden")
+    )
+    golden.check(f"local/{preset}.json", request.to_json())
+
+
+def test_every_node_gets_its_own_contract_files():
+    plan = plan_for("experiment=smoke")
+    request = local.to_request(plan, "img", run_id="r", run_dir=Path("/runs/r"))
+    assert [c.hostname for c in request.containers] == ["algo-1", "algo-2"]
+    for container in request.containers:
+        config = json.loads(container.contract_files["resourceconfig.json"])
+        assert config["current_host"] == container.hostname
+        assert config["hosts"] == ["algo-1", "algo-2"]
+        mounts = {m.target: m for m in container.mounts}
+        assert mounts["/opt/ml/input/data/plan"].read_only
+        assert not mounts["/opt/ml/checkpoints"].read_only
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    path = run_dir / "nodes/algo-1/output/data/metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def leftovers(engine, run_id: str) -> list:
+    label = f"{local_runner.RUN_LABEL}={run_id}"
+    networks = [n for n in engine.networks.list() if n.name == f"dockyard-{run_id}"]
+    return engine.containers.list(all=True, filters={"label": label}) + networks
+
+
+def test_smoke_job_trains_on_two_container_nodes(engine, tmp_path):
+    result = subprocess.run(
+        [DOCKYARD, "launch", *SHORT, "hydra.run.dir=run"], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    losses = [row["loss"] for row in metrics(run_dir)]
+    assert metrics(run_dir)[-1]["step"] == 20
+    assert losses[-1] < losses[0] * 0.8
+    assert (run_dir / "model/model.pt").exists()
+    assert (run_dir / "checkpoints/step-00000010/dockyard.json").exists()
+    assert "algo-1 | " in result.stdout and "algo-2 | " in result.stdout
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "completed"
+    assert f"results   {run_dir.resolve()}" in result.stdout
+    assert leftovers(engine, record["run_id"]) == []
+
+    status = subprocess.run([DOCKYARD, "status", record["run_id"]], cwd=tmp_path, capture_output=True, text=True)
+    assert "status    completed after 1 attempt(s), exit status 0" in status.stdout
+    logs = subprocess.run([DOCKYARD, "logs", "run"], cwd=tmp_path, capture_output=True, text=True)
+    assert '"step": 20' in logs.stdout and logs.stdout.startswith("algo-1 | ")
+    missing = subprocess.run([DOCKYARD, "status", "no-such-run"], cwd=tmp_path, capture_output=True, text=True)
+    assert missing.returncode == 2 and "dockyard: error: run: no run 'no-such-run'" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["experiment=smoke"], '"hostname": "algo-2"'),
+        (
+            [
+                "experiment=gpt2-124m-p4d",
+                "target.role_arn=arn:aws:iam::123456789012:role/r",
+                "image.push=true",
+                "image.registry=123456789012.dkr.ecr.us-east-1.amazonaws.com",
+                "target.output_uri=s3://b/jobs",
+            ],
+            '"InstanceType": "ml.p4d.24xlarge"',
+        ),
+    ],
+)
+def test_dry_run_prints_the_request_and_touches_nothing(engine, tmp_path, overrides, expected):
+    ours = {"label": local_runner.RUN_LABEL}
+    before = engine.containers.list(all=True, filters=ours)
+    result = subprocess.run(
+        [DOCKYARD, "launch", "--dry-run", *overrides], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    json.loads(result.stdout)
+    assert expected in result.stdout
+    assert list(tmp_path.iterdir()) == []
+    assert engine.containers.list(all=True, filters=ours) == before
+
+
+@pytest.fixture(scope="module")
+def smoke_image(engine):
+    plan = plan_for(*SHORT)
+    ensure_base_image(engine, plan.image, sys.stdout)
+    return build_image(plan, engine, cwd=Path.cwd()).reference
+
+
+def start_job(plan, image: str, run_dir: Path, run_id: str) -> tuple[threading.Thread, list]:
+    request = local.to_request(plan, image, run_id=run_id, run_dir=run_dir)
+    result = []
+    log = open(run_dir.parent / f"{run_id}.out", "w")  # noqa: SIM115 - closed with the thread's output
+    thread = threading.Thread(target=lambda: result.append(local_runner.submit(request, plan.to_json(), out=log)))
+    thread.start()
+    return thread, result
+
+
+def wait_for_checkpoint(run_dir: Path, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not any((run_dir / "checkpoints").glob("step-*/dockyard.json")):
+        assert time.monotonic() < deadline, "no checkpoint was written"
+        time.sleep(0.5)
+
+
+def test_killed_node_fails_the_job_within_a_minute(engine, smoke_image, tmp_path):
+    plan = plan_for(*SHORT, "trainer.steps=400", "trainer.checkpoint_interval=5")
+    run_dir = tmp_path / "run"
+    thread, result = start_job(plan, smoke_image, run_dir, "dockyard-fault-test")
+    wait_for_checkpoint(run_dir)
+    engine.containers.get("dockyard-dockyard-fault-test-algo-2").kill()
+    killed = time.monotonic()
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+    assert time.monotonic() - killed < 60
+    assert result[0] != 0
+    assert "algo-2 failed with exit status 137" in (tmp_path / "dockyard-fault-test.out").read_text()
+    assert leftovers(engine, "dockyard-fault-test") == []
+
+
+def test_retry_resumes_from_the_last_checkpoint(engine, smoke_image, tmp_path):
+    plan = plan_for(*SHORT, "trainer.steps=30", "trainer.checkpoint_interval=5", "target.max_retries=1")
+    run_dir = tmp_path / "run"
+    thread, result = start_job(plan, smoke_image, run_dir, "dockyard-retry-test")
+    wait_for_checkpoint(run_dir)
+    engine.containers.get("dockyard-dockyard-retry-test-algo-2").kill()
+    thread.join(timeout=400)
+    assert result == [0]
+    output = (tmp_path / "dockyard-retry-test.out").read_text()
+    assert "restarting the job (retry 1 of 1)" in output
+    assert "(resumed)" in output
+    assert metrics(run_dir)[-1]["step"] == 30
+    assert json.loads((run_dir / "run.json").read_text())["attempts"] == 2
