@@ -93,7 +93,7 @@ def test_smoke_job_trains_on_two_container_nodes(engine, tmp_path):
                 "target.role_arn=arn:aws:iam::123456789012:role/r",
                 "image.push=true",
                 "image.registry=123456789012.dkr.ecr.us-east-1.amazonaws.com",
-                "target.output_uri=s3://b/jobs",
+                "target.output_uri=s3://dockyard-jobs/runs",
             ],
             '"InstanceType": "ml.p4d.24xlarge"',
         ),
