@@ -136,8 +136,9 @@ def ensure_base_image(client: docker.DockerClient, image: schema.ImageConfig, ou
         try:
             return client.images.pull(image.base).id
         except DockerException as exc:
+            reason = getattr(exc, "explanation", None) or exc
             raise BuildError(
-                "image.base", f"cannot pull '{image.base}': {exc}", "log in to its registry, or docker load it"
+                "image.base", f"cannot pull '{image.base}': {reason}", "log in to its registry, or docker load it"
             ) from None
     if image.base != LOCAL_BASE:
         raise BuildError(
