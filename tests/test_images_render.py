@@ -140,6 +140,7 @@ def test_tag_changes_with_the_code_and_not_with_ignored_files(project: Path) -> 
     assert changed != first
     (project / "code" / "pkg" / "model.py").chmod(0o755)
     assert build_context(plan, cwd=project).tag != changed, "the mode of a file is part of the image"
+    assert build_context(plan, cwd=project, base_id="sha256:1").tag != build_context(plan, cwd=project).tag
 
 
 def test_context_tar_has_normalised_entries(project: Path) -> None:

@@ -85,12 +85,12 @@ def build_image(
 
     `use_cache=False` builds every step again, even for an existing tag (a cold build, for benchmarks).
     """
-    context = build_context(plan, cwd=cwd)
+    base_id = ensure_base_image(client, plan.image, out)
+    context = build_context(plan, cwd=cwd, base_id=base_id)
     reference = image_reference(plan, context)
     existing = _find(client, reference) if use_cache else None
     if existing is not None:
         return BuiltImage(reference, existing.id, built=False)
-    ensure_base_image(client, plan.image, out)
     steps = send_build(client, context, reference, out, labels=image_labels(plan, cwd), nocache=not use_cache)
     return BuiltImage(reference, client.images.get(reference).id, built=True, steps=steps)
 
@@ -126,21 +126,32 @@ def image_labels(plan: Plan, cwd: Path) -> dict[str, str]:
     return labels
 
 
-def ensure_base_image(client: docker.DockerClient, image: schema.ImageConfig, out: IO[str]) -> None:
-    """cpu_local's base cannot be pulled here: make it with `images/make-base` when it is missing."""
-    if image.family is not schema.ImageFamily.cpu_local or _find(client, image.base) is not None:
-        return
+def ensure_base_image(client: docker.DockerClient, image: schema.ImageConfig, out: IO[str]) -> str:
+    """The base's id in the engine, after making (cpu_local) or pulling (cuda, dlc) it when it is missing."""
+    found = _find(client, image.base)
+    if found is not None:
+        return found.id
+    if image.family is not schema.ImageFamily.cpu_local:
+        print(f"base      pulling {image.base}", file=out)
+        try:
+            return client.images.pull(image.base).id
+        except DockerException as exc:
+            reason = getattr(exc, "explanation", None) or exc
+            raise BuildError(
+                "image.base", f"cannot pull '{image.base}': {reason}", "log in to its registry, or docker load it"
+            ) from None
     if image.base != LOCAL_BASE:
         raise BuildError(
             "image.base",
             f"'{image.base}' is not in the Docker engine and dockyard makes only {LOCAL_BASE}",
-            f"load it (docker load/pull), or use image.base={LOCAL_BASE}",
+            f"load it (docker load), or use image.base={LOCAL_BASE}",
         )
     print(f"base      {image.base} is missing: making it with {MAKE_BASE} (debootstrap, a minute or two)", file=out)
     result = subprocess.run([str(MAKE_BASE), image.base], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if result.returncode != 0:
         last = result.stderr.strip().splitlines()[-1:] or ["no output"]
         raise BuildError("image.base", f"{MAKE_BASE.name} failed: {last[0]}", "run it by hand to see why")
+    return client.images.get(image.base).id
 
 
 def stream_build_log(log, out: IO[str]) -> tuple[Step, ...]:

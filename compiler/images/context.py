@@ -42,11 +42,13 @@ class BuildContext:
     dockerfile: str
     files: dict[str, Path]
     """Path inside the context → the file on this machine."""
+    base_id: str = ""
+    """The engine's id of the FROM image: a base remade or re-pulled under the same name is new content."""
 
     @cached_property
     def content_hash(self) -> str:
-        """sha256 over the Dockerfile and every file's path, mode and content, in path order."""
-        digest = hashlib.sha256(b"Dockerfile\0" + self.dockerfile.encode() + b"\0")
+        """sha256 over the base's id, the Dockerfile and every file's path, mode and content, in path order."""
+        digest = hashlib.sha256(f"{self.base_id}\0Dockerfile\0{self.dockerfile}\0".encode())
         for name in sorted(self.files):
             source = self.files[name]
             digest.update(f"{name}\0{_mode(source):o}\0{_file_sha256(source)}\0".encode())
@@ -71,17 +73,17 @@ class BuildContext:
                     _add(tar, name, file, source.stat().st_size, _mode(source))
 
 
-def build_context(plan: Plan, *, cwd: Path, wheelhouse: Iterable[Path] | None = None) -> BuildContext:
+def build_context(plan: Plan, *, cwd: Path, base_id: str = "") -> BuildContext:
     """Everything a build of `plan` reads. `cwd` anchors a relative `trainer.source_dir`."""
     files = dict(_dockyard_files())
     if uses_constraints(plan.image):
         files["constraints.txt"] = CONSTRAINTS
     if plan.image.family is schema.ImageFamily.cpu_local:
-        wheel = find_torch_wheel(plan.image, wheelhouse_folders(plan.image) if wheelhouse is None else wheelhouse)
+        wheel = find_torch_wheel(plan.image, wheelhouse_folders(plan.image))
         files[f"wheelhouse/{wheel.name}"] = wheel
     if has_user_code(plan):
         files.update(user_code_files(cwd / plan.trainer.source_dir))
-    return BuildContext(render_dockerfile(plan), files)
+    return BuildContext(render_dockerfile(plan), files, base_id)
 
 
 def wheelhouse_folders(image: schema.ImageConfig) -> list[Path]:
