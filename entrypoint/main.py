@@ -156,12 +156,20 @@ def run(launch: Launch, env: dict[str, str]) -> int:
     return status
 
 
+FAILURE_PATTERNS = (
+    re.compile(r"\b(\w+(Error|Exception)|Timed out|timed out)\b.*"),
+    re.compile(r"\bSignal \d+ \(\w+\) received\b.*"),
+)
+"""What a failed rank leaves in the log, most telling first: an exception (a collective's timeout is one),
+then the signal that killed a rank (torchrun also ends the healthy ranks of a node with SIGTERM)."""
+
+
 def failure_reason(status: int, tail: list[str]) -> str:
-    """The last error line a rank printed (Python exception or torch's error), else the exit status."""
-    pattern = re.compile(r"\b(\w+(Error|Exception)|Timed out|timed out|Signal \d+ \(\w+\) received)\b.*")
-    for line in reversed(tail):
-        if "ChildFailedError" not in line and (match := pattern.search(line)):
-            return match[0].strip()
+    """The last line of the log matching the first pattern that matches at all, else the exit status."""
+    for pattern in FAILURE_PATTERNS:
+        for line in reversed(tail):
+            if "ChildFailedError" not in line and (match := pattern.search(line)):
+                return match[0].strip()
     return f"torchrun exited with status {status}"
 
 
@@ -187,19 +195,20 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
-    environ = dict(os.environ)
-    plan_path = args.plan or Path(environ.get("DOCKYARD_PLAN", str(DEFAULT_PLAN)))
-    timeout = args.timeout or float(environ.get("DOCKYARD_TIMEOUT", DEFAULT_TIMEOUT_S))
+    plan_path = args.plan or Path(os.environ.get("DOCKYARD_PLAN", str(DEFAULT_PLAN)))
+    if not plan_path.is_file():
+        _exit(f"no plan at {plan_path}; pass --plan PATH or set DOCKYARD_PLAN")
     try:
         plan = Plan.from_json(plan_path.read_text())
+        # the plan's target.environment counts as the user's, also where the target did not pass it in
+        environ = {**plan.target.environment, **os.environ}
         launch = prepare(plan, plan_path, environ, detect(args.device_root), args.sagemaker_root, smddp_available())
-    except FileNotFoundError:
-        _exit(f"no plan at {plan_path}; pass --plan PATH or set DOCKYARD_PLAN")
     except (ConfigError, ClusterError, BackendError) as error:
         _exit(str(error))
     if args.explain:
         print(explain(launch), end="")
         return
+    timeout = args.timeout or float(environ.get("DOCKYARD_TIMEOUT", DEFAULT_TIMEOUT_S))
     for warning in launch.backend.warnings:
         print(f"dockyard-entrypoint: warning: {warning}", file=sys.stderr)
     try:

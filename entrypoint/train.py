@@ -2,7 +2,8 @@
 
 It reads top to bottom: process group, model, strategy, data, resume, the derived numbers, the loop,
 the final model. The entrypoint sets DOCKYARD_BACKEND, DOCKYARD_ROOT and DOCKYARD_TIMEOUT; torchrun sets
-RANK, LOCAL_RANK and WORLD_SIZE.
+RANK, LOCAL_RANK and WORLD_SIZE. DOCKYARD_STOP_AT_STEP=N ends the run cleanly after step N (a long job
+split into parts; the next part resumes from the checkpoint at N when N is a checkpoint step).
 """
 
 import argparse
