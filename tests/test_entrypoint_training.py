@@ -6,7 +6,9 @@ uninterrupted run ends.
 """
 
 import pytest
+import torch
 
+from entrypoint.data import SyntheticTokens
 from tests.entrypoint_support import losses, metrics, tiny_plan, train
 
 EQUIVALENCE_TOLERANCE = 1e-4
@@ -104,3 +106,14 @@ def test_resume_equals_uninterrupted(tmp_path, reference_runs, strategy):
     assert max(resumed) == max(uninterrupted) == 6
     for step in (4, 5, 6):
         assert resumed[step] == pytest.approx(uninterrupted[step], abs=RESUME_TOLERANCE), step
+
+
+def test_local_token_files(tmp_path):
+    """data=local: memory-mapped uint16 files (learnable walks, as the synthetic source makes them)."""
+    folder = tmp_path / "tokens"
+    folder.mkdir()
+    walks = SyntheticTokens(vocab=2048, seq_len=4095, seed=7)(torch.arange(4))
+    for index, walk in enumerate(walks):
+        walk.to(torch.int32).numpy().astype("uint16").tofile(folder / f"shard-{index}.bin")
+    plan = tiny_plan("data=local", f"data.path={folder}")
+    assert_loss_falls(train(plan, tmp_path / "root"))
