@@ -9,6 +9,7 @@ split into parts; the next part resumes from the checkpoint at N when N is a che
 import argparse
 import json
 import os
+import signal
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -114,7 +115,45 @@ def global_mean(value: torch.Tensor) -> float:
     return total.item() / dist.get_world_size()
 
 
+class JobStoppedError(RuntimeError):
+    """SIGTERM ended the run after a checkpoint; the next run (a restarted spot job) resumes from it."""
+
+
+class StopSignal:
+    """SIGTERM (a managed-spot interruption, a stopped job) asks for a checkpoint at the end of the current
+    step. torchrun passes the signal on to every worker and kills them 30 s later."""
+
+    def __init__(self) -> None:
+        self.received = False
+        signal.signal(signal.SIGTERM, self._receive)
+
+    def _receive(self, number: int, frame: object) -> None:
+        self.received = True
+
+    def agreed(self, device: torch.device) -> bool:
+        """True on every rank as soon as any rank got the signal: one scalar all-reduce per step."""
+        flag = torch.tensor(float(self.received), device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+
+def step_record(
+    plan: Plan, device: torch.device, step: int, loss: float, lr: float, norm: float, tokens_per_s: float
+) -> dict:
+    efficiency = mfu(plan, tokens_per_s)
+    return {
+        "step": step,
+        "loss": round(loss, 6),
+        "lr": lr,
+        "grad_norm": round(norm, 6),
+        "tokens_per_s": round(tokens_per_s, 1),
+        "mfu": None if efficiency is None else round(efficiency, 4),
+        "memory_gib": round(memory_gib(device), 3),
+    }
+
+
 def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> None:
+    stop = StopSignal()
     device = init_distributed(plan, timeout_s)
     rank, leader = dist.get_rank(), int(os.environ.get("LOCAL_RANK", "0")) == 0
     engine = make_engine(plan, device)
@@ -141,24 +180,15 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         if done_steps % trainer.log_interval == 0 or done_steps in (start + 1, trainer.steps):
             mean_loss = global_mean(loss / accum)
             now = time.perf_counter()
-            tokens_per_s = plan.batch.tokens_per_step * (done_steps - last_step) / (now - last_time)
-            last_time, last_step = now, done_steps
             if log:
-                efficiency = mfu(plan, tokens_per_s)
-                log.write(
-                    {
-                        "step": done_steps,
-                        "loss": round(mean_loss, 6),
-                        "lr": lr,
-                        "grad_norm": round(norm, 6),
-                        "tokens_per_s": round(tokens_per_s, 1),
-                        "mfu": None if efficiency is None else round(efficiency, 4),
-                        "memory_gib": round(memory_gib(device), 3),
-                    }
-                )
-        interval = trainer.checkpoint_interval
-        if interval and done_steps % interval == 0 and done_steps < trainer.steps:
+                tokens_per_s = plan.batch.tokens_per_step * (done_steps - last_step) / (now - last_time)
+                log.write(step_record(plan, device, done_steps, mean_loss, lr, norm, tokens_per_s))
+            last_time, last_step = now, done_steps
+        interval, stopped = trainer.checkpoint_interval, stop.agreed(device)
+        if done_steps < trainer.steps and (stopped or (interval and done_steps % interval == 0)):
             checkpoint.save(engine, paths.checkpoints, done_steps, leader, {"plan": plan.content_hash})
+        if stopped:
+            raise JobStoppedError(f"stopped by SIGTERM after step {done_steps}; its checkpoint is saved")
         if stop_at is not None and done_steps >= stop_at:
             break
     else:
