@@ -26,7 +26,8 @@ total = torch.ones(())
 dist.all_reduce(total)
 if "--fail" in sys.argv:
     raise ValueError("the user's script gave up")
-print("SCRIPT", json.dumps({"argv": sys.argv[1:], "rank": dist.get_rank(), "sum": total.item()}), flush=True)
+report = json.dumps({"argv": sys.argv[1:], "rank": dist.get_rank(), "sum": total.item()})
+sys.stdout.write(f"SCRIPT {report}\\n")  # one write: the ranks share the log (unbuffered)
 dist.destroy_process_group()
 """
 
