@@ -57,15 +57,15 @@ def builds_on_meta(plan: Plan) -> bool:
 
 def make_engine(plan: Plan, device: torch.device):
     torch.manual_seed(plan.trainer.seed)
+    if plan.parallelism.strategy.is_deepspeed:
+        from entrypoint.zero import DeepSpeedEngine
+
+        return DeepSpeedEngine(plan, device)  # builds the model itself: ZeRO-3 partitions it while building
     if builds_on_meta(plan):
         with torch.device("meta"):
             model = Decoder(plan.model)
     else:
         model = Decoder(plan.model).to(device)
-    if plan.parallelism.strategy.is_deepspeed:
-        from entrypoint.zero import DeepSpeedEngine
-
-        return DeepSpeedEngine(plan, model, device)
     from entrypoint.parallel import TorchEngine
 
     return TorchEngine(plan, model, device)

@@ -1,7 +1,7 @@
 """The built-in trainer in real torchrun processes, started through the entrypoint, on CPU with gloo.
 
-Every strategy trains the tiny model a few steps and the loss falls; DDP, FSDP and ZeRO-2 give the same
-losses (same seed, same global batch); a run stopped after a checkpoint and restarted ends where an
+Every strategy trains the tiny model a few steps and the loss falls; DDP, FSDP and ZeRO-1/2/3 give the
+same losses (same seed, same global batch); a run stopped after a checkpoint and restarted ends where an
 uninterrupted run ends.
 """
 
@@ -11,12 +11,15 @@ import torch
 from entrypoint.data import SyntheticTokens
 from tests.entrypoint_support import losses, metrics, tiny_plan, train
 
-EQUIVALENCE_TOLERANCE = 1e-4
-"""fp32 on CPU: the strategies differ only in the order of the reductions (observed differences ~1e-6)."""
+EQUIVALENCE_TOLERANCE = 5e-4
+"""fp32 on CPU, first 6 steps: the strategies differ only in how gradients are reduced. Observed: FSDP and
+ZeRO-1/2 within 1e-6 of DDP; ZeRO-3 (its own reduce-scatter order) drifts to ~1.2e-4 by step 6; FSDP + TP vs
+hybrid FSDP within 1e-4. A real error (a missed gradient average, wrong data) is off by 1e-2 or more."""
 RESUME_TOLERANCE = 1e-6
 """A resumed run restores the exact weights, optimizer state and data position: the losses are equal."""
 
 
+REFERENCE = ("ddp", "fsdp", "zero1", "zero2", "zero3")
 LLAMA_STYLE = (
     "model.position=rope",
     "model.activation=swiglu",
@@ -29,9 +32,9 @@ LLAMA_STYLE = (
 
 @pytest.fixture(scope="module")
 def reference_runs(tmp_path_factory):
-    """DDP, FSDP and ZeRO-2, two processes each, 6 steps, checkpoints every 3."""
+    """DDP, FSDP and ZeRO-1/2/3, two processes each, 6 steps, checkpoints every 3."""
     runs = {}
-    for strategy in ("ddp", "fsdp", "zero2"):
+    for strategy in REFERENCE:
         root = tmp_path_factory.mktemp(strategy)
         runs[strategy] = (root, train(tiny_plan(f"parallelism={strategy}"), root))
     return runs
@@ -43,7 +46,7 @@ def assert_loss_falls(records: list[dict]) -> None:
     assert last < first - 0.1, by_step
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "zero2"])
+@pytest.mark.parametrize("strategy", REFERENCE)
 def test_reference_strategies_train(reference_runs, strategy):
     root, records = reference_runs[strategy]
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
@@ -53,9 +56,9 @@ def test_reference_strategies_train(reference_runs, strategy):
     assert checkpoints == ["step-00000003"]  # every 3 steps, not at the end (the final model is in model/)
 
 
-def test_ddp_fsdp_zero2_give_the_same_losses(reference_runs):
+def test_ddp_fsdp_and_zero_give_the_same_losses(reference_runs):
     ddp = losses(reference_runs["ddp"][1])
-    for strategy in ("fsdp", "zero2"):
+    for strategy in REFERENCE[1:]:
         other = losses(reference_runs[strategy][1])
         assert other.keys() == ddp.keys()
         for step, loss in ddp.items():
@@ -65,12 +68,10 @@ def test_ddp_fsdp_zero2_give_the_same_losses(reference_runs):
 @pytest.mark.parametrize(
     "overrides",
     [
-        ("parallelism=zero1",),
-        ("parallelism=zero3",),
         ("parallelism=fsdp", "parallelism.activation_checkpointing=full", *LLAMA_STYLE),
         ("parallelism=ddp", "parallelism.activation_checkpointing=selective", "parallelism.grad_accum=2"),
     ],
-    ids=["zero1", "zero3", "fsdp-llama-full-checkpointing", "ddp-selective-accum"],
+    ids=["fsdp-llama-full-checkpointing", "ddp-selective-accum"],
 )
 def test_strategy_trains(tmp_path, overrides):
     assert_loss_falls(train(tiny_plan(*overrides), tmp_path))
