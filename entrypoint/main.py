@@ -53,6 +53,7 @@ def prepare(
     detected: Detected,
     sagemaker_root: Path,
     smddp: bool,
+    timeout: float = DEFAULT_TIMEOUT_S,
 ) -> Launch:
     """Everything the node will do, decided without side effects (the explain table prints this)."""
     node = discover(environ, sagemaker_root)
@@ -63,8 +64,21 @@ def prepare(
     root = sagemaker_root if node.source == "sagemaker" else Path(environ.get("DOCKYARD_ROOT", str(SAGEMAKER_ROOT)))
     backend = choose_backend(plan, detected.gpus, smddp)
     rows = comm_env(node, detected, backend.name, environ, debug=environ.get("DOCKYARD_DEBUG") == "1")
+    rows += trainer_env(backend.name, root, timeout, environ)
     command = torchrun_command(plan, node, plan_path, environ)
     return Launch(plan, node, Paths(root), detected, backend, tuple(rows), command)
+
+
+def trainer_env(backend: str, root: Path, timeout: float, environ: Mapping[str, str]) -> list[EnvRow]:
+    """What the trainer reads from the entrypoint (`entrypoint.train`), and unbuffered logs."""
+    rows = [
+        EnvRow("DOCKYARD_BACKEND", backend, "the process-group backend chosen above", True),
+        EnvRow("DOCKYARD_ROOT", str(root), "data, model, checkpoints, metrics and failure live under it", True),
+        EnvRow("DOCKYARD_TIMEOUT", str(int(timeout)), "seconds any collective may wait before the job fails", True),
+    ]
+    if "PYTHONUNBUFFERED" not in environ:
+        rows.append(EnvRow("PYTHONUNBUFFERED", "1", "every rank's log lines appear as they are written", True))
+    return rows
 
 
 def torchrun_command(plan: Plan, node: Node, plan_path: Path, environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -108,7 +122,6 @@ def _text(value: object) -> str:
 
 def explain(launch: Launch) -> str:
     plan, node = launch.plan, launch.node
-    width = max((len(f"{row.name}={row.value}") for row in launch.env), default=0)
     lines = [
         f"plan        {plan.name}: {plan.parallelism.strategy.value}, {plan.layout.world_size} processes "
         f"({plan.layout.nodes} × {plan.layout.processes_per_node}) on {plan.instance.name}",
@@ -121,22 +134,14 @@ def explain(launch: Launch) -> str:
         f"paths       model {launch.paths.model}, checkpoints {launch.paths.checkpoints}, "
         f"failure {launch.paths.failure}",
         f"command     {' '.join(launch.command)}",
-        "environment" + ("" if launch.env else "  (nothing to set)"),
-        *(f"  {f'{row.name}={row.value}':<{width}}  # {row.reason}" for row in launch.env),
+        "environment",
+        *(f"  {row.name}={row.value}  # {row.reason}" for row in launch.env),
     ]
     return "\n".join(lines) + "\n"
 
 
-def child_environment(launch: Launch, environ: Mapping[str, str], timeout: float) -> dict[str, str]:
-    env = dict(environ)
-    env.update({row.name: row.value for row in launch.env if row.set_here})
-    env.update(
-        DOCKYARD_BACKEND=launch.backend.name,
-        DOCKYARD_ROOT=str(launch.paths.root),
-        DOCKYARD_TIMEOUT=str(int(timeout)),
-        PYTHONUNBUFFERED="1",
-    )
-    return env
+def child_environment(launch: Launch, environ: Mapping[str, str]) -> dict[str, str]:
+    return {**environ, **{row.name: row.value for row in launch.env if row.set_here}}
 
 
 def run(launch: Launch, env: dict[str, str]) -> int:
@@ -156,12 +161,20 @@ def run(launch: Launch, env: dict[str, str]) -> int:
     return status
 
 
+FAILURE_PATTERNS = (
+    re.compile(r"\b(\w+(Error|Exception)|Timed out|timed out)\b.*"),
+    re.compile(r"\bSignal \d+ \(\w+\) received\b.*"),
+)
+"""What a failed rank leaves in the log, most telling first: an exception (a collective's timeout is one),
+then the signal that killed a rank (torchrun also ends the healthy ranks of a node with SIGTERM)."""
+
+
 def failure_reason(status: int, tail: list[str]) -> str:
-    """The last error line a rank printed (Python exception or torch's error), else the exit status."""
-    pattern = re.compile(r"\b(\w+(Error|Exception)|Timed out|timed out|Signal \d+ \(\w+\) received)\b.*")
-    for line in reversed(tail):
-        if "ChildFailedError" not in line and (match := pattern.search(line)):
-            return match[0].strip()
+    """The last line of the log matching the first pattern that matches at all, else the exit status."""
+    for pattern in FAILURE_PATTERNS:
+        for line in reversed(tail):
+            if "ChildFailedError" not in line and (match := pattern.search(line)):
+                return match[0].strip()
     return f"torchrun exited with status {status}"
 
 
@@ -187,14 +200,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
-    environ = dict(os.environ)
-    plan_path = args.plan or Path(environ.get("DOCKYARD_PLAN", str(DEFAULT_PLAN)))
-    timeout = args.timeout or float(environ.get("DOCKYARD_TIMEOUT", DEFAULT_TIMEOUT_S))
+    plan_path = args.plan or Path(os.environ.get("DOCKYARD_PLAN", str(DEFAULT_PLAN)))
+    if not plan_path.is_file():
+        _exit(f"no plan at {plan_path}; pass --plan PATH or set DOCKYARD_PLAN")
     try:
         plan = Plan.from_json(plan_path.read_text())
-        launch = prepare(plan, plan_path, environ, detect(args.device_root), args.sagemaker_root, smddp_available())
-    except FileNotFoundError:
-        _exit(f"no plan at {plan_path}; pass --plan PATH or set DOCKYARD_PLAN")
+        # the plan's target.environment counts as the user's, also where the target did not pass it in
+        environ = {**plan.target.environment, **os.environ}
+        timeout = args.timeout or float(environ.get("DOCKYARD_TIMEOUT", DEFAULT_TIMEOUT_S))
+        detected = detect(args.device_root)
+        launch = prepare(plan, plan_path, environ, detected, args.sagemaker_root, smddp_available(), timeout)
     except (ConfigError, ClusterError, BackendError) as error:
         _exit(str(error))
     if args.explain:
@@ -208,7 +223,7 @@ def main(argv: list[str] | None = None) -> None:
         write_failure(launch, str(error), "before training started", [])
         sys.exit(TRAINING_FAILED)
     print(explain(launch), end="", flush=True)
-    status = run(launch, child_environment(launch, environ, timeout))
+    status = run(launch, child_environment(launch, environ))
     sys.exit(TRAINING_FAILED if status else 0)
 
 

@@ -136,13 +136,17 @@ class Decoder(nn.Module):
             cos, sin = rope_tables(self.config.hidden // self.config.heads, self.config.context, self.config.rope_theta)
             self.rope_cos.copy_(cos)
             self.rope_sin.copy_(sin)
-        residual_std = 0.02 / math.sqrt(2 * self.config.layers)
         for name, param in self.named_parameters():
-            if param.dim() == 1:
-                nn.init.ones_(param) if name.endswith("norm.weight") else nn.init.zeros_(param)
-            else:
-                std = residual_std if name.endswith(("o.weight", "down.weight")) else 0.02
-                nn.init.normal_(param, mean=0.0, std=std)
+            self.init_parameter(name, param)
+
+    @torch.no_grad()
+    def init_parameter(self, name: str, param: torch.Tensor) -> None:
+        """One parameter's initialisation (ZeRO-3 calls it per parameter while the parameter is gathered)."""
+        if param.dim() == 1:
+            nn.init.ones_(param) if name.endswith("norm.weight") else nn.init.zeros_(param)
+        else:
+            residual = name.endswith(("o.weight", "down.weight"))
+            nn.init.normal_(param, mean=0.0, std=0.02 / math.sqrt(2 * self.config.layers) if residual else 0.02)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits (batch, seq, vocab) for tokens (batch, seq)."""

@@ -46,7 +46,8 @@ def grad_norm(params: list[nn.Parameter]) -> float:
     Plain tensors (DDP) are identical on every rank and stay local.
     """
     world = dist.get_world_size() if dist.is_initialized() else 1
-    sharded, plain = torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)
+    sharded: list[torch.Tensor] = []
+    plain: list[torch.Tensor] = []
     for param in params:
         grad = param.grad
         if grad is None:
@@ -56,15 +57,16 @@ def grad_norm(params: list[nn.Parameter]) -> float:
             for size, placement in zip(grad.device_mesh.shape, grad.placements, strict=True):
                 if placement.is_replicate():
                     copies *= size
-            sharded += grad.to_local().detach().double().pow(2).sum().cpu() / copies
+            sharded.append(grad.to_local().detach().float().pow(2).sum() / copies)
         else:
-            plain += grad.detach().double().pow(2).sum().cpu()
-    if world > 1 and any(isinstance(p.grad, DTensor) for p in params):
-        device = next(p.grad.to_local().device for p in params if isinstance(p.grad, DTensor))
-        total = sharded.to(device)
-        dist.all_reduce(total)
-        sharded = total.cpu()
-    return math.sqrt(float(sharded + plain))
+            plain.append(grad.detach().float().pow(2).sum())
+    total = torch.stack(plain).sum() if plain else None
+    if sharded:  # every rank has DTensor gradients or none: the same strategy runs everywhere
+        across = torch.stack(sharded).sum()
+        if world > 1:
+            dist.all_reduce(across)
+        total = across if total is None else total + across
+    return 0.0 if total is None else math.sqrt(total.item())
 
 
 def clip_gradients(params: list[nn.Parameter], max_norm: float) -> float:

@@ -19,12 +19,12 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.nn.parallel import DistributedDataParallel
 
 from compiler.plan import Plan
-from compiler.schema import Precision, Strategy
+from compiler.schema import Offload, Precision, Strategy
 from entrypoint.model import Decoder, loss_fn
 from entrypoint.optim import adamw, clip_gradients, set_lr
 
@@ -74,10 +74,15 @@ class TorchEngine:
             if plan.layout.tp > 1:
                 tensor_parallel(model, mesh["tp"])
             dp_mesh = mesh["rep", "dp"] if par.strategy is Strategy.fsdp_hybrid else mesh["dp"]
-            policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+            options = {
+                "mesh": dp_mesh,
+                "mp_policy": MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32),
+            }
+            if par.offload is not Offload.none:  # FSDP2 offloads parameters, gradients and the update together
+                options["offload_policy"] = CPUOffloadPolicy()
             for block in model.blocks:
-                fully_shard(block, mesh=dp_mesh, mp_policy=policy)
-            self.model = fully_shard(model, mesh=dp_mesh, mp_policy=policy)
+                fully_shard(block, **options)
+            self.model = fully_shard(model, **options)
             self.autocast_dtype = None  # FSDP casts parameters itself
             if any(p.is_meta for p in model.parameters()):
                 model.to_empty(device=device)

@@ -2,12 +2,14 @@
 
 It reads top to bottom: process group, model, strategy, data, resume, the derived numbers, the loop,
 the final model. The entrypoint sets DOCKYARD_BACKEND, DOCKYARD_ROOT and DOCKYARD_TIMEOUT; torchrun sets
-RANK, LOCAL_RANK and WORLD_SIZE.
+RANK, LOCAL_RANK and WORLD_SIZE. DOCKYARD_STOP_AT_STEP=N ends the run cleanly after step N (a long job
+split into parts; the next part resumes from the checkpoint at N when N is a checkpoint step).
 """
 
 import argparse
 import json
 import os
+import signal
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -21,11 +23,10 @@ from compiler.schema import DataSource, Strategy
 from entrypoint import checkpoint
 from entrypoint.cluster import Paths
 from entrypoint.data import Batches, data_folder, download_s3, make_source
+from entrypoint.main import DEFAULT_TIMEOUT_S
 from entrypoint.metrics import MetricsLog, flops_per_token, memory_gib, mfu
 from entrypoint.model import Decoder
 from entrypoint.optim import lr_at
-
-DEFAULT_TIMEOUT_S = 600
 
 
 def init_distributed(plan: Plan, timeout_s: float) -> torch.device:
@@ -55,15 +56,15 @@ def builds_on_meta(plan: Plan) -> bool:
 
 def make_engine(plan: Plan, device: torch.device):
     torch.manual_seed(plan.trainer.seed)
+    if plan.parallelism.strategy.is_deepspeed:
+        from entrypoint.zero import DeepSpeedEngine
+
+        return DeepSpeedEngine(plan, device)  # builds the model itself: ZeRO-3 partitions it while building
     if builds_on_meta(plan):
         with torch.device("meta"):
             model = Decoder(plan.model)
     else:
         model = Decoder(plan.model).to(device)
-    if plan.parallelism.strategy.is_deepspeed:
-        from entrypoint.zero import DeepSpeedEngine
-
-        return DeepSpeedEngine(plan, model, device)
     from entrypoint.parallel import TorchEngine
 
     return TorchEngine(plan, model, device)
@@ -113,7 +114,45 @@ def global_mean(value: torch.Tensor) -> float:
     return total.item() / dist.get_world_size()
 
 
+class JobStoppedError(RuntimeError):
+    """SIGTERM ended the run after a checkpoint; the next run (a restarted spot job) resumes from it."""
+
+
+class StopSignal:
+    """SIGTERM (a managed-spot interruption, a stopped job) asks for a checkpoint at the end of the current
+    step. torchrun passes the signal on to every worker and kills them 30 s later."""
+
+    def __init__(self) -> None:
+        self.received = False
+        signal.signal(signal.SIGTERM, self._receive)
+
+    def _receive(self, number: int, frame: object) -> None:
+        self.received = True
+
+    def agreed(self, device: torch.device) -> bool:
+        """True on every rank as soon as any rank got the signal: one scalar all-reduce per step."""
+        flag = torch.tensor(float(self.received), device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+
+def step_record(
+    plan: Plan, device: torch.device, step: int, loss: float, lr: float, norm: float, tokens_per_s: float
+) -> dict:
+    efficiency = mfu(plan, tokens_per_s)
+    return {
+        "step": step,
+        "loss": round(loss, 6),
+        "lr": lr,
+        "grad_norm": round(norm, 6),
+        "tokens_per_s": round(tokens_per_s, 1),
+        "mfu": None if efficiency is None else round(efficiency, 4),
+        "memory_gib": round(memory_gib(device), 3),
+    }
+
+
 def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> None:
+    stop = StopSignal()
     device = init_distributed(plan, timeout_s)
     rank, leader = dist.get_rank(), int(os.environ.get("LOCAL_RANK", "0")) == 0
     engine = make_engine(plan, device)
@@ -140,24 +179,15 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         if done_steps % trainer.log_interval == 0 or done_steps in (start + 1, trainer.steps):
             mean_loss = global_mean(loss / accum)
             now = time.perf_counter()
-            tokens_per_s = plan.batch.tokens_per_step * (done_steps - last_step) / (now - last_time)
-            last_time, last_step = now, done_steps
             if log:
-                efficiency = mfu(plan, tokens_per_s)
-                log.write(
-                    {
-                        "step": done_steps,
-                        "loss": round(mean_loss, 6),
-                        "lr": lr,
-                        "grad_norm": round(norm, 6),
-                        "tokens_per_s": round(tokens_per_s, 1),
-                        "mfu": None if efficiency is None else round(efficiency, 4),
-                        "memory_gib": round(memory_gib(device), 3),
-                    }
-                )
-        interval = trainer.checkpoint_interval
-        if interval and done_steps % interval == 0 and done_steps < trainer.steps:
+                tokens_per_s = plan.batch.tokens_per_step * (done_steps - last_step) / (now - last_time)
+                log.write(step_record(plan, device, done_steps, mean_loss, lr, norm, tokens_per_s))
+            last_time, last_step = now, done_steps
+        interval, stopped = trainer.checkpoint_interval, stop.agreed(device)
+        if done_steps < trainer.steps and (stopped or (interval and done_steps % interval == 0)):
             checkpoint.save(engine, paths.checkpoints, done_steps, leader, {"plan": plan.content_hash})
+        if stopped:
+            raise JobStoppedError(f"stopped by SIGTERM after step {done_steps}; its checkpoint is saved")
         if stop_at is not None and done_steps >= stop_at:
             break
     else:

@@ -45,17 +45,37 @@ def deepspeed_config(plan: Plan) -> dict[str, Any]:
     }
 
 
+def build_partitioned(plan: Plan, config: dict[str, Any]) -> Decoder:
+    """ZeRO-3 builds the model already partitioned (no rank ever holds all of it), then initialises it one
+    gathered parameter at a time on rank 0, drawing the same random numbers as a whole-model build."""
+    import deepspeed
+
+    with deepspeed.zero.Init(config_dict_or_path=config):
+        model = Decoder(plan.model)
+    for name, param in model.named_parameters():
+        with deepspeed.zero.GatheredParameters([param], modifier_rank=0):
+            if dist.get_rank() == 0:
+                model.init_parameter(name, param)
+    return model
+
+
 class DeepSpeedEngine:
-    def __init__(self, plan: Plan, model: Decoder, device: torch.device) -> None:
+    def __init__(self, plan: Plan, device: torch.device) -> None:
         import deepspeed
 
         self.plan, self.device = plan, device
+        deepspeed.init_distributed(dist_backend=dist.get_backend())  # adopts the process group train.py made
+        config = deepspeed_config(plan)
+        if plan.parallelism.strategy is Strategy.zero3:
+            model = build_partitioned(plan, config)
+        else:
+            model = Decoder(plan.model).to(device)
         model.set_checkpointing(plan.parallelism.activation_checkpointing)
         if plan.trainer.compile:
             for block in model.blocks:
                 block.compile()
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
-            model=model, optimizer=adamw(model, plan.trainer), config=deepspeed_config(plan)
+            model=model, optimizer=adamw(model, plan.trainer), config=config
         )
         self.model = self.engine
 

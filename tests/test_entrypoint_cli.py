@@ -4,7 +4,17 @@ import json
 import subprocess
 import sys
 
-from tests.entrypoint_support import REPO, entrypoint_env, start_entrypoint, tiny_plan, write_plan
+from entrypoint.cluster import from_sagemaker
+from entrypoint.main import torchrun_command
+from tests.entrypoint_support import (
+    REPO,
+    device_tree,
+    entrypoint_env,
+    sagemaker_tree,
+    start_entrypoint,
+    tiny_plan,
+    write_plan,
+)
 
 USER_SCRIPT = """
 import json, os, sys
@@ -16,7 +26,8 @@ total = torch.ones(())
 dist.all_reduce(total)
 if "--fail" in sys.argv:
     raise ValueError("the user's script gave up")
-print("SCRIPT", json.dumps({"argv": sys.argv[1:], "rank": dist.get_rank(), "sum": total.item()}), flush=True)
+report = json.dumps({"argv": sys.argv[1:], "rank": dist.get_rank(), "sum": total.item()})
+sys.stdout.write(f"SCRIPT {report}\\n")  # one write: the ranks share the log (unbuffered)
 dist.destroy_process_group()
 """
 
@@ -84,3 +95,22 @@ def test_user_script_failure_is_reported(tmp_path):
     assert process.returncode == 1
     reason = (tmp_path / "root/output/failure").read_text().splitlines()[0]
     assert reason == "ValueError: the user's script gave up"
+
+
+def test_explain_counts_the_plans_environment_as_the_users(tmp_path):
+    plan = tiny_plan("hardware.nodes=2", "+target.environment.GLOO_SOCKET_IFNAME=ens5")
+    path = write_plan(plan, tmp_path)
+    env = entrypoint_env(tmp_path, DOCKYARD_HOSTS="a,b", DOCKYARD_NODE_RANK="0")
+    devices = device_tree(tmp_path / "devices", "cpu", None)  # eth0, no GPU, no EFA
+    result = entrypoint("--explain", f"--plan={path}", f"--device-root={devices}", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "GLOO_SOCKET_IFNAME=ens5" in result.stdout and "set by the user" in result.stdout
+
+
+def test_script_arguments_merge_sagemaker_hyperparameters(tmp_path):
+    node = from_sagemaker(sagemaker_tree(tmp_path, ["algo-1"], "algo-1"), {})  # epochs=3, sagemaker_region
+    plan = tiny_plan(
+        "trainer=script", "trainer.source_dir=src", "trainer.script=run.py", "+trainer.hyperparameters.epochs=1"
+    )
+    command = torchrun_command(plan, node, tmp_path / "plan.json", {"DOCKYARD_CODE_DIR": "/code"})
+    assert command[-3:] == ("/code/run.py", "--epochs", "3")

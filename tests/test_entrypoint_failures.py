@@ -11,7 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.entrypoint_support import entrypoint_env, free_port, metrics, start_entrypoint, tiny_plan, write_plan
+from entrypoint import checkpoint
+from tests.entrypoint_support import entrypoint_env, free_port, metrics, start_entrypoint, tiny_plan, train, write_plan
 
 TIMEOUT_S = 15
 """DOCKYARD_TIMEOUT for these jobs: what a collective may wait before it fails."""
@@ -83,3 +84,20 @@ def test_a_lost_rank_ends_the_other_node_with_an_error(tmp_path, fault):
     if fault == "hung":
         assert f"Timed out waiting {TIMEOUT_S * 1000}ms" in reason
     assert "training failed" in output
+
+
+def test_sigterm_saves_a_checkpoint_that_the_next_run_resumes(tmp_path):
+    """A stopped job (SageMaker's managed-spot interruption sends SIGTERM) checkpoints the step it is in."""
+    plan = tiny_plan("trainer.steps=100000", "trainer.checkpoint_interval=0")
+    process = start_entrypoint(write_plan(plan, tmp_path), entrypoint_env(tmp_path))
+    try:
+        wait_until_training(tmp_path, [process])
+        process.send_signal(signal.SIGTERM)
+        status, output, seconds = finish(process, limit=60)
+    finally:
+        stop_everything([process])
+    assert status != 0 and seconds < 35, output[-3000:]
+    assert "JobStoppedError: stopped by SIGTERM" in output
+    ((step, _),) = checkpoint.complete(tmp_path / "checkpoints")
+    train(plan, tmp_path, DOCKYARD_STOP_AT_STEP=str(step + 2))
+    assert [record["step"] for record in metrics(tmp_path)][-2:] == [step + 1, step + 2]

@@ -1,20 +1,25 @@
 """The built-in trainer in real torchrun processes, started through the entrypoint, on CPU with gloo.
 
-Every strategy trains the tiny model a few steps and the loss falls; DDP, FSDP and ZeRO-2 give the same
-losses (same seed, same global batch); a run stopped after a checkpoint and restarted ends where an
+Every strategy trains the tiny model a few steps and the loss falls; DDP, FSDP and ZeRO-1/2/3 give the
+same losses (same seed, same global batch); a run stopped after a checkpoint and restarted ends where an
 uninterrupted run ends.
 """
 
 import pytest
+import torch
 
+from entrypoint.data import SyntheticTokens
 from tests.entrypoint_support import losses, metrics, tiny_plan, train
 
-EQUIVALENCE_TOLERANCE = 1e-4
-"""fp32 on CPU: the strategies differ only in the order of the reductions (observed differences ~1e-6)."""
+EQUIVALENCE_TOLERANCE = 5e-4
+"""fp32 on CPU, first 6 steps: the strategies differ only in how gradients are reduced. Observed: FSDP and
+ZeRO-1/2 within 1e-6 of DDP; ZeRO-3 (its own reduce-scatter order) drifts to ~1.2e-4 by step 6; FSDP + TP vs
+hybrid FSDP within 1e-4. A real error (a missed gradient average, wrong data) is off by 1e-2 or more."""
 RESUME_TOLERANCE = 1e-6
 """A resumed run restores the exact weights, optimizer state and data position: the losses are equal."""
 
 
+REFERENCE = ("ddp", "fsdp", "zero1", "zero2", "zero3")
 LLAMA_STYLE = (
     "model.position=rope",
     "model.activation=swiglu",
@@ -27,9 +32,9 @@ LLAMA_STYLE = (
 
 @pytest.fixture(scope="module")
 def reference_runs(tmp_path_factory):
-    """DDP, FSDP and ZeRO-2, two processes each, 6 steps, checkpoints every 3."""
+    """DDP, FSDP and ZeRO-1/2/3, two processes each, 6 steps, checkpoints every 3."""
     runs = {}
-    for strategy in ("ddp", "fsdp", "zero2"):
+    for strategy in REFERENCE:
         root = tmp_path_factory.mktemp(strategy)
         runs[strategy] = (root, train(tiny_plan(f"parallelism={strategy}"), root))
     return runs
@@ -41,7 +46,7 @@ def assert_loss_falls(records: list[dict]) -> None:
     assert last < first - 0.1, by_step
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "zero2"])
+@pytest.mark.parametrize("strategy", REFERENCE)
 def test_reference_strategies_train(reference_runs, strategy):
     root, records = reference_runs[strategy]
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
@@ -51,9 +56,9 @@ def test_reference_strategies_train(reference_runs, strategy):
     assert checkpoints == ["step-00000003"]  # every 3 steps, not at the end (the final model is in model/)
 
 
-def test_ddp_fsdp_zero2_give_the_same_losses(reference_runs):
+def test_ddp_fsdp_and_zero_give_the_same_losses(reference_runs):
     ddp = losses(reference_runs["ddp"][1])
-    for strategy in ("fsdp", "zero2"):
+    for strategy in REFERENCE[1:]:
         other = losses(reference_runs[strategy][1])
         assert other.keys() == ddp.keys()
         for step, loss in ddp.items():
@@ -63,17 +68,31 @@ def test_ddp_fsdp_zero2_give_the_same_losses(reference_runs):
 @pytest.mark.parametrize(
     "overrides",
     [
-        ("parallelism=zero1",),
-        ("parallelism=zero3",),
-        ("parallelism=fsdp-hybrid", "hardware.processes_per_node=4", "parallelism.shard_group_size=2"),
-        ("parallelism=fsdp", "hardware.processes_per_node=4", "parallelism.tp=2"),
         ("parallelism=fsdp", "parallelism.activation_checkpointing=full", *LLAMA_STYLE),
         ("parallelism=ddp", "parallelism.activation_checkpointing=selective", "parallelism.grad_accum=2"),
     ],
-    ids=["zero1", "zero3", "fsdp-hybrid-4", "fsdp-tp-2x2", "fsdp-llama-full-checkpointing", "ddp-selective-accum"],
+    ids=["fsdp-llama-full-checkpointing", "ddp-selective-accum"],
 )
 def test_strategy_trains(tmp_path, overrides):
     assert_loss_falls(train(tiny_plan(*overrides), tmp_path))
+
+
+def test_hybrid_shard_and_tensor_parallel_agree(tmp_path):
+    """4 processes, global batch 16: FSDP hybrid (2 replicas × shard groups of 2) and FSDP + TP (dp 2 × tp 2)
+    train the same model on the same data; the gradient norm checks the sharded-gradient arithmetic."""
+    hybrid = train(
+        tiny_plan("parallelism=fsdp-hybrid", "hardware.processes_per_node=4", "parallelism.shard_group_size=2"),
+        tmp_path / "hybrid",
+    )
+    tensor_parallel = train(
+        tiny_plan("parallelism=fsdp", "hardware.processes_per_node=4", "parallelism.tp=2", "parallelism.micro_batch=8"),
+        tmp_path / "tp",
+    )
+    assert_loss_falls(hybrid)
+    assert_loss_falls(tensor_parallel)
+    for a, b in zip(hybrid[:3], tensor_parallel[:3], strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], abs=EQUIVALENCE_TOLERANCE)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-3)
 
 
 @pytest.mark.parametrize("strategy", ["fsdp", "zero2"])
@@ -88,3 +107,14 @@ def test_resume_equals_uninterrupted(tmp_path, reference_runs, strategy):
     assert max(resumed) == max(uninterrupted) == 6
     for step in (4, 5, 6):
         assert resumed[step] == pytest.approx(uninterrupted[step], abs=RESUME_TOLERANCE), step
+
+
+def test_local_token_files(tmp_path):
+    """data=local: memory-mapped uint16 files (learnable walks, as the synthetic source makes them)."""
+    folder = tmp_path / "tokens"
+    folder.mkdir()
+    walks = SyntheticTokens(vocab=2048, seq_len=4095, seed=7)(torch.arange(4))
+    for index, walk in enumerate(walks):
+        walk.to(torch.int32).numpy().astype("uint16").tofile(folder / f"shard-{index}.bin")
+    plan = tiny_plan("data=local", f"data.path={folder}")
+    assert_loss_falls(train(plan, tmp_path / "root"))
