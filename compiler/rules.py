@@ -137,6 +137,12 @@ def check_strategy(config: schema.Config, instance: InstanceType, layout: Layout
             f"DeepSpeed {strategy.value} does not combine with tensor parallelism",
             "set parallelism.tp=1, or use parallelism=fsdp for FSDP + TP",
         )
+    if strategy is schema.Strategy.ddp and layout.tp > 1:
+        raise ConfigError(
+            "parallelism.tp",
+            "ddp replicates whole models and does not combine with tensor parallelism",
+            "use parallelism=fsdp for tp > 1",
+        )
     if strategy is schema.Strategy.smddp:
         if config.target.kind is not schema.TargetKind.sagemaker:
             raise ConfigError(

@@ -7,9 +7,7 @@ strategy with the same global batch (so DDP, FSDP and ZeRO see identical data), 
 step alone, so a resumed run continues with exactly the batches it would have seen.
 """
 
-import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -85,31 +83,6 @@ def _memmap(path: Path, dtype: np.dtype) -> np.ndarray:
     if path.suffix == ".npy":
         return np.load(path, mmap_mode="r")
     return np.memmap(path, dtype=dtype, mode="r")
-
-
-def download_s3(uri: str, folder: Path, client_factory: Callable[[], object] | None = None) -> None:
-    """Fetch every object under `uri` into `folder`, several at a time; files already there are kept."""
-    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-    if client_factory is None:
-        import boto3  # only the S3 source needs it
-
-        client_factory = lambda: boto3.client("s3")  # noqa: E731
-    client = client_factory()
-    keys = []
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        keys += [item["Key"] for item in page.get("Contents", []) if not item["Key"].endswith("/")]
-
-    def fetch(key: str) -> None:
-        target = folder / os.path.relpath(key, prefix) if prefix else folder / key
-        if target.exists():
-            return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(target.name + ".partial")
-        client.download_file(bucket, key, str(partial))
-        partial.rename(target)
-
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        list(pool.map(fetch, keys))
 
 
 def data_folder(plan: Plan, channel_dir: Path) -> Path:

@@ -66,8 +66,9 @@ class TorchEngine:
         if par.strategy in (Strategy.ddp, Strategy.smddp):
             if plan.layout.tp > 1:
                 raise NotImplementedError("tensor parallelism runs with parallelism=fsdp, not ddp")
+            # Gradients as views into DDP's buckets: no second copy of them (the planner counts one).
             self.model: nn.Module = DistributedDataParallel(
-                model, device_ids=[device.index] if device.type == "cuda" else None
+                model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True
             )
         else:
             mesh = build_mesh(plan, device.type)

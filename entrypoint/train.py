@@ -22,11 +22,12 @@ from compiler.plan import Plan
 from compiler.schema import DataSource, Strategy
 from entrypoint import checkpoint
 from entrypoint.cluster import Paths
-from entrypoint.data import Batches, data_folder, download_s3, make_source
+from entrypoint.data import Batches, data_folder, make_source
 from entrypoint.main import DEFAULT_TIMEOUT_S
 from entrypoint.metrics import MetricsLog, flops_per_token, memory_gib, mfu
 from entrypoint.model import Decoder
 from entrypoint.optim import lr_at
+from entrypoint.s3 import download_s3
 
 
 def init_distributed(plan: Plan, timeout_s: float) -> torch.device:

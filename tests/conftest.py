@@ -1,11 +1,15 @@
 """Shared fixtures. Golden files are rewritten only on purpose: `pytest --update-golden`
 (or DOCKYARD_UPDATE_GOLDEN=1), and the diff is reviewed like code."""
 
+import contextlib
+import json
 import os
 from pathlib import Path
 
+import boto3
 import pytest
 from hypothesis import settings
+from moto.server import ThreadedMotoServer
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
@@ -53,3 +57,40 @@ def engine():
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI runs the Docker tests on a real engine: {error.one_line()}")
         pytest.skip(f"no Docker engine: {error.one_line()}")
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint():
+    """moto's server, over HTTP on loopback, for every AWS API the tests use."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def aws_env(moto_endpoint, monkeypatch) -> str:
+    """Every boto3 client of the test talks HTTP to moto's server, with fake credentials."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
+        monkeypatch.setenv(name, value)
+    return moto_endpoint
+
+
+@pytest.fixture
+def aws(aws_env):
+    """A boto3 session on moto's server, with the training role and the buckets the presets name."""
+    session = boto3.Session(region_name="us-east-1")
+    iam = session.client("iam")
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Action": "sts:AssumeRole", "Principal": {"Service": "sagemaker.amazonaws.com"}}
+        ],
+    }
+    with contextlib.suppress(iam.exceptions.EntityAlreadyExistsException):
+        iam.create_role(RoleName="dockyard-training", AssumeRolePolicyDocument=json.dumps(trust))
+    for bucket in ("dockyard-jobs", "dockyard-example-data"):
+        session.client("s3").create_bucket(Bucket=bucket)
+    return session

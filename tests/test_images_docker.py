@@ -17,12 +17,12 @@ from pathlib import Path
 import docker
 import pytest
 import yaml  # PyYAML comes with Hydra
-from local_server import free_port, serving
 
 from compiler.compose import compose_config
 from compiler.images.build import BuiltImage, build_image, ensure_base_image
 from compiler.images.workflow import build_and_record
 from compiler.plan import compile_plan
+from tests.local_server import free_port, serving
 
 FAKE_AWS = {
     "AWS_ACCESS_KEY_ID": "AKIADOCKYARDTESTONLY",

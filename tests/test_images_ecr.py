@@ -1,25 +1,10 @@
 """ECR's half of a push, against moto's ECR API served over HTTP: the repository and the login."""
 
-import sys
-from collections.abc import Iterator
-
 import boto3
-import pytest
-from local_server import free_port, serving
 
 from compiler.images.push import ECR_REGISTRY, ecr_login
 
 ACCOUNT, REGION = "123456789012", "us-west-2"
-
-
-@pytest.fixture
-def ecr_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    port = free_port()
-    with serving([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], port):
-        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
-        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        yield f"http://127.0.0.1:{port}"
 
 
 def test_ecr_registry_names_are_recognised() -> None:
@@ -28,7 +13,7 @@ def test_ecr_registry_names_are_recognised() -> None:
     assert ECR_REGISTRY.match("127.0.0.1:5000") is None
 
 
-def test_ecr_login_creates_the_repository_once_and_returns_the_token(ecr_endpoint: str) -> None:
+def test_ecr_login_creates_the_repository_once_and_returns_the_token(aws_env: str) -> None:
     ecr = boto3.client("ecr", region_name=REGION)
     auth = ecr_login("dockyard/smoke", ACCOUNT, REGION)
     assert auth["username"] == "AWS" and auth["password"]

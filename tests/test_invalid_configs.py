@@ -68,6 +68,7 @@ INVALID = [
     ),
     (["parallelism.shard_group_size=2"], "parallelism.shard_group_size", "only applies to strategy fsdp_hybrid"),
     ([*P5, "parallelism=zero2", "parallelism.tp=2"], "parallelism.tp", "does not combine with tensor parallelism"),
+    ([*P5, "parallelism.tp=2"], "parallelism.tp", "ddp replicates whole models"),
     (["parallelism=smddp"], "parallelism.strategy", "smddp runs only on SageMaker"),
     ([SM, "parallelism=smddp", "hardware=g5.48xlarge"], "hardware.instance_type", "smddp does not support g5"),
     ([SM, "parallelism=smddp", "parallelism.tp=2"], "parallelism.tp", "smddp is data-parallel only"),

@@ -2,6 +2,7 @@
 two containers × two processes, a killed node failing the job quickly, and a retry resuming from the
 last checkpoint."""
 
+import io
 import json
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from compiler.images.build import build_image, ensure_base_image
@@ -163,3 +165,21 @@ def test_retry_resumes_from_the_last_checkpoint(engine, smoke_image, tmp_path):
     assert "(resumed)" in output
     assert metrics(run_dir)[-1]["step"] == 30
     assert json.loads((run_dir / "run.json").read_text())["attempts"] == 2
+
+
+def test_s3_channel_is_downloaded_and_the_trainer_reads_it(engine, smoke_image, aws, tmp_path):
+    tokens = (np.arange(40_000) * 7919 % 2048).astype(np.uint16)
+    aws.client("s3").put_object(Bucket="dockyard-example-data", Key="tokens/part-000.bin", Body=tokens.tobytes())
+    plan = plan_for(
+        *SHORT,
+        "trainer.steps=4",
+        "trainer.checkpoint_interval=0",
+        "data=s3",
+        "data.uri=s3://dockyard-example-data/tokens/",
+    )
+    run_dir = tmp_path / "run"
+    request = local.to_request(plan, smoke_image, run_id="dockyard-s3-test", run_dir=run_dir)
+    output = io.StringIO()
+    assert local_runner.submit(request, plan.to_json(), out=output) == 0, output.getvalue()[-3000:]
+    assert (run_dir / "data/train/part-000.bin").read_bytes() == tokens.tobytes()
+    assert metrics(run_dir)[-1]["step"] == 4

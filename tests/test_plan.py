@@ -40,8 +40,12 @@ def test_hybrid_shard_group_defaults_to_one_node():
 
 
 def test_inferred_degree_gives_the_same_plan_as_the_explicit_one():
-    inferred = plan_for("hardware=p5.48xlarge", "image=cuda", "parallelism.tp=2", "parallelism.dp=-1")
-    explicit = plan_for("hardware=p5.48xlarge", "image=cuda", "parallelism.tp=2", "parallelism.dp=8")
+    inferred = plan_for(
+        "hardware=p5.48xlarge", "image=cuda", "parallelism=fsdp", "parallelism.tp=2", "parallelism.dp=-1"
+    )
+    explicit = plan_for(
+        "hardware=p5.48xlarge", "image=cuda", "parallelism=fsdp", "parallelism.tp=2", "parallelism.dp=8"
+    )
     assert inferred.layout.dp == 8
     assert inferred.content_hash == explicit.content_hash
 

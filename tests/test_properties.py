@@ -40,7 +40,7 @@ def valid_overrides(draw) -> list[str]:
     per_node = 8 if on_gpu else draw(st.integers(1, 4))
     heads, kv_heads = MODELS[model]
     tp_choices = [tp for tp in (1, 2, 4, 8) if math.gcd(heads, kv_heads, per_node) % tp == 0]
-    tp = 1 if strategy.startswith("zero") else draw(st.sampled_from(tp_choices))
+    tp = draw(st.sampled_from(tp_choices)) if strategy.startswith("fsdp") else 1  # ddp and ZeRO: data-parallel
     overrides = [
         f"model={model}",
         f"parallelism={strategy}",

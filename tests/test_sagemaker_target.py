@@ -1,14 +1,11 @@
 """The SageMaker target: golden CreateTrainingJob requests, botocore's checks, and a real HTTP round trip
 against moto's server (create, describe, stop; a wrong role or bucket is the user's error)."""
 
-import contextlib
 import io
 import json
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
-from moto.server import ThreadedMotoServer
 
 from compiler.errors import ConfigError
 from compiler.targets import sagemaker, sagemaker_submit
@@ -77,36 +74,6 @@ def test_missing_role_is_a_config_error():
 def test_botocore_rejects_a_malformed_request():
     with pytest.raises(ConfigError, match="SageMaker would reject the job"):
         sagemaker.check_with_botocore({"TrainingJobName": "x", "ResourceConfig": {"InstanceCount": "two"}})
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint():
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def aws(moto_endpoint, monkeypatch):
-    """A boto3 session whose every client talks HTTP to moto's server, with a role and the buckets."""
-    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
-    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
-        monkeypatch.setenv(name, value)
-    session = boto3.Session(region_name="us-east-1")
-    iam = session.client("iam")
-    trust = {
-        "Version": "2012-10-17",
-        "Statement": [
-            {"Effect": "Allow", "Action": "sts:AssumeRole", "Principal": {"Service": "sagemaker.amazonaws.com"}}
-        ],
-    }
-    with contextlib.suppress(iam.exceptions.EntityAlreadyExistsException):
-        iam.create_role(RoleName="dockyard-training", AssumeRolePolicyDocument=json.dumps(trust))
-    for bucket in ("dockyard-jobs", "dockyard-example-data"):
-        session.client("s3").create_bucket(Bucket=bucket)
-    return session
 
 
 def test_submit_describe_stop_over_http(aws):

@@ -50,6 +50,8 @@ class LocalRequest:
     containers: tuple[ContainerSpec, ...]
     host_folders: tuple[str, ...] = field(default=())
     """Folders of the run the containers write to; created writable for the image's non-root user."""
+    downloads: dict[str, str] = field(default_factory=dict)
+    """S3 channels copied into the run before the containers start: host folder -> s3:// prefix."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
@@ -103,6 +105,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> LocalRe
         )
         for host in names
     )
+    downloads = {channels[plan.data.channel]: plan.data.uri} if plan.data.source is DataSource.s3 else {}
     writable = [str(run_dir / name) for name in ("model", "checkpoints")]
     writable += [str(run_dir / "nodes" / host / "output") for host in names]
     return LocalRequest(
@@ -112,6 +115,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> LocalRe
         max_retries=plan.target.max_retries,
         containers=containers,
         host_folders=tuple(writable),
+        downloads=downloads,
     )
 
 

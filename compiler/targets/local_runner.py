@@ -16,6 +16,7 @@ from docker.types import DeviceRequest
 
 from compiler.targets import records
 from compiler.targets.local import ContainerSpec, LocalRequest
+from entrypoint.s3 import download_s3
 
 STOP_TIMEOUT_S = 10
 RUN_LABEL = "dockyard.run_id"  # what `dockyard stop` finds a run's containers by
@@ -24,8 +25,11 @@ SHM_SIZE = "1g"
 
 
 def prepare_host_folders(request: LocalRequest, plan_json: str) -> None:
-    """Write the plan channel and each node's contract files; make the folders containers write to."""
+    """Write the plan channel and each node's contract files, download S3 channels (as SageMaker's File
+    mode does before the container starts), and make the folders containers write to."""
     run_dir = Path(request.run_dir)
+    for folder, uri in request.downloads.items():
+        download_s3(uri, Path(folder))
     (run_dir / "plan").mkdir(parents=True, exist_ok=True)
     (run_dir / "plan" / "plan.json").write_text(plan_json)
     for spec in request.containers:
