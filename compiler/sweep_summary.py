@@ -41,13 +41,15 @@ class PointRecord:
         seconds = self.wall_s if self.wall_s is not None else self.predicted_s
         return None if seconds is None else self.price_per_hour * seconds / 3600
 
-    def row(self) -> dict[str, str]:
+    def row(self, common: frozenset[str] = frozenset()) -> dict[str, str]:
+        """The summary's row; overrides every point shares (`common`) are left out."""
+
         def number(value: float | None, digits: int) -> str:
             return "" if value is None else f"{value:.{digits}f}"
 
         return {
             "job": str(self.num),
-            "overrides": " ".join(self.overrides),
+            "overrides": " ".join(o for o in self.overrides if o not in common),
             "status": self.status,
             "final_loss": number(self.final.get("loss"), 4),
             "tokens_per_s": number(self.final.get("tokens_per_s"), 1),
@@ -87,39 +89,49 @@ def loss_curve(run_dir: Path) -> list[dict]:
 def write(sweep_dir: Path) -> list[PointRecord]:
     """Rewrite summary.md, summary.csv and loss.png from the point records; returns the records."""
     points = load_all(sweep_dir)
-    rows = [record.row() for _, record in points]
+    records = [record for _, record in points]
     with (sweep_dir / SUMMARY_CSV).open("w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=COLUMNS)
         writer.writeheader()
-        writer.writerows(rows)
-    (sweep_dir / SUMMARY_MD).write_text(markdown(sweep_dir, rows))
-    curves = {record.num: (record, loss_curve(folder)) for folder, record in points}
-    curves = {num: value for num, value in curves.items() if value[1]}
+        writer.writerows(record.row() for record in records)
+    common = shared_overrides(records)
+    (sweep_dir / SUMMARY_MD).write_text(markdown(sweep_dir, [record.row(common) for record in records], common))
+    curves = [(record, loss_curve(folder)) for folder, record in points]
+    curves = [(record, curve) for record, curve in curves if curve]
     if curves:
-        plot(curves, sweep_dir / LOSS_PLOT)
-    return [record for _, record in points]
+        plot(curves, common, sweep_dir / LOSS_PLOT)
+    return records
 
 
-def markdown(sweep_dir: Path, rows: list[dict[str, str]]) -> str:
+def shared_overrides(records: list[PointRecord]) -> frozenset[str]:
+    """The overrides every point has: said once above the table, not in every row (kept in the CSV)."""
+    if len(records) < 2:
+        return frozenset()
+    return frozenset.intersection(*(frozenset(record.overrides) for record in records))
+
+
+def markdown(sweep_dir: Path, rows: list[dict[str, str]], common: frozenset[str]) -> str:
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
     states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
     lines = [f"# Sweep {sweep_dir.name}", "", f"{len(rows)} points: {states}", ""]
+    if common:
+        lines += [f"Every point: `{' '.join(sorted(common))}`", ""]
     lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * 2 + "---|" + "---:|" * 4]
     lines += ["| " + " | ".join(row[c].replace("|", "\\|") for c in COLUMNS) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
-def plot(curves: dict[int, tuple[PointRecord, list[dict]]], path: Path) -> None:
+def plot(curves: list[tuple[PointRecord, list[dict]]], common: frozenset[str], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     from matplotlib import pyplot
 
     figure, axes = pyplot.subplots(figsize=(8, 5))
-    for num, (record, curve) in sorted(curves.items()):
-        label = f"#{num} {' '.join(record.overrides)}"[:60]
+    for record, curve in curves:
+        label = f"#{record.num} {record.row(common)['overrides']}"[:60]
         axes.plot([m["step"] for m in curve], [m["loss"] for m in curve], marker=".", label=label)
     axes.set_xlabel("step")
     axes.set_ylabel("loss")

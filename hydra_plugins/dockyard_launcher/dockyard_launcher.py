@@ -33,6 +33,12 @@ class DockyardLauncher(Launcher):
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
 
+    def validates_every_point(self) -> bool:
+        """True when the batch goes to `compiler.sweep`, which composes and checks every point first."""
+        from compiler import sweep
+
+        return sweep.mode_of(self.task_function) is not None
+
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from compiler import sweep
 

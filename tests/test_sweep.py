@@ -1,0 +1,108 @@
+"""`dockyard launch -m hydra/launcher=dockyard` without running a job: invalid points stop the sweep
+before anything runs, and a dry run lists every job and its request and submits nothing (no container
+on the engine, no training job in SageMaker's API, served by moto over HTTP)."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+
+from compiler.targets.local_runner import RUN_LABEL
+
+DOCKYARD = str(Path(sys.executable).parent / "dockyard")
+SWEEP = ["launch", "-m", "hydra/launcher=dockyard", "hydra.sweep.dir=sweep"]
+ROLE = "arn:aws:iam::123456789012:role/dockyard-training"
+
+
+def dockyard(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([DOCKYARD, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def summary_rows(sweep_dir: Path) -> list[dict]:
+    with (sweep_dir / "summary.csv").open() as file:
+        return list(csv.DictReader(file))
+
+
+def test_one_invalid_point_stops_the_sweep_and_every_invalid_point_is_listed(tmp_path):
+    result = dockyard(tmp_path, *SWEEP, "parallelism.tp=1,3", "hardware.nodes=1,2")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[0] == (
+        "dockyard: error: sweep: 2 of 4 points are invalid, nothing was launched; "
+        "fix them, or set hydra.launcher.skip_invalid=true to run the others"
+    )
+    assert lines[1].startswith("dockyard: error: [job 2: parallelism.tp=3 hardware.nodes=1] parallelism.tp: ")
+    assert lines[2].startswith("dockyard: error: [job 3: parallelism.tp=3 hardware.nodes=2] parallelism.tp: ")
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_skip_invalid_goes_on_with_the_valid_points(tmp_path):
+    dry = ["hydra.launcher.dry_run=true", "hydra.launcher.skip_invalid=true"]
+    result = dockyard(tmp_path, *SWEEP, *dry, "parallelism.tp=1,3", "model=tiny,nope")
+    assert result.returncode == 1  # a point that did not run is not a completed point
+    assert "job 1 (parallelism.tp=1 model=nope): model: unknown model option 'nope'" in result.stderr
+    rows = summary_rows(tmp_path / "sweep")
+    assert [r["status"] for r in rows] == ["dry-run", "invalid", "invalid", "invalid"]
+
+
+def test_local_dry_run_lists_every_request_and_starts_nothing(tmp_path, engine):
+    result = dockyard(tmp_path, *SWEEP, "hydra.launcher.dry_run=true", "trainer.lr=0.001,0.003", "parallelism=ddp,fsdp")
+    assert result.returncode == 0, result.stderr
+    sweep = tmp_path / "sweep"
+    rows = summary_rows(sweep)
+    assert [r["overrides"] for r in rows] == [
+        "trainer.lr=0.001 parallelism=ddp",
+        "trainer.lr=0.001 parallelism=fsdp",
+        "trainer.lr=0.003 parallelism=ddp",
+        "trainer.lr=0.003 parallelism=fsdp",
+    ]
+    assert {r["status"] for r in rows} == {"dry-run"}
+    for num in range(4):
+        request = json.loads((sweep / str(num) / "request.json").read_text())
+        assert f"request {sweep / str(num) / 'request.json'}" in result.stdout
+        assert request["run_dir"] == str(sweep / str(num))
+        assert not engine.containers.list(all=True, filters={"label": f"{RUN_LABEL}={request['run_id']}"})
+        assert not (sweep / str(num) / "nodes").exists()
+    assert "image     " not in result.stdout  # nothing built either
+
+
+@pytest.fixture
+def moto_env(tmp_path):
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing"}
+    env |= {"AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    yield env
+    server.stop()
+
+
+def test_sagemaker_dry_run_creates_no_job(tmp_path, moto_env, monkeypatch):
+    for name, value in moto_env.items():
+        monkeypatch.setenv(name, value)
+    session = boto3.Session(region_name="us-east-1")
+    session.client("s3").create_bucket(Bucket="dockyard-jobs")
+    result = dockyard(
+        tmp_path,
+        *SWEEP,
+        "hydra.launcher.dry_run=true",
+        "experiment=gpt2-124m-p4d",
+        f"target.role_arn={ROLE}",
+        "target.output_uri=s3://dockyard-jobs/sweep",
+        "image.push=true",
+        "image.registry=123456789012.dkr.ecr.us-east-1.amazonaws.com",
+        "trainer.lr=0.0001,0.0003",
+        env={**dict(__import__("os").environ), **moto_env},
+    )
+    assert result.returncode == 0, result.stderr
+    requests = [json.loads((tmp_path / "sweep" / str(n) / "request.json").read_text()) for n in range(2)]
+    assert [r["CreateTrainingJob"]["HyperParameters"] for r in requests] == [{}, {}]
+    assert requests[0]["CreateTrainingJob"]["TrainingJobName"].endswith("-0")
+    assert session.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []
+    assert "Contents" not in session.client("s3").list_objects_v2(Bucket="dockyard-jobs")
