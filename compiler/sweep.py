@@ -85,7 +85,7 @@ class Point:
 class Sweep:
     """One sweep; kept across the batches a sweeper launches (image references and composed bases are reused)."""
 
-    def __init__(self, config_loader, config: DictConfig, options: Options, out: IO[str] = sys.stdout) -> None:
+    def __init__(self, config_loader, config: DictConfig, options: Options, out: IO[str] | None = None) -> None:
         if options.objective and not options.wait:
             raise ConfigError(
                 "hydra.launcher.objective", "needs each job's final metrics", "set hydra.launcher.wait=true"
@@ -98,7 +98,7 @@ class Sweep:
         self.started = datetime.now(UTC)
         self.references: dict[str, str] = {}
         """The image reference of each distinct build input (see `_expected_image`)."""
-        self.out = out
+        self.out = sys.stdout if out is None else out
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
         points = [self._prepare(tuple(o), initial_job_idx + i) for i, o in enumerate(job_overrides)]

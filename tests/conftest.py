@@ -2,10 +2,14 @@
 (or DOCKYARD_UPDATE_GOLDEN=1), and the diff is reviewed like code."""
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml  # PyYAML comes with Hydra
 from hypothesis import settings
+
+from tests.local_server import free_port, serving
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
@@ -53,3 +57,17 @@ def engine():
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI runs the Docker tests on a real engine: {error.one_line()}")
         pytest.skip(f"no Docker engine: {error.one_line()}")
+
+
+@pytest.fixture
+def registry(engine, tmp_path: Path) -> Iterator[str]:
+    """Debian's docker-registry on 127.0.0.1 (a loopback registry the engine may use over plain HTTP)."""
+    port = free_port()
+    config = {
+        "version": 0.1,
+        "storage": {"filesystem": {"rootdirectory": str(tmp_path / "storage")}},
+        "http": {"addr": f"127.0.0.1:{port}"},
+    }
+    (tmp_path / "registry.yml").write_text(yaml.safe_dump(config))
+    with serving(["docker-registry", "serve", str(tmp_path / "registry.yml")], port):
+        yield f"127.0.0.1:{port}"

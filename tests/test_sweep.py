@@ -3,16 +3,22 @@ before anything runs, and a dry run lists every job and its request and submits 
 on the engine, no training job in SageMaker's API, served by moto over HTTP)."""
 
 import csv
+import io
 import json
+import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
+from compiler.images.build import image_reference
+from compiler.images.context import build_context
 from compiler.targets.local_runner import RUN_LABEL
+from tests.helpers import plan_for
 
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
 SWEEP = ["launch", "-m", "hydra/launcher=dockyard", "hydra.sweep.dir=sweep"]
@@ -98,7 +104,7 @@ def test_sagemaker_dry_run_creates_no_job(tmp_path, moto_env, monkeypatch):
         "image.push=true",
         "image.registry=123456789012.dkr.ecr.us-east-1.amazonaws.com",
         "trainer.lr=0.0001,0.0003",
-        env={**dict(__import__("os").environ), **moto_env},
+        env={**os.environ, **moto_env},
     )
     assert result.returncode == 0, result.stderr
     requests = [json.loads((tmp_path / "sweep" / str(n) / "request.json").read_text()) for n in range(2)]
@@ -106,3 +112,49 @@ def test_sagemaker_dry_run_creates_no_job(tmp_path, moto_env, monkeypatch):
     assert requests[0]["CreateTrainingJob"]["TrainingJobName"].endswith("-0")
     assert session.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []
     assert "Contents" not in session.client("s3").list_objects_v2(Bucket="dockyard-jobs")
+
+
+def test_sagemaker_sweep_without_waiting_then_status_collects_the_states(
+    tmp_path,
+    moto_env,
+    engine,
+    registry,  # noqa: F811  (the fixture imported above)
+):
+    """Submits for real (to moto over HTTP) with wait=false, then `dockyard status SWEEP_DIR`. The CUDA
+    image cannot be built here, so a small stand-in is tagged with the reference the build would make:
+    the launcher finds it built, pushes it to a loopback registry and submits its digest."""
+    env = {**os.environ, **moto_env}
+    session = boto3.Session(region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
+    iam = session.client("iam", endpoint_url=moto_env["AWS_ENDPOINT_URL"])
+    trust = {"Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole", "Principal": {"Service": "sagemaker"}}]}
+    iam.create_role(RoleName="dockyard-training", AssumeRolePolicyDocument=json.dumps(trust))
+    s3 = session.client("s3", endpoint_url=moto_env["AWS_ENDPOINT_URL"])
+    for bucket in ("dockyard-jobs", "dockyard-example-data"):
+        s3.create_bucket(Bucket=bucket)
+    point = [
+        "experiment=gpt2-124m-p4d",
+        f"target.role_arn={ROLE}",
+        "target.output_uri=s3://dockyard-jobs/sweep",
+        "image.push=true",
+        f"image.registry={registry}",
+    ]
+    reference = image_reference(plan_for(*point), build_context(plan_for(*point), cwd=tmp_path))
+    stand_in = io.BytesIO()
+    with tarfile.open(fileobj=stand_in, mode="w") as tar:
+        tar.addfile(tarfile.TarInfo("stand-in"), io.BytesIO(b""))
+    engine.api.import_image_from_data(stand_in.getvalue(), *reference.rsplit(":", 1))
+
+    result = dockyard(tmp_path, *SWEEP, "hydra.launcher.wait=false", *point, "trainer.lr=0.0001,0.0003", env=env)
+    assert result.returncode == 0, result.stderr
+    assert f"image     {reference}  (already built" in result.stdout
+    assert [r["status"] for r in summary_rows(tmp_path / "sweep")] == ["submitted", "submitted"]
+    sagemaker = session.client("sagemaker", endpoint_url=moto_env["AWS_ENDPOINT_URL"])
+    jobs = sorted(j["TrainingJobName"] for j in sagemaker.list_training_jobs()["TrainingJobSummaries"])
+    assert [name[-2:] for name in jobs] == ["-0", "-1"]
+    image = sagemaker.describe_training_job(TrainingJobName=jobs[0])["AlgorithmSpecification"]["TrainingImage"]
+    assert image.startswith(f"{registry}/dockyard/gpt2-124m-p4d@sha256:")
+
+    status = dockyard(tmp_path, "status", "sweep", env=env)
+    assert status.returncode == 0, status.stderr
+    assert "2 points: 2 completed" in status.stdout  # moto's jobs complete at once
+    assert [r["status"] for r in summary_rows(tmp_path / "sweep")] == ["completed", "completed"]
