@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from hydra.core.utils import JobReturn, JobStatus, _save_config
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, flag_override, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from compiler import launch, sweep_summary, tasks
@@ -32,13 +32,19 @@ from compiler.sweep_compose import PointComposer
 from compiler.sweep_summary import PointRecord
 
 REQUEST_FILE = "request.json"
-SAGEMAKER_STATES = {"InProgress": "running", "Completed": "completed", "Failed": "failed", "Stopping": "running"}
-SAGEMAKER_STATES["Stopped"] = "stopped"
+SAGEMAKER_STATES = {
+    "InProgress": "running",
+    "Stopping": "running",
+    "Completed": "completed",
+    "Failed": "failed",
+    "Stopped": "stopped",
+}
+"""A training job's status as a point's."""
 
 
 def mode_of(task_function: Callable | None) -> str | None:
-    """ "launch" or "dry_run" for dockyard's launch tasks (the CLI's wrapper names them in `__wrapped__`),
-    None for any other task function, which the launcher runs as Hydra's basic launcher does."""
+    """How the launcher runs `task_function`: "launch" or "dry_run" for dockyard's launch tasks (the CLI's
+    wrapper names them in `__wrapped__`), None for any other, which it runs as Hydra's basic launcher does."""
     task = getattr(task_function, "__wrapped__", task_function)
     return {tasks.launch_task: "launch", tasks.dry_run_task: "dry_run"}.get(task)
 
@@ -127,10 +133,7 @@ class Sweep:
         try:
             cfg = self.composer.compose(overrides, num)
             point.run_dir = Path(str(cfg.hydra.sweep.dir), str(cfg.hydra.sweep.subdir)).resolve()
-            point.hydra_cfg = OmegaConf.masked_copy(cfg, "hydra")
-            with open_dict(cfg):
-                del cfg["hydra"]
-            point.cfg = cfg
+            point.cfg, point.hydra_cfg = split_hydra_node(cfg)
             point.plan = compile_plan(to_config(cfg))
             point.run_id = f"{launch.run_id_for(point.plan, self.started)}-{num}"
             point.request = self._translate(point, self._expected_image(point.plan))
@@ -287,6 +290,18 @@ class Sweep:
                 f"job {point.num} reported no metric '{self.options.objective}' (hydra.launcher.objective){where}"
             )
         return result
+
+
+def split_hydra_node(cfg: DictConfig) -> tuple[DictConfig, DictConfig]:
+    """The task's config and `{"hydra": ...}`, as Hydra hands them to a JobReturn, made by moving the hydra
+    node rather than copying it (a copy costs more than the rest of a dry-run point)."""
+    hydra_node = cfg.hydra
+    with open_dict(cfg):
+        del cfg["hydra"]
+    hydra_cfg = OmegaConf.create()
+    with flag_override(hydra_cfg, "no_deepcopy_set_nodes", True):
+        hydra_cfg.hydra = hydra_node
+    return cfg, hydra_cfg
 
 
 def _image_of(request) -> str:

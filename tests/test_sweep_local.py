@@ -87,3 +87,14 @@ def test_optuna_sweep_minimises_the_final_loss(tmp_path, engine):
     assert losses[f"trainer.lr={best['best_params']['trainer.lr']}"] == best["best_value"]
     assert "Best value" in result.stdout + result.stderr
     assert [r["status"] for r in summary_rows(folder)] == ["completed", "completed"]
+
+
+def test_a_failed_point_is_reported_failed_and_the_others_complete(tmp_path, engine):
+    """The second point's gloo cannot find its network interface, so its trainer exits non-zero."""
+    result = sweep(tmp_path, "+target.environment.GLOO_SOCKET_IFNAME=eth0,no-such-interface")
+    assert result.returncode == 1
+    assert "dockyard: error: job 1 (" in result.stderr
+    assert "GLOO_SOCKET_IFNAME=no-such-interface): exit status 1; see " in result.stderr
+    rows = summary_rows(tmp_path / "sweep")
+    assert [r["status"] for r in rows] == ["completed", "failed"]
+    assert float(rows[0]["final_loss"]) > 0 and rows[1]["final_loss"] == ""
