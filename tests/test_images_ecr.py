@@ -5,9 +5,9 @@ from collections.abc import Iterator
 
 import boto3
 import pytest
-from local_server import free_port, serving
 
 from compiler.images.push import ECR_REGISTRY, ecr_login
+from tests.local_server import free_port, serving
 
 ACCOUNT, REGION = "123456789012", "us-west-2"
 
