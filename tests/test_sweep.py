@@ -2,6 +2,7 @@
 before anything runs, and a dry run lists every job and its request and submits nothing (no container
 on the engine, no training job in SageMaker's API, served by moto over HTTP)."""
 
+import contextlib
 import csv
 import io
 import json
@@ -108,10 +109,12 @@ def test_sagemaker_dry_run_creates_no_job(tmp_path, moto_env, monkeypatch):
     )
     assert result.returncode == 0, result.stderr
     requests = [json.loads((tmp_path / "sweep" / str(n) / "request.json").read_text()) for n in range(2)]
+    names = [r["CreateTrainingJob"]["TrainingJobName"] for r in requests]
+    assert [name[-2:] for name in names] == ["-0", "-1"]
     assert [r["CreateTrainingJob"]["HyperParameters"] for r in requests] == [{}, {}]
-    assert requests[0]["CreateTrainingJob"]["TrainingJobName"].endswith("-0")
-    assert session.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []
-    assert "Contents" not in session.client("s3").list_objects_v2(Bucket="dockyard-jobs")
+    jobs = session.client("sagemaker").list_training_jobs()["TrainingJobSummaries"]  # moto's state is per process
+    assert not {job["TrainingJobName"] for job in jobs} & set(names)
+    assert "Contents" not in session.client("s3").list_objects_v2(Bucket="dockyard-jobs", Prefix="sweep/")
 
 
 def test_sagemaker_sweep_without_waiting_then_status_collects_the_states(
@@ -127,7 +130,8 @@ def test_sagemaker_sweep_without_waiting_then_status_collects_the_states(
     session = boto3.Session(region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
     iam = session.client("iam", endpoint_url=moto_env["AWS_ENDPOINT_URL"])
     trust = {"Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole", "Principal": {"Service": "sagemaker"}}]}
-    iam.create_role(RoleName="dockyard-training", AssumeRolePolicyDocument=json.dumps(trust))
+    with contextlib.suppress(iam.exceptions.EntityAlreadyExistsException):  # moto's state is per process
+        iam.create_role(RoleName="dockyard-training", AssumeRolePolicyDocument=json.dumps(trust))
     s3 = session.client("s3", endpoint_url=moto_env["AWS_ENDPOINT_URL"])
     for bucket in ("dockyard-jobs", "dockyard-example-data"):
         s3.create_bucket(Bucket=bucket)
@@ -149,10 +153,10 @@ def test_sagemaker_sweep_without_waiting_then_status_collects_the_states(
     assert f"image     {reference}  (already built" in result.stdout
     assert [r["status"] for r in summary_rows(tmp_path / "sweep")] == ["submitted", "submitted"]
     sagemaker = session.client("sagemaker", endpoint_url=moto_env["AWS_ENDPOINT_URL"])
-    jobs = sorted(j["TrainingJobName"] for j in sagemaker.list_training_jobs()["TrainingJobSummaries"])
-    assert [name[-2:] for name in jobs] == ["-0", "-1"]
-    image = sagemaker.describe_training_job(TrainingJobName=jobs[0])["AlgorithmSpecification"]["TrainingImage"]
-    assert image.startswith(f"{registry}/dockyard/gpt2-124m-p4d@sha256:")
+    for num in range(2):
+        name = json.loads((tmp_path / "sweep" / str(num) / "point.json").read_text())["run_id"]
+        job = sagemaker.describe_training_job(TrainingJobName=name)
+        assert job["AlgorithmSpecification"]["TrainingImage"].startswith(f"{registry}/dockyard/gpt2-124m-p4d@sha256:")
 
     status = dockyard(tmp_path, "status", "sweep", env=env)
     assert status.returncode == 0, status.stderr
