@@ -10,7 +10,7 @@ ARGS ?=
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV) || { apt-get update -qq && apt-get install -y -qq python3-venv && python3 -m venv $(VENV); }
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,train]'
+	$(BIN)/pip install -q -e '.[dev,train,optuna]'
 	touch $@
 
 run: $(STAMP) docker  ## the main job: plan, image, and training on two local container nodes

@@ -11,6 +11,9 @@ from pathlib import Path
 from compiler.errors import ConfigError
 from compiler.targets import records
 
+SWEEP_SUMMARY = "summary.csv"
+"""What marks a sweep's folder (`compiler.sweep_summary.SUMMARY_CSV`, not imported: it brings Hydra in)."""
+
 
 def find_record(run: str) -> records.RunRecord:
     folder = records.find(run, Path.cwd())
@@ -70,7 +73,18 @@ def stop(record: records.RunRecord) -> None:
 ACTIONS = {"status": status, "logs": logs, "stop": stop}
 
 
+def sweep_status(sweep_dir: Path) -> None:
+    """A sweep's folder: refresh the points still running, rewrite its summary and print it."""
+    from compiler import sweep, sweep_summary
+
+    sweep.refresh(sweep_dir)
+    print((sweep_dir / sweep_summary.SUMMARY_MD).read_text(), end="")
+
+
 def main(verb: str, args: list[str]) -> None:
     parser = argparse.ArgumentParser(prog=f"dockyard {verb}")
-    parser.add_argument("run", help="the run id `launch` printed, or the run folder")
-    ACTIONS[verb](find_record(parser.parse_args(args).run))
+    parser.add_argument("run", help="the run id `launch` printed, or the run folder (a sweep's folder for status)")
+    run = parser.parse_args(args).run
+    if verb == "status" and (Path(run) / SWEEP_SUMMARY).exists():
+        return sweep_status(Path(run))
+    ACTIONS[verb](find_record(run))

@@ -4,12 +4,16 @@
 import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
+import yaml  # PyYAML comes with Hydra
 from hypothesis import settings
 from moto.server import ThreadedMotoServer
+
+from tests.local_server import free_port, serving
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
@@ -94,3 +98,17 @@ def aws(aws_env):
     for bucket in ("dockyard-jobs", "dockyard-example-data"):
         session.client("s3").create_bucket(Bucket=bucket)
     return session
+
+
+@pytest.fixture
+def registry(engine, tmp_path: Path) -> Iterator[str]:
+    """Debian's docker-registry on 127.0.0.1 (a loopback registry the engine may use over plain HTTP)."""
+    port = free_port()
+    config = {
+        "version": 0.1,
+        "storage": {"filesystem": {"rootdirectory": str(tmp_path / "storage")}},
+        "http": {"addr": f"127.0.0.1:{port}"},
+    }
+    (tmp_path / "registry.yml").write_text(yaml.safe_dump(config))
+    with serving(["docker-registry", "serve", str(tmp_path / "registry.yml")], port):
+        yield f"127.0.0.1:{port}"

@@ -11,18 +11,15 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import pytest
-import yaml  # PyYAML comes with Hydra
 
 from compiler.compose import compose_config
 from compiler.images.build import BuiltImage, build_image, ensure_base_image
 from compiler.images.workflow import build_and_record
 from compiler.plan import compile_plan
-from tests.local_server import free_port, serving
 
 FAKE_AWS = {
     "AWS_ACCESS_KEY_ID": "AKIADOCKYARDTESTONLY",
@@ -122,20 +119,6 @@ def test_no_credentials_in_any_layer(engine: docker.DockerClient, smoke: BuiltIm
         tail, size = window[-overlap:], size + len(chunk)
     assert size > 100 << 20, "the saved image should hold all its layers"
     assert not found, f"secrets found in the image: {found}"
-
-
-@pytest.fixture
-def registry(engine: docker.DockerClient, tmp_path: Path) -> Iterator[str]:
-    """Debian's docker-registry on 127.0.0.1 (a loopback registry the engine may use over plain HTTP)."""
-    port = free_port()
-    config = {
-        "version": 0.1,
-        "storage": {"filesystem": {"rootdirectory": str(tmp_path / "storage")}},
-        "http": {"addr": f"127.0.0.1:{port}"},
-    }
-    (tmp_path / "registry.yml").write_text(yaml.safe_dump(config))
-    with serving(["docker-registry", "serve", str(tmp_path / "registry.yml")], port):
-        yield f"127.0.0.1:{port}"
 
 
 def test_push_records_the_digest_and_the_image_pulls_back_by_it(engine, smoke, project, registry, tmp_path) -> None:

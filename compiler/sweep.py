@@ -1,0 +1,364 @@
+"""Multirun sweeps on dockyard's Hydra launcher (`hydra/launcher=dockyard`).
+
+A batch of points goes through four steps, each finished for every point before the next starts:
+compose and validate (plan, image reference and request: a mistake in any point stops the sweep before
+anything runs, unless `skip_invalid`), build (one build per distinct image), submit (at most
+`max_concurrent` jobs at once; a failed job fails its point only) and report (a `point.json` per point,
+the summary and the loss plot, one JobReturn per point in order). `dry_run` stops after the first step
+and writes each point's request instead of submitting it.
+"""
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from hydra.core.utils import JobReturn, JobStatus, _save_config
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf, flag_override, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from compiler import launch, sweep_summary, tasks
+from compiler.compose import as_config_error, to_config
+from compiler.errors import ConfigError
+from compiler.plan import Plan, compile_plan
+from compiler.schema import TargetKind
+from compiler.sweep_compose import PointComposer
+from compiler.sweep_summary import PointRecord
+
+REQUEST_FILE = "request.json"
+SAGEMAKER_STATES = {
+    "InProgress": "running",
+    "Stopping": "running",
+    "Completed": "completed",
+    "Failed": "failed",
+    "Stopped": "stopped",
+}
+"""A training job's status as a point's."""
+
+
+def mode_of(task_function: Callable | None) -> str | None:
+    """How the launcher runs `task_function`: "launch" or "dry_run" for dockyard's launch tasks (the CLI's
+    wrapper names them in `__wrapped__`), None for any other, which it runs as Hydra's basic launcher does."""
+    task = getattr(task_function, "__wrapped__", task_function)
+    return {tasks.launch_task: "launch", tasks.dry_run_task: "dry_run"}.get(task)
+
+
+@dataclass(frozen=True)
+class Options:
+    max_concurrent: int = 4
+    skip_invalid: bool = False
+    dry_run: bool = False
+    wait: bool = True
+    objective: str | None = None
+
+
+class InvalidSweepError(ConfigError):
+    """Some points cannot run; `points` has one line for each (job, overrides, key and reason)."""
+
+    def __init__(self, points: Sequence["Point"], total: int) -> None:
+        super().__init__(
+            "sweep",
+            f"{len(points)} of {total} points are invalid, nothing was launched",
+            "fix them, or set hydra.launcher.skip_invalid=true to run the others",
+        )
+        self.points = [f"[job {p.num}: {' '.join(p.overrides)}] {p.error}" for p in points]
+
+
+class PointFailedError(Exception):
+    """A point that did not complete; the JobReturn's value, which Hydra's sweepers raise."""
+
+
+@dataclass
+class Point:
+    num: int
+    overrides: tuple[str, ...]
+    run_dir: Path | None = None
+    cfg: DictConfig | None = None
+    hydra_cfg: DictConfig | None = None
+    plan: Plan | None = None
+    run_id: str = ""
+    request: Any = None
+    error: str = ""
+    record: PointRecord | None = None
+
+
+class Sweep:
+    """One sweep; kept across the batches a sweeper launches (image references and composed bases are reused)."""
+
+    def __init__(self, config_loader, config: DictConfig, options: Options, out: IO[str] | None = None) -> None:
+        if options.objective and not options.wait:
+            raise ConfigError(
+                "hydra.launcher.objective", "needs each job's final metrics", "set hydra.launcher.wait=true"
+            )
+        if options.max_concurrent < 1:
+            raise ConfigError("hydra.launcher.max_concurrent", "must be at least 1", "set it to 1 or more")
+        self.composer = PointComposer(config_loader, config)
+        self.options = options
+        self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
+        self.started = datetime.now(UTC)
+        self.references: dict[str, str] = {}
+        """The image reference of each distinct build input (see `_expected_image`)."""
+        self.out = sys.stdout if out is None else out
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
+        points = [self._prepare(tuple(o), initial_job_idx + i) for i, o in enumerate(job_overrides)]
+        invalid = [p for p in points if p.error]
+        if invalid and not self.options.skip_invalid:
+            self._discard_if_empty()
+            raise InvalidSweepError(invalid, len(points))
+        valid = [p for p in points if not p.error]
+        for point in invalid:
+            point.record = sweep_summary.save(
+                PointRecord(point.num, list(point.overrides), "invalid", error=point.error),
+                point.run_dir or self.sweep_dir / f"invalid-{point.num}",
+            )
+        if self.options.dry_run:
+            self._dry_run(valid)
+        else:
+            self._build(valid)
+            self._submit(valid)
+        sweep_summary.write(self.sweep_dir)
+        print(f"summary   {self.sweep_dir / sweep_summary.SUMMARY_MD}", file=self.out)
+        return [self._job_return(point) for point in points]
+
+    def _prepare(self, overrides: tuple[str, ...], num: int) -> Point:
+        """Compose, compile and translate one point; a user's mistake becomes the point's error."""
+        point = Point(num, overrides)
+        try:
+            cfg = self.composer.compose(overrides, num)
+            point.run_dir = Path(str(cfg.hydra.sweep.dir), str(cfg.hydra.sweep.subdir)).resolve()
+            point.cfg, point.hydra_cfg = split_hydra_node(cfg)
+            point.plan = compile_plan(to_config(cfg))
+            point.run_id = f"{launch.run_id_for(point.plan, self.started)}-{num}"
+            point.request = self._translate(point, self._expected_image(point.plan))
+        except (ConfigError, HydraException, OmegaConfBaseException, ValueError) as exc:
+            point.error = as_config_error(exc).one_line()
+        return point
+
+    def _translate(self, point: Point, image: str):
+        return launch.translate(point.plan, image, point.run_id, point.run_dir)
+
+    def _expected_image(self, plan: Plan) -> str:
+        """The content-hash reference a build of `plan` makes. The build context depends only on the image
+        section and the trainer's code, so it is hashed once per distinct pair, not once per point."""
+        from compiler.images.build import image_reference
+        from compiler.images.context import build_context
+
+        key = repr((plan.image, plan.trainer.entry, plan.trainer.source_dir))
+        if key not in self.references:
+            self.references[key] = image_reference(plan, build_context(plan, cwd=Path.cwd()))
+        return self.references[key]
+
+    def _discard_if_empty(self) -> None:
+        """Nothing ran: take back the multirun.yaml Hydra wrote, unless earlier batches left points."""
+        if self.sweep_dir.is_dir() and not any(self.sweep_dir.glob(f"**/{sweep_summary.POINT_FILE}")):
+            (self.sweep_dir / "multirun.yaml").unlink(missing_ok=True)
+            tasks.discard(self.sweep_dir)
+
+    def _dry_run(self, points: list[Point]) -> None:
+        for point in points:
+            point.run_dir.mkdir(parents=True, exist_ok=True)
+            path = point.run_dir / REQUEST_FILE
+            path.write_text(str(point.request))
+            point.record = sweep_summary.save(self._record(point, "dry-run"), point.run_dir)
+            target = point.plan.target.kind.value
+            print(f"#{point.num:<4} {' '.join(point.overrides)}  -> {target} request {path}", file=self.out)
+
+    def _build(self, points: list[Point]) -> None:
+        """One build (and push) per distinct image; every point then runs the reference that build made."""
+        from compiler.images.workflow import IMAGE_FILE, build_and_record
+
+        built_by_tag: dict[str, Any] = {}
+        for point in points:
+            expected = self._expected_image(point.plan)
+            point.run_dir.mkdir(parents=True, exist_ok=True)
+            if expected not in built_by_tag:
+                built_by_tag[expected] = build_and_record(point.plan, point.run_dir, cwd=Path.cwd(), out=self.out)
+            built = built_by_tag[expected]
+            (point.run_dir / IMAGE_FILE).write_text(built.to_json() + "\n")
+            point.request = self._translate(point, built.digest or built.reference)
+
+    def _submit(self, points: list[Point]) -> None:
+        for point in points:
+            self._write_job_files(point)
+            point.record = sweep_summary.save(self._record(point, "submitted"), point.run_dir)
+            print(f"#{point.num:<4} {' '.join(point.overrides)}  -> {point.run_id}", file=self.out)
+        with ThreadPoolExecutor(max_workers=self.options.max_concurrent) as pool:
+            for point, record in zip(points, pool.map(self._run_guarded, points), strict=True):
+                point.record = record
+
+    def _write_job_files(self, point: Point) -> None:
+        """What Hydra's own launchers leave in a job's folder (.hydra/) and what `dockyard launch` writes."""
+        output = point.run_dir / str(point.hydra_cfg.hydra.output_subdir)
+        _save_config(point.cfg, "config.yaml", output)
+        _save_config(point.hydra_cfg, "hydra.yaml", output)
+        _save_config(OmegaConf.create(list(point.overrides)), "overrides.yaml", output)
+        (point.run_dir / tasks.PLAN_FILE).write_text(point.plan.to_json(indent=2) + "\n")
+
+    def _run_guarded(self, point: Point) -> PointRecord:
+        out = PrefixedWriter(self.out, f"[#{point.num}] ")
+        started = time.monotonic()
+        try:
+            return self._run(point, out, started)
+        except Exception as exc:  # this point's failure (the engine, the API): the others go on
+            print(f"job {point.num} failed: {exc}", file=out)
+            error = exc.one_line() if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
+            return sweep_summary.update(
+                point.record, point.run_dir, status="failed", error=error, wall_s=time.monotonic() - started
+            )
+
+    def _run(self, point: Point, out: IO[str], started: float) -> PointRecord:
+        if point.plan.target.kind is TargetKind.local:  # local jobs run here, so they are always waited for
+            from compiler.targets.local_runner import submit
+
+            sweep_summary.update(point.record, point.run_dir, status="running")
+            exit_status = submit(point.request, point.plan.to_json(), out=out)
+            return sweep_summary.update(
+                point.record,
+                point.run_dir,
+                status="completed" if exit_status == 0 else "failed",
+                error="" if exit_status == 0 else f"exit status {exit_status}",
+                wall_s=time.monotonic() - started,
+                final=sweep_summary.final_metrics(point.run_dir),
+            )
+        return self._run_on_sagemaker(point, out, started)
+
+    def _run_on_sagemaker(self, point: Point, out: IO[str], started: float) -> PointRecord:
+        import boto3
+
+        from compiler.targets import records, sagemaker_submit
+
+        session = boto3.Session(region_name=point.request.region)
+        name = sagemaker_submit.submit(point.request, point.plan.to_json(), session)
+        run_record = records.start(point.run_dir, name, "sagemaker", point.record.image)
+        record = sweep_summary.update(point.record, point.run_dir, status="submitted")
+        if not self.options.wait:
+            return record
+        final = sagemaker_submit.follow(name, session, out=out)
+        status = SAGEMAKER_STATES[final]
+        records.update(run_record, status=status)
+        job = sagemaker_submit.describe(name, session)
+        return sweep_summary.update(
+            record, point.run_dir, status=status, wall_s=time.monotonic() - started, final=sagemaker_metrics(job)
+        )
+
+    def _record(self, point: Point, status: str) -> PointRecord:
+        plan = point.plan
+        predicted = plan.trainer.steps * plan.estimate.throughput.step_seconds if plan.estimate else None
+        return PointRecord(
+            num=point.num,
+            overrides=list(point.overrides),
+            status=status,
+            target=plan.target.kind.value,
+            run_id=point.run_id,
+            region=getattr(point.request, "region", ""),
+            image=_image_of(point.request),
+            price_per_hour=plan.price_per_hour,
+            predicted_s=predicted,
+        )
+
+    def _job_return(self, point: Point) -> JobReturn:
+        record = point.record
+        result = JobReturn(
+            overrides=list(point.overrides),
+            cfg=point.cfg,
+            hydra_cfg=point.hydra_cfg,
+            working_dir=str(point.run_dir) if point.run_dir else None,
+            task_name=str(point.hydra_cfg.hydra.job.name) if point.hydra_cfg else None,
+            status=JobStatus.COMPLETED,
+        )
+        where = f"; see {point.run_dir}" if point.run_dir and point.run_dir.exists() else ""
+        if record.status in ("invalid", "failed", "stopped"):
+            result.status = JobStatus.FAILED
+            reason = record.error or record.status
+            result.return_value = PointFailedError(f"job {point.num} ({' '.join(point.overrides)}): {reason}{where}")
+        elif record.status != "completed":
+            result.return_value = {"status": record.status, "run_id": record.run_id}
+        elif self.options.objective is None:
+            result.return_value = record.final
+        elif isinstance(record.final.get(self.options.objective), int | float):
+            result.return_value = float(record.final[self.options.objective])
+        else:
+            result.status = JobStatus.FAILED
+            result.return_value = PointFailedError(
+                f"job {point.num} reported no metric '{self.options.objective}' (hydra.launcher.objective){where}"
+            )
+        return result
+
+
+def split_hydra_node(cfg: DictConfig) -> tuple[DictConfig, DictConfig]:
+    """The task's config and `{"hydra": ...}`, as Hydra hands them to a JobReturn, made by moving the hydra
+    node rather than copying it (a copy costs more than the rest of a dry-run point)."""
+    hydra_node = cfg.hydra
+    with open_dict(cfg):
+        del cfg["hydra"]
+    hydra_cfg = OmegaConf.create()
+    with flag_override(hydra_cfg, "no_deepcopy_set_nodes", True):
+        hydra_cfg.hydra = hydra_node
+    return cfg, hydra_cfg
+
+
+def _image_of(request) -> str:
+    if hasattr(request, "containers"):
+        return request.containers[0].image
+    return request.create_training_job["AlgorithmSpecification"]["TrainingImage"]
+
+
+def sagemaker_metrics(job: dict) -> dict:
+    """A job's final metrics as SageMaker reports them (names as the metric definitions give them)."""
+    return {m["MetricName"]: m["Value"] for m in job.get("FinalMetricDataList", [])}
+
+
+def refresh(sweep_dir: Path) -> list[PointRecord]:
+    """`dockyard status SWEEP_DIR`: ask the target about every point still open, then rewrite the summary."""
+    for folder, record in sweep_summary.load_all(sweep_dir):
+        if record.status not in sweep_summary.OPEN_STATES:
+            continue
+        if record.target == "sagemaker":
+            import boto3
+
+            from compiler.targets import sagemaker_submit
+
+            job = sagemaker_submit.describe(record.run_id, boto3.Session(region_name=record.region or None))
+            start, end = job.get("TrainingStartTime"), job.get("TrainingEndTime")
+            sweep_summary.update(
+                record,
+                folder,
+                status=SAGEMAKER_STATES.get(job["TrainingJobStatus"], record.status),
+                wall_s=(end - start).total_seconds() if start and end else None,
+                final=sagemaker_metrics(job),
+            )
+        elif record.target == "local":
+            from compiler.targets import records
+
+            run = records.load(folder)
+            wall = run.ended - run.started if run.ended else None
+            final = sweep_summary.final_metrics(folder)
+            sweep_summary.update(record, folder, status=run.status, wall_s=wall, final=final)
+    return sweep_summary.write(sweep_dir)
+
+
+class PrefixedWriter:
+    """Lines from concurrent jobs, each whole and marked with its job (`[#3] algo-1 | ...`)."""
+
+    lock = threading.Lock()
+
+    def __init__(self, out: IO[str], prefix: str) -> None:
+        self.out, self.prefix, self.pending = out, prefix, ""
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        if lines:
+            with self.lock:
+                self.out.write("".join(f"{self.prefix}{line}\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        with self.lock:
+            self.out.flush()

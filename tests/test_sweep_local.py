@@ -1,0 +1,100 @@
+"""Sweeps that train: the tiny model on the local target, one container node × one process per point,
+a few steps each, two points at a time, on a real Docker engine."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from compiler.targets.local_runner import RUN_LABEL
+
+DOCKYARD = str(Path(sys.executable).parent / "dockyard")
+SWEEP = ["launch", "-m", "hydra/launcher=dockyard", "hydra.sweep.dir=sweep", "hydra.launcher.max_concurrent=2"]
+SMALL = [
+    "trainer.steps=6",
+    "trainer.log_interval=2",
+    "trainer.checkpoint_interval=0",
+    "trainer.warmup_steps=1",
+    "hardware.nodes=1",
+    "hardware.processes_per_node=1",
+]
+
+
+def sweep(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([DOCKYARD, *SWEEP, *SMALL, *args], cwd=cwd, capture_output=True, text=True, timeout=900)
+    (cwd / "output.log").write_text(result.stdout + result.stderr)  # for a failing test's reader
+    return result
+
+
+def summary_rows(sweep_dir: Path) -> list[dict]:
+    with (sweep_dir / "summary.csv").open() as file:
+        return list(csv.DictReader(file))
+
+
+def test_four_points_share_one_image_and_end_in_a_summary_and_a_plot(tmp_path, engine):
+    result = sweep(tmp_path, "trainer.lr=0.001,0.003", "parallelism=ddp,fsdp")
+    assert result.returncode == 0, result.stderr[-2000:]
+    folder = tmp_path / "sweep"
+    image_lines = [line for line in result.stdout.splitlines() if line.startswith("image     ")]
+    assert len(image_lines) == 1, image_lines  # one build (or one lookup) for the four points
+    references = {json.loads((folder / str(n) / "image.json").read_text())["reference"] for n in range(4)}
+    assert len(references) == 1
+    rows = summary_rows(folder)
+    assert [r["job"] for r in rows] == ["0", "1", "2", "3"]
+    assert {r["status"] for r in rows} == {"completed"}
+    for num, row in enumerate(rows):
+        metrics = [json.loads(line) for line in (folder / str(num) / "nodes/algo-1/output/data/metrics.jsonl").open()]
+        assert metrics[-1]["step"] == 6
+        assert float(row["final_loss"]) == round(metrics[-1]["loss"], 4)
+        assert float(row["tokens_per_s"]) > 0 and float(row["wall_s"]) > 0
+        assert json.loads((folder / str(num) / "point.json").read_text())["run_id"].endswith(f"-{num}")
+    assert rows[0]["overrides"].endswith("trainer.lr=0.001 parallelism=ddp")
+    markdown = (folder / "summary.md").read_text()
+    assert "| 3 | trainer.lr=0.003 parallelism=fsdp | completed |" in markdown
+    assert (folder / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not engine.containers.list(all=True, filters={"label": RUN_LABEL})
+
+
+def test_skip_invalid_runs_the_valid_points(tmp_path, engine):
+    result = sweep(tmp_path, "hydra.launcher.skip_invalid=true", "parallelism.tp=1,3")
+    assert result.returncode == 1  # the invalid point did not complete
+    assert "job 1 (" in result.stderr and "parallelism.tp: dp=? × tp=3" in result.stderr
+    rows = summary_rows(tmp_path / "sweep")
+    assert [r["status"] for r in rows] == ["completed", "invalid"]
+    assert float(rows[0]["final_loss"]) > 0
+
+
+def test_optuna_sweep_minimises_the_final_loss(tmp_path, engine):
+    result = sweep(
+        tmp_path,
+        "hydra/sweeper=optuna",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.n_jobs=2",
+        "hydra.sweeper.direction=minimize",
+        "hydra.sweeper.sampler.seed=1",
+        "hydra.launcher.objective=loss",
+        "trainer.lr=interval(0.001,0.01)",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    folder = tmp_path / "sweep"
+    best = yaml.safe_load((folder / "optimization_results.yaml").read_text())
+    points = [json.loads((folder / str(n) / "point.json").read_text()) for n in range(2)]
+    losses = {o: point["final"]["loss"] for point in points for o in point["overrides"] if o.startswith("trainer.lr=")}
+    assert len(losses) == 2 and best["best_value"] == min(losses.values())
+    assert losses[f"trainer.lr={best['best_params']['trainer.lr']}"] == best["best_value"]
+    assert "Best value" in result.stdout + result.stderr
+    assert [r["status"] for r in summary_rows(folder)] == ["completed", "completed"]
+
+
+def test_a_failed_point_is_reported_failed_and_the_others_complete(tmp_path, engine):
+    """The second point's gloo cannot find its network interface, so its trainer exits non-zero."""
+    result = sweep(tmp_path, "+target.environment.GLOO_SOCKET_IFNAME=eth0,no-such-interface")
+    assert result.returncode == 1
+    assert "dockyard: error: job 1 (" in result.stderr
+    assert "GLOO_SOCKET_IFNAME=no-such-interface): exit status 1; see " in result.stderr
+    rows = summary_rows(tmp_path / "sweep")
+    assert [r["status"] for r in rows] == ["completed", "failed"]
+    assert float(rows[0]["final_loss"]) > 0 and rows[1]["final_loss"] == ""
