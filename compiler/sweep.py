@@ -147,12 +147,11 @@ class Sweep:
     def _expected_image(self, plan: Plan) -> str:
         """The content-hash reference a build of `plan` makes. The build context depends only on the image
         section and the trainer's code, so it is hashed once per distinct pair, not once per point."""
-        from compiler.images.build import image_reference
-        from compiler.images.context import build_context
+        from compiler.images.build import planned_reference
 
         key = repr((plan.image, plan.trainer.entry, plan.trainer.source_dir))
         if key not in self.references:
-            self.references[key] = image_reference(plan, build_context(plan, cwd=Path.cwd()))
+            self.references[key] = planned_reference(plan, cwd=Path.cwd())
         return self.references[key]
 
     def _discard_if_empty(self) -> None:

@@ -92,13 +92,12 @@ def launch_task(cfg: DictConfig) -> None:
 
 def dry_run_task(cfg: DictConfig) -> None:
     """Print exactly the request `launch` would submit; build nothing, start nothing, keep no run folder."""
-    from compiler.images.build import image_reference
-    from compiler.images.context import build_context
+    from compiler.images.build import planned_reference
 
     run_dir = run_folder()
     try:
         plan = compile_plan(to_config(cfg))
-        image = image_reference(plan, build_context(plan, cwd=Path.cwd()))
+        image = planned_reference(plan, cwd=Path.cwd())
         print(launch.translate(plan, image, launch.run_id_for(plan, datetime.now(UTC)), run_dir), end="")
     finally:
         discard(run_dir)

@@ -114,6 +114,12 @@ def test_dry_run_prints_the_request_and_touches_nothing(engine, tmp_path, overri
     assert engine.containers.list(all=True, filters=ours) == before
 
 
+def test_dry_run_names_the_image_the_build_makes(smoke_image, tmp_path):
+    result = subprocess.run([DOCKYARD, "launch", "--dry-run", *SHORT], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert {c["image"] for c in json.loads(result.stdout)["containers"]} == {smoke_image}
+
+
 @pytest.fixture(scope="module")
 def smoke_image(engine):
     plan = plan_for(*SHORT)

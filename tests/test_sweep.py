@@ -16,8 +16,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from compiler.images.build import image_reference
-from compiler.images.context import build_context
+from compiler.images.build import planned_reference
 from compiler.targets.local_runner import RUN_LABEL
 from tests.helpers import plan_for
 
@@ -142,13 +141,18 @@ def test_sagemaker_sweep_without_waiting_then_status_collects_the_states(
         "image.push=true",
         f"image.registry={registry}",
     ]
-    reference = image_reference(plan_for(*point), build_context(plan_for(*point), cwd=tmp_path))
     stand_in = io.BytesIO()
     with tarfile.open(fileobj=stand_in, mode="w") as tar:
         tar.addfile(tarfile.TarInfo("stand-in"), io.BytesIO(b""))
+    base = plan_for(*point).image.base  # the DLC base cannot be pulled here either: a stand-in, for the tag
+    engine.api.import_image_from_data(stand_in.getvalue(), *base.rsplit(":", 1))
+    reference = planned_reference(plan_for(*point), cwd=tmp_path)
     engine.api.import_image_from_data(stand_in.getvalue(), *reference.rsplit(":", 1))
-
-    result = dockyard(tmp_path, *SWEEP, "hydra.launcher.wait=false", *point, "trainer.lr=0.0001,0.0003", env=env)
+    try:
+        result = dockyard(tmp_path, *SWEEP, "hydra.launcher.wait=false", *point, "trainer.lr=0.0001,0.0003", env=env)
+    finally:
+        for stand_in_reference in (base, reference):
+            engine.images.remove(stand_in_reference, force=True)
     assert result.returncode == 0, result.stderr
     assert f"image     {reference}  (already built" in result.stdout
     assert [r["status"] for r in summary_rows(tmp_path / "sweep")] == ["submitted", "submitted"]

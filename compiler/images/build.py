@@ -78,6 +78,17 @@ def image_reference(plan: Plan, context: BuildContext) -> str:
     return f"{plan.image.name}:{context.tag}"
 
 
+def planned_reference(plan: Plan, *, cwd: Path) -> str:
+    """The reference `build_image` would give the plan's image, building and pulling nothing (dry runs).
+    The tag covers the base's id: that of the engine's copy, or '' where there is no engine or no copy yet
+    (then the build, which makes or pulls the base first, tags differently)."""
+    try:
+        base = _find(docker_client(), plan.image.base)
+    except BuildError:
+        base = None
+    return image_reference(plan, build_context(plan, cwd=cwd, base_id=base.id if base else ""))
+
+
 def build_image(
     plan: Plan, client: docker.DockerClient, *, cwd: Path, out: IO[str] = sys.stdout, use_cache: bool = True
 ) -> BuiltImage:
