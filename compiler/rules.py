@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from compiler import schema
 from compiler.catalog import INSTANCE_TYPES, InstanceType
 from compiler.errors import ConfigError, UnsupportedError
+from compiler.image_rules import check_image
 
 if TYPE_CHECKING:
     from compiler.layout import Layout
@@ -26,23 +27,6 @@ SUBNET, SECURITY_GROUP = re.compile(r"^subnet-[0-9a-f]{8,17}$"), re.compile(r"^s
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SECRET_NAME = re.compile(r"(SECRET|PASSWORD|TOKEN|API_KEY|ACCESS_KEY|CREDENTIAL)", re.IGNORECASE)
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-IMAGE_REPOSITORY = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
-REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(:\d{1,5})?$")
-PINNED_REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9_,.-]+\])?==[A-Za-z0-9.+!_-]+$")
-APT_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+:~_-]+)?$")
-VERSION = re.compile(r"^\d+(\.\d+)+$")
-NCCL_VERSION = re.compile(r"^\d+\.\d+\.\d+-\d+$")
-CUDA_BASE_TAG = re.compile(
-    r"cuda:(?P<major>\d+)\.(?P<minor>\d+)(\.\d+)?-(cudnn\d*-)?(?P<flavour>base|runtime|devel)(-ubuntu(?P<ubuntu>[\d.]+))?"
-)
-CUDA_STACK = ("cuda", "efa_installer", "aws_ofi_nccl", "nccl", "gdrcopy")
-IMAGE_PINS = {
-    schema.ImageFamily.cpu_local: ("torch", "deepspeed"),
-    schema.ImageFamily.cuda: ("torch", "deepspeed", *CUDA_STACK),
-    schema.ImageFamily.dlc: (),
-}
-"""The version pins each image family uses; deepspeed may be null wherever it applies."""
-
 SAGEMAKER_MAX_RUN_HOURS = 28 * 24
 SAGEMAKER_MAX_RETRIES = 30
 SAGEMAKER_MAX_KEEP_ALIVE_SECONDS = 3600
@@ -365,92 +349,6 @@ def _check_hyperparameters(hyperparameters: dict) -> None:
                 f"SageMaker limits values to {SAGEMAKER_MAX_HYPERPARAMETER_VALUE} characters",
                 "put long values in a file in trainer.source_dir",
             )
-
-
-def check_image(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:
-    image = config.image
-    if image.family is schema.ImageFamily.cpu_local and instance.has_gpus:
-        raise ConfigError(
-            "image.family", f"the cpu-local image has no CUDA for {instance.name}", "use image=cuda or image=dlc"
-        )
-    if image.family is not schema.ImageFamily.cpu_local and not instance.has_gpus:
-        raise ConfigError("image.family", f"the {image.family.value} image needs GPUs", "use image=cpu-local")
-    if not IMAGE_REPOSITORY.match(image.name):
-        raise ConfigError(
-            "image.name",
-            f"'{image.name}' is not a Docker repository name",
-            "use lower-case letters, digits, '.', '_', '-' and '/'",
-        )
-    if image.push and not image.registry:
-        raise ConfigError("image.registry", "image.push=true needs a registry", "set image.registry=host[:port]")
-    if image.registry is not None and not REGISTRY.match(image.registry):
-        raise ConfigError("image.registry", f"'{image.registry}' is not a registry host", "use host[:port]")
-    for requirement in image.python_packages:
-        if "==" not in requirement:
-            raise ConfigError(
-                "image.python_packages",
-                f"'{requirement}' is not pinned",
-                "pin every package as name==version so the image is reproducible",
-            )
-        if not PINNED_REQUIREMENT.match(requirement):
-            raise ConfigError(
-                "image.python_packages", f"'{requirement}' is not a requirement line", "use name[extras]==version"
-            )
-    for package in image.system_packages:
-        if not APT_PACKAGE.match(package):
-            raise ConfigError(
-                "image.system_packages", f"'{package}' is not a Debian package name", "use name or name=version"
-            )
-    _check_image_versions(image)
-    if image.family is schema.ImageFamily.cuda:
-        _check_cuda_base(image)
-    yield from ()
-
-
-def _check_image_versions(image: schema.ImageConfig) -> None:
-    """Each family needs its own pins and rejects the others', so a value never silently goes unused."""
-    family = image.family.value
-    wanted = set(IMAGE_PINS[image.family])
-    for name in ("torch", "deepspeed", *CUDA_STACK):
-        value = getattr(image, name)
-        if value is None:
-            if name in wanted and name != "deepspeed":
-                raise ConfigError(f"image.{name}", f"is missing for the {family} image", f"set image.{name}=VERSION")
-            continue
-        if name not in wanted:
-            raise ConfigError(f"image.{name}", f"does not apply to the {family} image", f"set image.{name}=null")
-    for name in ("torch", "deepspeed", "boto3", *CUDA_STACK):
-        value = getattr(image, name)
-        pattern = NCCL_VERSION if name == "nccl" else VERSION
-        if value is not None and not pattern.match(str(value)):
-            example = "2.27.7-1" if name == "nccl" else "1.2.3"
-            raise ConfigError(f"image.{name}", f"'{value}' is not a version", f"use a release number like {example}")
-
-
-def _check_cuda_base(image: schema.ImageConfig) -> None:
-    """Checks what the base's tag tells, when it is one of NVIDIA's `cuda:X.Y.Z-...-devel-ubuntuNN.NN` tags."""
-    match = CUDA_BASE_TAG.search(image.base)
-    if match is None:
-        return
-    base_cuda = f"{match['major']}.{match['minor']}"
-    if base_cuda != image.cuda:
-        raise ConfigError(
-            "image.cuda",
-            f"is {image.cuda} but the base image has CUDA {base_cuda}",
-            f"set image.cuda={base_cuda}, or pick a base with CUDA {image.cuda}",
-        )
-    if match["flavour"] != "devel":
-        raise ConfigError(
-            "image.base",
-            f"'{image.base}' is a {match['flavour']} image; aws-ofi-nccl and GDRCopy compile against CUDA",
-            "use the -devel variant of the base",
-        )
-    if match["ubuntu"] and tuple(map(int, match["ubuntu"].split("."))) < (24, 4):
-        raise ConfigError(
-            "image.base",
-            f"Ubuntu {match['ubuntu']}'s python3 is older than the 3.11 dockyard needs",
-            "use an -ubuntu24.04 base",
-        )
 
 
 def check_trainer(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:

@@ -1,6 +1,6 @@
 """The Dockerfile of a plan's image, rendered from the family's jinja2 template in `images/`.
 
-Everything a template prints comes from the Plan, whose values `rules.check_image` has validated, and
+Everything a template prints comes from the Plan, whose values `image_rules.check_image` has validated, and
 strings that reach a shell are quoted; the result depends on nothing on this machine, so golden files
 can pin it.
 """
