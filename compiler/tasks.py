@@ -85,7 +85,7 @@ def launch_task(cfg: DictConfig) -> None:
         built = build_and_record(plan, run_dir, cwd=Path.cwd())
         run_id = launch.run_id_for(plan, datetime.now(UTC))
         request = launch.translate(plan, built.digest or built.reference, run_id, run_dir)
-    status = launch.submit(plan, request, run_dir)
+        status = launch.submit(plan, request, run_dir)  # a missing role or bucket is found before anything starts
     if status:
         sys.exit(status)
 
