@@ -50,9 +50,12 @@ def save(engine: Saver, root: Path, step: int, local_leader: bool, metadata: dic
     dist.barrier()
     engine.save(partial)
     dist.barrier()
-    if local_leader and partial.exists():
-        (partial / MARKER).write_text(json.dumps({"step": step, **metadata}, sort_keys=True))
-        with contextlib.suppress(OSError):  # another node's leader renamed it first (shared file system)
+    if local_leader:
+        # On storage the nodes share (the local target's run folder) every node's leader finalizes the same
+        # folder: whichever comes second finds it renamed, which is fine.
+        with contextlib.suppress(FileNotFoundError):
+            (partial / MARKER).write_text(json.dumps({"step": step, **metadata}, sort_keys=True))
+        with contextlib.suppress(OSError):
             partial.rename(final)
         for _, old in complete(root)[:-KEEP]:
             shutil.rmtree(old, ignore_errors=True)
