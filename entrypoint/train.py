@@ -66,7 +66,8 @@ def make_engine(plan: Plan, device: torch.device):
         with torch.device("meta"):
             model = Decoder(plan.model)
     else:
-        model = Decoder(plan.model).to(device)
+        with device:
+            model = Decoder(plan.model)
     from entrypoint.parallel import TorchEngine
 
     return TorchEngine(plan, model, device)
