@@ -7,12 +7,22 @@ conventions are the built-in trainer's:
   autocast (4 + 4 gradient + 8 Adam moments = 16); FSDP shards the same 16 bytes over its shard group
   and gathers bf16 copies of one layer at a time; DeepSpeed ZeRO keeps bf16 parameters and gradients
   and 12 bytes of fp32 master weights and moments, partitioned by stage (ZeRO paper, Rajbhandari et al.
-  2020, K = 12). Tensor parallelism divides all of it by tp.
+  2020, K = 12).
+- Tensor parallelism is the trainer's: Megatron-style column/row splits of the attention heads and the
+  MLP's hidden units, without sequence parallelism. What lies between the split projections divides by
+  tp; the residual stream, the norms, the projections' inputs, the embeddings, the head and the logits
+  stay whole on every rank of the group.
 - Activations per layer after Korthikanti et al. 2022, for SDPA attention (no s² term) without dropout:
-  per token, the two norm inputs (residual stream precision), the QKV input, q, k, v (GQA-sized), the
-  attention output, the MLP input and 2 (GELU) or 4 (SwiGLU) tensors of ffn width. Tensor parallelism
-  runs with sequence parallelism, so everything divides by tp. Selective recomputation drops q, k, v;
-  full recomputation keeps each layer's input and one layer's activations at a time.
+  per token, the two norm inputs (residual stream precision), the QKV input, q, k, v (GQA-sized; with RoPE
+  also the fp32 copies of q and k the rotation keeps), the attention output, the MLP input and 2 (GELU) or
+  4 (SwiGLU) tensors of ffn width. Full recomputation keeps each layer's input and one layer's activations at a time.
+  Selective recomputation in Korthikanti's sense drops the s² attention matrices, which SDPA never
+  stores: recomputing softmax(QKᵀ)V only saves its log-sum-exp, because q, k, v are the checkpoint's
+  inputs and the output is the output projection's input (measured, bench/planner_accuracy.md).
+- Under autocast (DDP and smddp with bf16), the backward keeps the bf16 copy of every matrix it multiplied
+  by: 2 more bytes per matmul parameter while a step runs.
+- Logits: the loss takes them in fp32; its backward holds the saved log-probabilities, their gradient
+  and the logits' gradient at once, 12 bytes per logit.
 - FLOPs per token: 6 × the parameters used in matrix products (every layer and the output head, not the
   embedding lookups) + 12 × layers × hidden × seq_len for attention (the PaLM convention, causal masking
   not discounted); model FLOPs, so recomputation lowers MFU instead of raising it.
@@ -30,9 +40,7 @@ CUDA_CONTEXT_BYTES = 600 * 2**20
 NCCL_BYTES_PER_GROUP = 200 * 2**20
 ALLOCATOR_MARGIN = 0.08
 """Fragmentation of PyTorch's caching allocator, as a share of what tensors occupy."""
-DDP_BUCKET_BYTES = 25 * 2**20
-DEEPSPEED_BUCKET_ELEMENTS = 5e8
-DEEPSPEED_PREFETCH_ELEMENTS = 5e7
+LOGIT_BYTES = 12
 ASSUMED_MATMUL_EFFICIENCY = 0.4
 """Share of the GPU's dense bf16 peak a step's FLOPs reach in eager PyTorch (torchtitan's Llama 3 8B on H100
 reports MFU in the mid-30s to 40s %; llm.c reaches about 48% for GPT-2 1.5B)."""
@@ -130,63 +138,117 @@ def state_bytes_per_parameter(par: schema.ParallelismConfig, shard: int) -> tupl
 def activation_bytes_per_token(model: schema.ModelConfig, par: schema.ParallelismConfig, tp: int) -> dict[str, float]:
     """Saved activations per token of one layer: {'layer': kept for backward, 'live': recomputed layer}."""
     element = 4 if par.mixed_precision is schema.Precision.fp32 else 2
-    autocast = par.strategy in (schema.Strategy.ddp, schema.Strategy.smddp) and element == 2
-    residual = 4 if autocast else element
+    residual = 4 if _autocast(par) else element
     h, f = model.hidden, model.ffn_hidden
     kv = model.kv_heads * (h // model.heads)
-    qkv_saved = h + 2 * kv
-    attention_core = 4 * model.heads / h  # fp32 log-sum-exp per head, per hidden unit
-    full_layer = 2 * h * residual + (h + qkv_saved + h + h + 2 * _mlp_inputs(model) * f + attention_core) * element
+    rotary = (h + kv) * 4 if model.position is schema.Position.rope else 0
+    log_sum_exp = 4 * model.heads  # fp32, one per head
+    whole = 2 * h * residual + 2 * h * element  # norm inputs; the inputs of the QKV and MLP projections
+    # q, k, v, the attention output and the MLP's hidden tensors, split over the tensor-parallel group
+    split = rotary + (h + 2 * kv + h + 2 * _mlp_inputs(model) * f) * element + log_sum_exp
+    full_layer = whole + split / tp
     recompute = par.activation_checkpointing
     if recompute is schema.Checkpointing.full:
         kept = h * residual
     elif recompute is schema.Checkpointing.selective:
-        kept = full_layer - qkv_saved * element
+        kept = full_layer - log_sum_exp / tp
     else:
         kept = full_layer
-    return {"layer": kept / tp, "live": full_layer / tp if recompute is schema.Checkpointing.full else 0}
+    return {"layer": kept, "live": full_layer if recompute is schema.Checkpointing.full else 0}
+
+
+def _autocast(par: schema.ParallelismConfig) -> bool:
+    """DDP and smddp keep fp32 weights and compute in bf16/fp16 under autocast; FSDP and DeepSpeed cast
+    the weights themselves."""
+    ddp = par.strategy in (schema.Strategy.ddp, schema.Strategy.smddp)
+    return ddp and par.mixed_precision is not schema.Precision.fp32
 
 
 def memory(model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout, micro_batch: int) -> Memory:
-    """Peak bytes per GPU for one micro batch of `micro_batch` sequences of `model.seq_len` tokens."""
+    """Peak bytes per GPU for one micro batch of `micro_batch` sequences of `model.seq_len` tokens.
+
+    The peak comes at one of two moments of the backward pass: the loss's backward, when every layer's
+    saved activations and the fp32 logits, log-probabilities and their gradients are alive at once; or
+    inside the layers, when the logits are gone but one layer is recomputed (full checkpointing) and its
+    parameters and gradients are gathered and reduced (FSDP, ZeRO-3). The terms shown are those of the
+    larger moment, so they sum to the peak.
+    """
     tp = layout.tp
-    params_per_gpu = parameter_count(model) / tp
-    per_param = state_bytes_per_parameter(par, layout.shard_degree)
+    held = parameters_per_gpu(model, tp)
+    states = [share * held for share in state_bytes_per_parameter(par, layout.shard_degree)]
+    if _autocast(par):
+        states[0] += 2 * _matmul_parameters_per_gpu(model, tp)
     tokens = micro_batch * model.seq_len
     activation = activation_bytes_per_token(model, par, tp)
-    activations = tokens * (model.layers * activation["layer"] + activation["live"] + model.hidden * 4)
-    logit_element = 4 if par.mixed_precision is schema.Precision.fp32 else 2
-    logits = tokens * model.vocab / tp * (logit_element + 4 + 4)  # output, fp32 upcast, its gradient
-    communication = _communication_bytes(model, par, layout, params_per_gpu)
-    states = [share * params_per_gpu for share in per_param]
-    tensors = [*states, activations, logits, communication]
+    kept = tokens * (model.layers * activation["layer"] + model.hidden * 4)
+    logits = tokens * model.vocab * LOGIT_BYTES
+    held, per_layer = _communication_bytes(model, par, layout)
+    in_layers = tokens * activation["live"] + per_layer
+    if logits >= in_layers:
+        tensors = [*states, kept, logits, held]
+    else:
+        tensors = [*states, kept + tokens * activation["live"], 0, held + per_layer]
     groups = 1 + (tp > 1) + (par.strategy is schema.Strategy.fsdp_hybrid)
     context = CUDA_CONTEXT_BYTES + groups * NCCL_BYTES_PER_GROUP
     return Memory(*(round(t) for t in tensors), context, round(ALLOCATOR_MARGIN * sum(tensors)))
 
 
+def deepspeed_buckets(model: schema.ModelConfig) -> dict[str, int]:
+    """DeepSpeed's bucket sizes (elements), set by the trainer: hidden² as Hugging Face's `auto` does.
+
+    DeepSpeed's defaults allocate a 5·10⁸-element reduce bucket (1 GB in bf16) however small the model.
+    """
+    square = model.hidden * model.hidden
+    return {
+        "reduce_bucket_size": square,
+        "stage3_prefetch_bucket_size": int(0.9 * square),
+        "stage3_param_persistence_threshold": 10 * model.hidden,
+    }
+
+
 def _communication_bytes(
-    model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout, params_per_gpu: float
-) -> float:
-    """Buffers that exist only for communication: DDP buckets, FSDP's gathered layers, DeepSpeed buckets."""
-    if layout.world_size == 1:
-        return 0
-    strategy = par.strategy
+    model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout
+) -> tuple[float, float]:
+    """Buffers that exist only for communication: (held through the step, alive while a layer runs).
+
+    DDP has none of its own: the gradients are views into its buckets. FSDP keeps the root module
+    (embeddings, head, final norm) gathered from the forward to its backward and, per layer, gathers
+    this layer and the next and reduce-scatters one layer's fp32 gradients. DeepSpeed keeps its reduce
+    bucket; ZeRO-3 gathers the running layer and prefetches the next bucket.
+    """
+    strategy, element = par.strategy, 4 if par.mixed_precision is schema.Precision.fp32 else 2
     if strategy in (schema.Strategy.ddp, schema.Strategy.smddp):
-        return 2 * DDP_BUCKET_BYTES
-    if strategy.is_deepspeed:
-        buckets = min(DEEPSPEED_BUCKET_ELEMENTS, params_per_gpu) * 2
-        prefetch = 2 * min(DEEPSPEED_PREFETCH_ELEMENTS, params_per_gpu) * 2 if strategy.shards_parameters else 0
-        return buckets + prefetch
+        return 0, 0
     layer = layer_parameters(model) / layout.tp
-    # this layer and the next, gathered; one layer's unsharded fp32 gradients for the reduce-scatter
-    gathered = 2 * layer * (4 if par.mixed_precision is schema.Precision.fp32 else 2)
-    return gathered + layer * 4
+    if strategy.is_deepspeed:
+        buckets = deepspeed_buckets(model)
+        gathered = (layer + buckets["stage3_prefetch_bucket_size"]) * element if strategy.shards_parameters else 0
+        return buckets["reduce_bucket_size"] * element, gathered
+    root = parameter_count(model) - model.layers * layer_parameters(model)
+    return root * element, 2 * layer * element + layer * 4
+
+
+def _split_layer_parameters(model: schema.ModelConfig) -> int:
+    """A layer's parameters that tensor parallelism splits: all but its two norms."""
+    return layer_parameters(model) - 2 * _norm_parameters(model)
+
+
+def parameters_per_gpu(model: schema.ModelConfig, tp: int) -> float:
+    """Parameters a rank of a tensor-parallel group holds before data-parallel sharding."""
+    return parameter_count(model) - model.layers * _split_layer_parameters(model) * (1 - 1 / tp)
+
+
+def _matmul_parameters_per_gpu(model: schema.ModelConfig, tp: int) -> float:
+    """Parameters a rank multiplies by: its share of every layer, and the whole output head."""
+    return model.layers * layer_parameters(model) / tp + model.vocab * model.hidden
 
 
 def flops_per_token(model: schema.ModelConfig) -> float:
-    matmul_parameters = model.layers * layer_parameters(model) + model.vocab * model.hidden
-    return 6 * matmul_parameters + 12 * model.layers * model.hidden * model.seq_len
+    return _flops_per_token_per_gpu(model, tp=1)
+
+
+def _flops_per_token_per_gpu(model: schema.ModelConfig, tp: int) -> float:
+    return 6 * _matmul_parameters_per_gpu(model, tp) + 12 * model.layers * model.hidden * model.seq_len / tp
 
 
 def throughput(
@@ -194,7 +256,7 @@ def throughput(
 ) -> Throughput:
     """Step time from the GPU's peak at an assumed efficiency, plus communication the backward cannot hide."""
     sequences = batch.micro_batch * batch.grad_accum
-    model_flops = flops_per_token(model) * sequences * model.seq_len / layout.tp
+    model_flops = _flops_per_token_per_gpu(model, layout.tp) * sequences * model.seq_len
     hardware_flops = model_flops * RECOMPUTE_FLOPS[par.activation_checkpointing]
     compute = hardware_flops / (instance.peak_bf16_tflops * 1e12 * ASSUMED_MATMUL_EFFICIENCY)
     data_parallel = _data_parallel_seconds(model, par, instance, layout) * _reductions_per_step(par, batch)
@@ -229,7 +291,7 @@ def _data_parallel_seconds(
     dp, shard = layout.dp, layout.shard_degree
     if dp == 1:
         return 0.0
-    params = parameter_count(model) / layout.tp
+    params = parameters_per_gpu(model, layout.tp)
     gradient_bytes = params * (2 if par.strategy.is_deepspeed or par.strategy.shards_parameters else 4)
     gathers = 2 * params * 2 if par.strategy.shards_parameters else 0  # parameters for forward and backward
     gpu_link = instance.gpu_link_gbps / 8 * 1e9
@@ -246,7 +308,8 @@ def _data_parallel_seconds(
 def _tensor_parallel_seconds(
     model: schema.ModelConfig, instance: InstanceType, layout: Layout, sequences: int
 ) -> float:
-    """Sequence-parallel all-gathers and reduce-scatters: 4 per layer forward, 4 backward, over NVLink."""
+    """All-reduces of activations over NVLink: after the two row-parallel projections of each layer in the
+    forward, and of the column-parallel inputs' gradients in the backward; each moves the activation twice."""
     if layout.tp == 1:
         return 0.0
     activation_bytes = sequences * model.seq_len * model.hidden * 2

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from compiler.estimate import deepspeed_buckets
 from compiler.plan import Plan
 from compiler.schema import Offload, Precision, Strategy
 from entrypoint.model import Decoder, loss_fn
@@ -20,10 +21,10 @@ def deepspeed_config(plan: Plan) -> dict[str, Any]:
 
     The optimizer is PyTorch's AdamW handed to DeepSpeed (so every strategy runs the same update);
     DeepSpeed calls such optimizers untested and, with offload, would insist on its CPU Adam, which
-    needs a compiled extension: both checks are turned off explicitly.
+    needs a compiled extension: both checks are turned off explicitly. Bucket sizes are the planner's.
     """
     par, batch = plan.parallelism, plan.batch
-    zero: dict[str, Any] = {"stage": STAGES[par.strategy]}
+    zero: dict[str, Any] = {"stage": STAGES[par.strategy], **deepspeed_buckets(plan.model)}
     if par.offload is not Offload.none:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if par.offload is Offload.parameters:

@@ -42,12 +42,21 @@ def test_more_recomputation_keeps_fewer_activations():
     assert sizes[0] > sizes[1] > sizes[2]
 
 
-def test_tensor_parallelism_divides_activations_and_states():
-    one = plan_for("experiment=llama3-70b-p5x16", "parallelism.tp=1", "hardware.memory_check=false")
-    eight = plan_for("experiment=llama3-70b-p5x16")
-    assert eight.estimate.memory.activations < one.estimate.memory.activations / 4
-    # FSDP over 128 ranks or tp=8 × FSDP over 16 hold the same share of the model states
-    assert eight.estimate.memory.optimizer == pytest.approx(one.estimate.memory.optimizer, rel=1e-6)
+def test_tensor_parallelism_divides_what_lies_between_its_split_projections():
+    """The trainer splits heads and MLP units (no sequence parallelism): the residual stream, embeddings,
+    head and logits stay whole on every rank of the tensor-parallel group."""
+    none = "parallelism.activation_checkpointing=none"
+    one = plan_for("experiment=llama3-70b-p5x16", "parallelism.tp=1", none, "hardware.memory_check=false")
+    eight = plan_for("experiment=llama3-70b-p5x16", none, "hardware.memory_check=false")
+    assert one.estimate.memory.activations / 8 < eight.estimate.memory.activations < one.estimate.memory.activations
+    assert eight.estimate.memory.logits == one.estimate.memory.logits
+    model = eight.model
+    embeddings_and_head = 2 * model.vocab * model.hidden
+    assert estimate.parameters_per_gpu(model, 8) == pytest.approx(
+        embeddings_and_head + (eight.parameters - embeddings_and_head) / 8, rel=1e-3
+    )
+    # FSDP shards what a tensor-parallel rank holds over its 16 data-parallel peers: 8 bytes of Adam moments
+    assert eight.estimate.memory.optimizer == pytest.approx(8 * estimate.parameters_per_gpu(model, 8) / 16, abs=1)
 
 
 def test_flops_per_token_convention():
@@ -57,7 +66,7 @@ def test_flops_per_token_convention():
 
 
 def test_plan_that_does_not_fit_names_largest_term_and_fixes_that_fit():
-    overrides = ["experiment=llama3-8b-p5x4", "parallelism.micro_batch=2"]
+    overrides = ["experiment=llama3-8b-p5x4", "parallelism.activation_checkpointing=none"]
     with pytest.raises(ConfigError) as caught:
         plan_for(*overrides)
     error = caught.value
@@ -73,7 +82,7 @@ def test_plan_that_does_not_fit_names_largest_term_and_fixes_that_fit():
 
 def test_fixes_keep_the_instance_count_before_adding_nodes():
     config_fixes = fit.cheapest_fixes(
-        *_config_and_instance("experiment=llama3-8b-p5x4", "parallelism.micro_batch=2"),
+        *_config_and_instance("experiment=llama3-8b-p5x4", "parallelism.activation_checkpointing=none"),
     )
     changes = [change for change, _ in config_fixes]
     node_changes = [i for i, change in enumerate(changes) if change.startswith("hardware.nodes")]
@@ -81,7 +90,7 @@ def test_fixes_keep_the_instance_count_before_adding_nodes():
 
 
 def test_memory_check_false_turns_the_error_into_a_warning():
-    plan = plan_for("experiment=llama3-8b-p5x4", "parallelism.micro_batch=2", "hardware.memory_check=false")
+    plan = plan_for("experiment=llama3-8b-p5x4", "parallelism.activation_checkpointing=none", "hardware.memory_check=false")
     assert plan.estimate.memory.total > plan.estimate.gpu_memory
     assert any("not enforced" in warning for warning in plan.warnings)
 
