@@ -171,7 +171,8 @@ def memory(model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Lay
     saved activations and the fp32 logits, log-probabilities and their gradients are alive at once; or
     inside the layers, when the logits are gone but one layer is recomputed (full checkpointing) and its
     parameters and gradients are gathered and reduced (FSDP, ZeRO-3). The terms shown are those of the
-    larger moment, so they sum to the peak.
+    larger moment, so they sum to the peak. `par.grad_accum` is read when resolved (not -1): FSDP's
+    gradients exist at the loss's backward only while micro batches accumulate.
     """
     tp = layout.tp
     held = parameters_per_gpu(model, tp)
@@ -185,6 +186,8 @@ def memory(model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Lay
     held, per_layer = _communication_bytes(model, par, layout)
     in_layers = tokens * activation["live"] + per_layer
     if logits >= in_layers:
+        if par.strategy in (schema.Strategy.fsdp, schema.Strategy.fsdp_hybrid) and par.grad_accum == 1:
+            states[1] = 0  # FSDP's sharded gradients appear in the layers' backward, after the loss's
         tensors = [*states, kept, logits, held]
     else:
         tensors = [*states, kept + tokens * activation["live"], 0, held + per_layer]

@@ -1,6 +1,6 @@
 """What `dockyard plan` tells a user: a short summary on the terminal and `report.md` beside plan.json."""
 
-from compiler.estimate import GIB
+from compiler.estimate import GIB, Memory
 from compiler.plan import Plan
 from compiler.schema import Strategy
 
@@ -47,6 +47,8 @@ def report_markdown(plan: Plan) -> str:
         lines += [
             f"| **total** | **{memory.total / GIB:.2f}** | of {plan.estimate.gpu_memory / GIB:.0f} GiB |",
             "",
+            f"The terms are those at the moment of the peak: {_peak_moment(memory)}.",
+            "",
             "## Speed (predicted)",
             "",
             f"- FLOPs per token: {speed.flops_per_token:.3e} (6 × matmul parameters + attention)",
@@ -74,3 +76,9 @@ def _data(plan: Plan) -> str:
         "efs": f"{data.file_system_id}:{data.path}",
     }.get(data.source.value)
     return f"{data.source.value} {where}" if where else data.source.value
+
+
+def _peak_moment(memory: Memory) -> str:
+    if memory.logits:
+        return "the loss's backward, with every layer's activations and the fp32 logits alive"
+    return "inside a layer's backward, while it is recomputed and its parameters gathered"
