@@ -59,13 +59,9 @@ def stop(record: records.RunRecord) -> None:
 
         sagemaker_submit.stop(record.run_id, boto3.Session())
     else:
-        import docker
+        from compiler.targets.local_runner import kill
 
-        from compiler.targets.local_runner import RUN_LABEL
-
-        client = docker.from_env()
-        for container in client.containers.list(filters={"label": f"{RUN_LABEL}={record.run_id}"}):
-            container.kill()
+        kill(record.run_id)
     records.update(record, status="stopped")
     print(f"stopped   {record.run_id}")
 

@@ -105,6 +105,8 @@ class Sweep:
         self.references: dict[str, str] = {}
         """The image reference of each distinct build input (see `_expected_image`)."""
         self.out = sys.stdout if out is None else out
+        self.interrupted = threading.Event()
+        """Set on Ctrl-C: queued points are cancelled, local jobs stopped, remote ones left running."""
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
         points = [self._prepare(tuple(o), initial_job_idx + i) for i, o in enumerate(job_overrides)]
@@ -188,9 +190,31 @@ class Sweep:
             self._write_job_files(point)
             point.record = sweep_summary.save(self._record(point, "submitted"), point.run_dir)
             print(f"#{point.num:<4} {' '.join(point.overrides)}  -> {point.run_id}", file=self.out)
-        with ThreadPoolExecutor(max_workers=self.options.max_concurrent) as pool:
-            for point, record in zip(points, pool.map(self._run_guarded, points), strict=True):
-                point.record = record
+        pool = ThreadPoolExecutor(max_workers=self.options.max_concurrent)
+        futures = [pool.submit(self._run_guarded, point) for point in points]
+        try:
+            for point, future in zip(points, futures, strict=True):
+                point.record = future.result()
+        except KeyboardInterrupt:
+            self._interrupt(points, futures, pool)
+            raise
+        pool.shutdown()
+
+    def _interrupt(self, points: list[Point], futures: list, pool: ThreadPoolExecutor) -> None:
+        """Ctrl-C: cancel the points not started, stop the local jobs running (their threads remove the
+        containers), detach from remote jobs (`dockyard status SWEEP_DIR` follows them), write the summary."""
+        print("dockyard: interrupted: cancelling the points not started, stopping local jobs", file=self.out)
+        self.interrupted.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        for point, future in zip(points, futures, strict=True):
+            if future.cancelled():
+                point.record = sweep_summary.update(point.record, point.run_dir, status="cancelled")
+            elif not future.done() and point.plan.target.kind is TargetKind.local:
+                from compiler.targets.local_runner import kill
+
+                kill(point.run_id)
+        pool.shutdown(wait=True)
+        sweep_summary.write(self.sweep_dir)
 
     def _write_job_files(self, point: Point) -> None:
         """What Hydra's own launchers leave in a job's folder (.hydra/) and what `dockyard launch` writes."""
@@ -217,11 +241,12 @@ class Sweep:
             from compiler.targets.local_runner import submit
 
             sweep_summary.update(point.record, point.run_dir, status="running")
-            exit_status = submit(point.request, point.plan.to_json(), out=out)
+            exit_status = submit(point.request, point.plan.to_json(), out=out, interrupted=self.interrupted)
+            failed = "stopped" if self.interrupted.is_set() else "failed"
             return sweep_summary.update(
                 point.record,
                 point.run_dir,
-                status="completed" if exit_status == 0 else "failed",
+                status="completed" if exit_status == 0 else failed,
                 error="" if exit_status == 0 else f"exit status {exit_status}",
                 wall_s=time.monotonic() - started,
                 final=sweep_summary.final_metrics(point.run_dir),
@@ -239,7 +264,9 @@ class Sweep:
         record = sweep_summary.update(point.record, point.run_dir, status="submitted")
         if not self.options.wait:
             return record
-        final = sagemaker_submit.follow(name, session, out=out)
+        final = sagemaker_submit.follow(name, session, out=out, interrupted=self.interrupted)
+        if final is None:  # detached on Ctrl-C; the job goes on
+            return record
         status = SAGEMAKER_STATES[final]
         records.update(run_record, status=status)
         job = sagemaker_submit.describe(name, session)

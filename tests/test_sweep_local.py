@@ -3,8 +3,10 @@ a few steps each, two points at a time, on a real Docker engine."""
 
 import csv
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -98,3 +100,25 @@ def test_a_failed_point_is_reported_failed_and_the_others_complete(tmp_path, eng
     rows = summary_rows(tmp_path / "sweep")
     assert [r["status"] for r in rows] == ["completed", "failed"]
     assert float(rows[0]["final_loss"]) > 0 and rows[1]["final_loss"] == ""
+
+
+def test_ctrl_c_stops_the_running_point_and_cancels_the_queued_ones(tmp_path, engine):
+    """One point at a time, three long points: Ctrl-C while the first trains."""
+    options = [option for option in SWEEP + SMALL if "max_concurrent" not in option and "steps=" not in option]
+    command = [DOCKYARD, *options, "hydra.launcher.max_concurrent=1", "trainer.steps=100000", "trainer.seed=1,2,3"]
+    log = (tmp_path / "output.log").open("w")
+    sweep = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, text=True)
+    first_log = tmp_path / "sweep/0/logs/algo-1.log"
+    deadline = time.monotonic() + 600
+    while '"step": ' not in (first_log.read_text() if first_log.exists() else "") and time.monotonic() < deadline:
+        assert sweep.poll() is None, (tmp_path / "output.log").read_text()[-3000:]
+        time.sleep(1)
+    sweep.send_signal(signal.SIGINT)
+    assert sweep.wait(timeout=120) != 0
+    assert "interrupted: cancelling the points not started" in (tmp_path / "output.log").read_text()
+    rows = summary_rows(tmp_path / "sweep")
+    assert [r["status"] for r in rows] == ["stopped", "cancelled", "cancelled"]
+    assert not (tmp_path / "sweep/1/logs").exists()  # never started
+    assert not engine.containers.list(all=True, filters={"label": RUN_LABEL})
+    run_id = json.loads((tmp_path / "sweep/0/point.json").read_text())["run_id"]
+    assert not engine.networks.list(names=[f"dockyard-{run_id}"])

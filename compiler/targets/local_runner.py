@@ -43,14 +43,23 @@ def prepare_host_folders(request: LocalRequest, plan_json: str) -> None:
         Path(folder).chmod(0o777)  # the image runs as a non-root user whose uid the host does not know
 
 
-def submit(request: LocalRequest, plan_json: str, *, client=None, out: IO[str] = sys.stdout) -> int:
-    """Run the job to its end (with retries); returns its exit status."""
+def submit(
+    request: LocalRequest,
+    plan_json: str,
+    *,
+    client=None,
+    out: IO[str] = sys.stdout,
+    interrupted: threading.Event | None = None,
+) -> int:
+    """Run the job to its end (with retries, none once `interrupted` is set); returns its exit status."""
     client = client or docker.from_env()
     prepare_host_folders(request, plan_json)
     record = records.start(Path(request.run_dir), request.run_id, "local", request.containers[0].image)
     status = 1
     try:
         for attempt in range(request.max_retries + 1):
+            if attempt and interrupted is not None and interrupted.is_set():
+                break
             if attempt:
                 print(f"dockyard: restarting the job (retry {attempt} of {request.max_retries})", file=out)
             record = records.update(record, status="running", attempts=attempt + 1)
@@ -62,6 +71,13 @@ def submit(request: LocalRequest, plan_json: str, *, client=None, out: IO[str] =
         records.update(record, status="stopped", exit_status=130)
         raise
     return status
+
+
+def kill(run_id: str, client=None) -> None:
+    """Kill a run's containers (`dockyard stop`, a sweep's Ctrl-C); the process running it removes them."""
+    client = client or docker.from_env()
+    for container in client.containers.list(filters={"label": f"{RUN_LABEL}={run_id}"}):
+        container.kill()
 
 
 def run_once(request: LocalRequest, client, out: IO[str]) -> int:

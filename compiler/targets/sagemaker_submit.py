@@ -6,7 +6,7 @@ profile and credentials apply as everywhere in AWS's tools; nothing here reads t
 """
 
 import sys
-import time
+import threading
 from typing import IO
 
 import boto3
@@ -64,8 +64,16 @@ def submit(request: SageMakerRequest, plan_json: str, session: boto3.Session) ->
     return request.create_training_job["TrainingJobName"]
 
 
-def follow(job_name: str, session: boto3.Session, *, out: IO[str] = sys.stdout, poll_s: float = 15.0) -> str:
-    """Print status changes and new log lines until the job ends; returns its final status."""
+def follow(
+    job_name: str,
+    session: boto3.Session,
+    *,
+    out: IO[str] = sys.stdout,
+    poll_s: float = 15.0,
+    interrupted: threading.Event | None = None,
+) -> str | None:
+    """Print status changes and new log lines until the job ends; returns its final status, or None when
+    `interrupted` is set first (the job goes on)."""
     sagemaker, logs = session.client("sagemaker"), session.client("logs")
     seen_status, next_tokens = None, {}
     while True:
@@ -79,7 +87,8 @@ def follow(job_name: str, session: boto3.Session, *, out: IO[str] = sys.stdout, 
             if job.get("FailureReason"):
                 print(f"{job_name}: {job['FailureReason']}", file=out)
             return status[0]
-        time.sleep(poll_s)
+        if (interrupted or threading.Event()).wait(poll_s):
+            return None
 
 
 def print_new_log_lines(logs, job_name: str, next_tokens: dict[str, str], out: IO[str]) -> None:
