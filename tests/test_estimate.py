@@ -90,7 +90,9 @@ def test_fixes_keep_the_instance_count_before_adding_nodes():
 
 
 def test_memory_check_false_turns_the_error_into_a_warning():
-    plan = plan_for("experiment=llama3-8b-p5x4", "parallelism.activation_checkpointing=none", "hardware.memory_check=false")
+    plan = plan_for(
+        "experiment=llama3-8b-p5x4", "parallelism.activation_checkpointing=none", "hardware.memory_check=false"
+    )
     assert plan.estimate.memory.total > plan.estimate.gpu_memory
     assert any("not enforced" in warning for warning in plan.warnings)
 
