@@ -65,6 +65,28 @@ def test_script_hyperparameters_are_json_encoded_strings():
     assert job["HyperParameters"] == {"epochs": "3", "name": '"abc"'}
 
 
+def test_metric_definitions_read_the_trainers_metrics_lines(tmp_path):
+    """The regexes SageMaker applies to the job's log find each value in a line the trainer really prints;
+    a sweep's summary then reads them back from FinalMetricDataList."""
+    import re
+
+    from compiler.sweep import sagemaker_metrics
+    from entrypoint.metrics import MetricsLog
+
+    printed = io.StringIO()
+    record = {"step": 40, "loss": 2.5e-05, "lr": 3e-4, "grad_norm": 0.75, "tokens_per_s": 91234.5, "mfu": None}
+    MetricsLog(tmp_path / "metrics.jsonl", printed).write(record)
+    line = printed.getvalue()
+    found = {}
+    for definition in sagemaker.metric_definitions():
+        match = re.search(definition["Regex"], line)
+        if match:
+            found[definition["Name"]] = float(match.group(1))
+    assert found == {"loss": 2.5e-05, "tokens_per_s": 91234.5, "grad_norm": 0.75}  # mfu is null on CPU
+    job = {"FinalMetricDataList": [{"MetricName": name, "Value": value} for name, value in found.items()]}
+    assert sagemaker_metrics(job) == found
+
+
 def test_missing_role_is_a_config_error():
     plan = plan_for("experiment=gpt2-124m-p4d")
     with pytest.raises(ConfigError, match="target.role_arn: is missing"):

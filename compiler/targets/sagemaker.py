@@ -18,6 +18,14 @@ from compiler.schema import DataSource, Entry, SageMakerTarget
 from compiler.targets.local import CONTAINER_ROOT, PLAN_CHANNEL
 
 FILE_SYSTEM_TYPES = {DataSource.fsx: "FSxLustre", DataSource.efs: "EFS"}
+REPORTED_METRICS = ("loss", "tokens_per_s", "grad_norm", "mfu")
+"""Keys of the trainer's JSON metrics lines that SageMaker extracts from the job's log: the console charts
+them, and DescribeTrainingJob's FinalMetricDataList gives a sweep's summary their final values."""
+NUMBER = r"(-?[0-9.]+(?:[eE][-+]?[0-9]+)?)"
+
+
+def metric_definitions() -> list[dict[str, str]]:
+    return [{"Name": name, "Regex": f'"{name}": {NUMBER}'} for name in REPORTED_METRICS]
 
 
 @dataclass(frozen=True)
@@ -52,7 +60,11 @@ def to_request(plan: Plan, image: str, *, run_id: str, job_prefix: str) -> SageM
     plan_uri = f"{job_prefix.rstrip('/')}/{PLAN_CHANNEL}/"
     parameters = {
         "TrainingJobName": run_id,
-        "AlgorithmSpecification": {"TrainingImage": image, "TrainingInputMode": "File"},
+        "AlgorithmSpecification": {
+            "TrainingImage": image,
+            "TrainingInputMode": "File",
+            "MetricDefinitions": metric_definitions(),
+        },
         "RoleArn": target.role_arn,
         "InputDataConfig": [_s3_channel(PLAN_CHANNEL, plan_uri, "File"), *_data_channels(plan)],
         "OutputDataConfig": {"S3OutputPath": target.output_uri or f"{job_prefix.rstrip('/')}/output"},
