@@ -13,12 +13,12 @@ conventions are the built-in trainer's:
   tp; the residual stream, the norms, the projections' inputs, the embeddings, the head and the logits
   stay whole on every rank of the group.
 - Activations per layer after Korthikanti et al. 2022, for SDPA attention (no s² term) without dropout:
-  per token, the two norm inputs (residual stream precision), the QKV input, q, k, v (GQA-sized; with RoPE
-  also the fp32 copies of q and k the rotation keeps), the attention output, the MLP input and 2 (GELU) or
-  4 (SwiGLU) tensors of ffn width. Full recomputation keeps each layer's input and one layer's activations at a time.
-  Selective recomputation in Korthikanti's sense drops the s² attention matrices, which SDPA never
-  stores: recomputing softmax(QKᵀ)V only saves its log-sum-exp, because q, k, v are the checkpoint's
-  inputs and the output is the output projection's input (measured, bench/planner_accuracy.md).
+  per token, the two norm inputs (residual stream precision), the QKV input, q, k, v (GQA-sized; with
+  RoPE also the fp32 copies of q and k the rotation keeps), the attention output, the MLP input and 2
+  (GELU) or 4 (SwiGLU) tensors of ffn width. Full recomputation keeps each layer's input and one layer's
+  activations at a time. Selective recomputation in Korthikanti's sense drops the s² attention matrices,
+  which SDPA never stores: recomputing softmax(QKᵀ)V only saves its log-sum-exp, because q, k, v are the
+  checkpoint's inputs and the output is the output projection's input (bench/planner_accuracy_cpu.md).
 - Under autocast (DDP and smddp with bf16), the backward keeps the bf16 copy of every matrix it multiplied
   by: 2 more bytes per matmul parameter while a step runs.
 - Logits: the loss takes them in fp32; its backward holds the saved log-probabilities, their gradient
@@ -175,8 +175,8 @@ def memory(model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Lay
     gradients exist at the loss's backward only while micro batches accumulate.
     """
     tp = layout.tp
-    held = parameters_per_gpu(model, tp)
-    states = [share * held for share in state_bytes_per_parameter(par, layout.shard_degree)]
+    parameters = parameters_per_gpu(model, tp)
+    states = [share * parameters for share in state_bytes_per_parameter(par, layout.shard_degree)]
     if _autocast(par):
         states[0] += 2 * _matmul_parameters_per_gpu(model, tp)
     tokens = micro_batch * model.seq_len
