@@ -76,14 +76,14 @@ GPU_CONFIGS = [
     ("gpt2-350m", ("model=gpt2-350m",), "fsdp", 8, 8, "none"),
     ("gpt2-1.5b", ("model=gpt2-1.5b",), "fsdp", 8, 4, "none"),
     ("gpt2-1.5b", ("model=gpt2-1.5b",), "fsdp", 8, 16, "full"),
-    ("llama3.2-1b", ("model=llama3.2-1b",), "fsdp", 8, 4, "none"),
-    ("llama3.2-1b", ("model=llama3.2-1b",), "fsdp-hybrid", 8, 4, "selective"),
-    ("llama3.2-1b", ("model=llama3.2-1b",), "zero1", 8, 2, "none"),
+    ("llama3.2-1b", ("model=llama3.2-1b",), "fsdp", 8, 2, "none"),
+    ("llama3.2-1b", ("model=llama3.2-1b",), "fsdp-hybrid", 8, 2, "selective"),
+    ("llama3.2-1b", ("model=llama3.2-1b",), "zero1", 8, 1, "none"),
     ("llama3.2-1b", ("model=llama3.2-1b",), "zero2", 8, 2, "none"),
-    ("llama3.2-1b", ("model=llama3.2-1b",), "zero3", 8, 8, "full"),
+    ("llama3.2-1b", ("model=llama3.2-1b",), "zero3", 8, 4, "full"),
     ("llama3-8b", ("model=llama3-8b",), "fsdp", 8, 1, "full"),
     ("llama3-8b", ("model=llama3-8b",), "fsdp", 8, 2, "full"),
-    ("llama3-8b tp2", ("model=llama3-8b", "parallelism.tp=2"), "fsdp", 8, 2, "none"),
+    ("llama3-8b tp2", ("model=llama3-8b", "parallelism.tp=2"), "fsdp", 8, 1, "selective"),
 ]
 STEPS = {"cpu": 2, "cuda": 6}
 """Optimizer steps per configuration: the peak needs two; step times are the median after the first."""
