@@ -25,11 +25,13 @@ and about what accelerate's estimate-memory reports (batch 1, no activations).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -131,43 +133,37 @@ def plan_for(extra: tuple[str, ...], strategy: str, ranks: int, micro_batch: int
 def measure(plan: Plan, device_type: str) -> dict:
     """Rank 0 of the plan in this process: peak bytes (and step seconds on CUDA) over a few steps."""
     import torch.distributed as dist
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
+    from torch.nn.parallel import DistributedDataParallel
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     from entrypoint.train import make_engine
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan.layout.world_size)
-    device = torch.device("cuda", 0) if device_type == "cuda" else torch.device("cpu")
-    tracker = None
-    if device_type == "cpu":
-        from torch.distributed._tools.mem_tracker import MemTracker
-
-        tracker = MemTracker()
-        tracker.__enter__()
-    engine = make_engine(plan, device)
-    if plan.parallelism.strategy.value in ("ddp", "smddp"):
-        from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
-
-        engine.model.register_comm_hook(None, noop_hook)  # the fake group's all-reduce returns no tensor
+    on_cpu = device_type == "cpu"
+    device = torch.device("cpu") if on_cpu else torch.device("cuda", 0)
     seconds = []
-    for _ in range(STEPS[device_type]):
-        tokens = torch.randint(0, plan.model.vocab, (plan.batch.micro_batch, plan.model.seq_len + 1), device=device)
-        start = time.perf_counter()
-        engine.forward_backward(tokens[:, :-1], tokens[:, 1:], last_micro=True)
-        engine.step(plan.trainer.lr)
-        if device_type == "cuda":
-            torch.cuda.synchronize()
-        seconds.append(time.perf_counter() - start)
-        if tracker:
-            tracker.reset_mod_stats()
-    if tracker:
-        tracker.__exit__(None, None, None)
-        peak = tracker.get_tracker_snapshot("peak")[device]
-        return {"allocated": peak["Total"], "by_kind": {str(kind): size for kind, size in peak.items()}}
+    with MemTracker() if on_cpu else contextlib.nullcontext() as tracker:
+        engine = make_engine(plan, device)
+        if isinstance(engine.model, DistributedDataParallel):
+            engine.model.register_comm_hook(None, noop_hook)  # the fake group's all-reduce returns no tensor
+        for _ in range(STEPS[device_type]):
+            tokens = torch.randint(0, plan.model.vocab, (plan.batch.micro_batch, plan.model.seq_len + 1), device=device)
+            start = time.perf_counter()
+            engine.forward_backward(tokens[:, :-1], tokens[:, 1:], last_micro=True)
+            engine.step(plan.trainer.lr)
+            if on_cpu:
+                tracker.reset_mod_stats()
+            else:
+                torch.cuda.synchronize()
+            seconds.append(time.perf_counter() - start)
+    if on_cpu:
+        return {"allocated": tracker.get_tracker_snapshot("peak")[device]["Total"]}
     free, total = torch.cuda.mem_get_info()
-    reserved = torch.cuda.max_memory_reserved()
     return {
         "allocated": torch.cuda.max_memory_allocated(),
-        "reserved": reserved,
+        "reserved": torch.cuda.max_memory_reserved(),
         "outside_allocator": total - free - torch.cuda.memory_reserved(),
         "step_seconds": statistics.median(seconds[1:]),
     }
@@ -253,8 +249,6 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure(Plan.from_json(args.one.read_text()), args.device)))
         return
-    import tempfile
-
     configs = GPU_CONFIGS if args.device == "cuda" else CPU_CONFIGS
     device = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU (MemTracker)"
     rows = []

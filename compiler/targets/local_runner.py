@@ -58,9 +58,9 @@ def submit(
     status = 1
     try:
         for attempt in range(request.max_retries + 1):
-            if attempt and interrupted is not None and interrupted.is_set():
-                break
             if attempt:
+                if interrupted is not None and interrupted.is_set():
+                    break
                 print(f"dockyard: restarting the job (retry {attempt} of {request.max_retries})", file=out)
             record = records.update(record, status="running", attempts=attempt + 1)
             status = run_once(request, client, out)

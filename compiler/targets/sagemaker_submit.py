@@ -75,6 +75,7 @@ def follow(
     """Print status changes and new log lines until the job ends; returns its final status, or None when
     `interrupted` is set first (the job goes on)."""
     sagemaker, logs = session.client("sagemaker"), session.client("logs")
+    interrupted = interrupted or threading.Event()
     seen_status, next_tokens = None, {}
     while True:
         job = sagemaker.describe_training_job(TrainingJobName=job_name)
@@ -87,7 +88,7 @@ def follow(
             if job.get("FailureReason"):
                 print(f"{job_name}: {job['FailureReason']}", file=out)
             return status[0]
-        if (interrupted or threading.Event()).wait(poll_s):
+        if interrupted.wait(poll_s):
             return None
 
 
