@@ -1,0 +1,95 @@
+"""The seam every target plugs into: what a place that runs plans must offer, and nothing else.
+
+A target is one folder under `compiler/targets/` whose package exposes `TARGET`, an object with this
+shape, plus one line in `compiler.targets.registry`. Everything outside the targets package reaches a
+target through the registry and never asks which kind it is.
+
+The split follows torchx's schedulers: `to_request` is a pure translator whose result renders itself
+(`str(request)` is exactly what `submit` sends, so `--dry-run` prints it and golden files hold it), and
+`submit`/`follow`/`status`/`logs`/`stop` are the thin I/O half.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Protocol, runtime_checkable
+
+from compiler.spec import DataSource, Plan
+
+PENDING, RUNNING, COMPLETED, FAILED, STOPPED, CANCELLED = (
+    "pending",
+    "running",
+    "completed",
+    "failed",
+    "stopped",
+    "cancelled",
+)
+STATUSES = (PENDING, RUNNING, COMPLETED, FAILED, STOPPED, CANCELLED)
+"""One set of statuses for a run on every target (and a sweep's points)."""
+FINAL_STATUSES = (COMPLETED, FAILED, STOPPED, CANCELLED)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capabilities:
+    """What the generic rules need to know about a target, so they never name one."""
+
+    cpu_plans: bool
+    """Runs plans on CPU-only hardware (`hardware=cpu`)."""
+    host_folders: bool
+    """Mounts a folder of the submitting host as a channel (`data=local`)."""
+    file_systems: tuple[DataSource, ...] = ()
+    """Shared file systems it mounts as channels (fsx, efs)."""
+    smddp: bool = False
+    """Provides SageMaker's distributed data-parallel library."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobState:
+    """A job as its target reports it, in the shared statuses."""
+
+    status: str
+    detail: str = ""
+    """The platform's own words (SageMaker's secondary status, Slurm's pending reason)."""
+    exit_status: int | None = None
+    attempts: int = 1
+    metrics: Mapping[str, float] | None = None
+    """Final metrics the platform collected (SageMaker's FinalMetricDataList), when it has them."""
+
+
+@runtime_checkable
+class Request(Protocol):
+    run_id: str
+
+    def to_json(self) -> str: ...
+
+
+class Target(Protocol):
+    kind: str
+    capabilities: Capabilities
+    attached: bool
+    """True when the job lives in the submitting process (local containers): it is always followed to its
+    end and Ctrl-C stops it; False when the platform runs it (detaching leaves it running)."""
+
+    def check(self, plan: Plan) -> list[str]:
+        """The target's own rules: raise a ConfigError naming the key, or return warnings."""
+
+    def to_request(self, plan: Plan, image: str, *, run_id: str, run_dir: Path) -> Request:
+        """Pure: everything as arguments, no environment, clock or I/O; raises ConfigError for what the
+        target cannot run."""
+
+    def image_reference(self, plan: Plan, planned: str) -> str:
+        """The reference a dry run prints for the image the build will make (`planned` is its local tag):
+        what `submit` will send, registry-qualified where the target pulls from a registry."""
+
+    def submit(self, request: Request, plan_json: str, *, out: IO[str]) -> dict:
+        """Create the job; returns the handle `follow`/`status`/`logs`/`stop` need (kept in the run record)."""
+
+    def follow(self, request: Request, handle: dict, *, out: IO[str], interrupted) -> JobState | None:
+        """Stream progress until the job ends (its final state) or `interrupted` (a threading.Event) is set:
+        then None for a detached target, and the job stopped for an attached one."""
+
+    def status(self, handle: dict) -> JobState: ...
+
+    def logs(self, handle: dict, out: IO[str]) -> None: ...
+
+    def stop(self, handle: dict) -> None: ...

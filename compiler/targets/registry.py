@@ -1,0 +1,27 @@
+"""Which module serves each target kind. Adding a target is one line here (and its folder).
+
+Modules are imported on first use, so planning for SageMaker does not import the Docker SDK and the CLI
+starts without boto3's clients or the Kubernetes client.
+"""
+
+import importlib
+
+from compiler.errors import UnknownNameError
+from compiler.targets.base import Target
+
+MODULES = {
+    "local": "compiler.targets.local",
+    "sagemaker": "compiler.targets.sagemaker",
+}
+"""Target kind -> the package whose `TARGET` implements `compiler.targets.base.Target`."""
+
+
+def kinds() -> tuple[str, ...]:
+    return tuple(MODULES)
+
+
+def get(kind: str) -> Target:
+    """The target for `kind` (a TargetKind's value); an unknown or unbuilt kind is a ConfigError on `target`."""
+    if kind not in MODULES:
+        raise UnknownNameError("target", "target", kind, MODULES)
+    return importlib.import_module(MODULES[kind]).TARGET
