@@ -246,11 +246,24 @@ class KubernetesTarget(TargetConfig):
     service_account: str | None = None
 
 
+class ContainerRuntime(Enum):
+    pyxis = "pyxis"
+    """NVIDIA's SPANK plugin: `srun --container-image`, enroot underneath (GPU clusters' usual choice)."""
+    docker = "docker"
+    """`docker run --network host --init` on each node, started by the srun task."""
+    apptainer = "apptainer"
+    """`apptainer exec docker://...` on each node."""
+
+
 @dataclass
 class SlurmTarget(TargetConfig):
     kind: TargetKind = TargetKind.slurm
     partition: str | None = None
+    """`#SBATCH --partition`; the cluster's default partition when unset."""
     account: str | None = None
+    """`#SBATCH --account`, for clusters that charge jobs to an account."""
+    container_runtime: ContainerRuntime | None = None
+    """How each node starts the image: pyxis for GPU plans and docker for CPU plans when unset."""
 
 
 class Entry(Enum):
