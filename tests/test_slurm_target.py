@@ -1,12 +1,20 @@
 """The Slurm target: golden sbatch scripts per container runtime, the values a script cannot hold, and
 (with the cluster fixture) real jobs on the two-node Slurm cluster that scripts/ensure-slurm starts."""
 
+import io
+import json
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from compiler.errors import ConfigError
-from compiler.targets.slurm import translate
+from compiler.images.build import build_image, ensure_base_image
+from compiler.targets.base import COMPLETED, FAILED, PENDING, RUNNING, STOPPED, JobState
+from compiler.targets.slurm import TARGET, translate
 from tests.helpers import plan_for
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/dockyard/golden:0123456789abcdef0123"
@@ -87,3 +95,150 @@ def test_values_an_sbatch_script_cannot_hold_are_config_errors(overrides, run_di
 def test_shell_values_are_quoted():
     text = script("experiment=smoke", "target=slurm", '+target.environment.GREETING="it\'s $(reboot)"')
     assert "export GREETING='it'\"'\"'s $(reboot)'\n" in text
+
+
+# --- real jobs on the two-node cluster of scripts/ensure-slurm -------------------------------------------
+
+SHORT = [
+    "experiment=smoke",
+    "target=slurm",
+    "trainer.steps=20",
+    "trainer.warmup_steps=2",
+    "trainer.log_interval=2",
+    "trainer.checkpoint_interval=10",
+]
+
+
+def test_tasks_find_their_rank_and_master_from_slurms_variables(slurm_cluster):
+    """What srun sets for one task per node is what the entrypoint's discovery reads."""
+    code = (
+        "import os; from entrypoint.cluster import discover; n = discover(os.environ); "
+        "print(n.source, n.node_rank, n.nnodes, n.master_addr, ','.join(n.hosts))"
+    )
+    result = subprocess.run(
+        ["srun", "--nodes=2", "--ntasks-per-node=1", "--label", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["0: slurm 0 2 n1 n1,n2", "1: slurm 1 2 n1 n1,n2"]
+
+
+@pytest.fixture(scope="module")
+def slurm_image(engine, slurm_cluster) -> str:
+    plan = plan_for(*SHORT)
+    ensure_base_image(engine, plan.image, sys.stdout)
+    return build_image(plan, engine, cwd=Path.cwd()).reference
+
+
+def submit(plan, image: str, run_dir: Path, run_id: str) -> dict:
+    request = TARGET.to_request(plan, image, run_id=run_id, run_dir=run_dir)
+    return TARGET.submit(request, plan.to_json(), out=io.StringIO())
+
+
+def follow(handle: dict, timeout: float) -> tuple[JobState, str]:
+    """Follow the job to its end (or fail the test after `timeout` seconds): its final state and output."""
+    out, interrupted = io.StringIO(), threading.Event()
+    timer = threading.Timer(timeout, interrupted.set)
+    timer.start()
+    try:
+        state = TARGET.follow(None, handle, out=out, interrupted=interrupted)
+    finally:
+        timer.cancel()
+    assert state is not None, f"the job did not end within {timeout} s:\n{out.getvalue()[-3000:]}"
+    return state, out.getvalue()
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "output/data/metrics.jsonl").read_text().splitlines()]
+
+
+def containers(engine, handle: dict) -> list:
+    return engine.containers.list(all=True, filters={"name": f"dockyard-{handle['job_id']}-"})
+
+
+def wait_for_checkpoint(run_dir: Path, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not any((run_dir / "checkpoints").glob("step-*/dockyard.json")):
+        assert time.monotonic() < deadline, "no checkpoint was written"
+        time.sleep(0.5)
+
+
+def test_smoke_job_trains_through_sbatch_on_two_nodes(engine, slurm_image, tmp_path):
+    run_dir = tmp_path / "run"
+    handle = submit(plan_for(*SHORT), slurm_image, run_dir, "slurm-smoke-test")
+    state, output = follow(handle, timeout=400)
+    assert (state.status, state.exit_status, state.attempts) == (COMPLETED, 0, 1), output[-3000:]
+    losses = [row["loss"] for row in metrics(run_dir)]
+    assert metrics(run_dir)[-1]["step"] == 20
+    assert losses[-1] < losses[0] * 0.8
+    assert (run_dir / "model/model.pt").exists()
+    assert "n1 | cluster     slurm: node 0 of 2 (n1)" in output
+    assert "n2 | cluster     slurm: node 1 of 2 (n2)" in output
+    assert containers(engine, handle) == []
+    logs = io.StringIO()
+    TARGET.logs(handle, logs)
+    assert logs.getvalue().startswith(f"dockyard: job {handle['job_id']}, attempt 1 of 1, on n[1-2]\n")
+    assert '"step": 20' in logs.getvalue()
+
+
+def test_failed_node_fails_the_job(engine, slurm_image, tmp_path):
+    run_dir = tmp_path / "run"
+    plan = plan_for(*SHORT, "trainer.steps=400", "trainer.checkpoint_interval=5")
+    handle = submit(plan, slurm_image, run_dir, "slurm-fault-test")
+    wait_for_checkpoint(run_dir)
+    engine.containers.get(f"dockyard-{handle['job_id']}-n2").kill()
+    killed = time.monotonic()
+    state, output = follow(handle, timeout=120)
+    assert time.monotonic() - killed < 60
+    assert state.status == FAILED and state.exit_status != 0, output[-3000:]
+    assert "n2: task 1: Exited with exit code 137" in output
+    assert containers(engine, handle) == []
+
+
+def test_retry_requeues_the_job_and_resumes_from_the_last_checkpoint(engine, slurm_image, tmp_path):
+    run_dir = tmp_path / "run"
+    plan = plan_for(*SHORT, "trainer.steps=30", "trainer.checkpoint_interval=5", "target.max_retries=1")
+    handle = submit(plan, slurm_image, run_dir, "slurm-retry-test")
+    wait_for_checkpoint(run_dir)
+    engine.containers.get(f"dockyard-{handle['job_id']}-n2").kill()
+    state, output = follow(handle, timeout=400)
+    assert (state.status, state.attempts) == (COMPLETED, 2), output[-3000:]
+    assert "dockyard: attempt 1 failed with exit status 1" in output and "; requeued, to resume" in output
+    assert f"dockyard: job {handle['job_id']}, attempt 2 of 2" in output
+    assert "(resumed)" in output
+    assert metrics(run_dir)[-1]["step"] == 30
+
+
+def test_stop_cancels_the_job_and_leaves_no_container(engine, slurm_image, tmp_path):
+    run_dir = tmp_path / "run"
+    handle = submit(plan_for(*SHORT, "trainer.steps=400"), slurm_image, run_dir, "slurm-stop-test")
+    deadline = time.monotonic() + 120
+    while len(containers(engine, handle)) < 2:
+        assert time.monotonic() < deadline, "the containers did not start"
+        time.sleep(0.5)
+    TARGET.stop(handle)
+    assert TARGET.status(handle).status == STOPPED
+    assert containers(engine, handle) == []
+
+
+def test_pending_job_shows_slurms_reason(slurm_image, tmp_path):
+    blocker = subprocess.run(
+        ["sbatch", "--parsable", "--nodes=2", "--exclusive", "--output=/dev/null", "--wrap=sleep 300"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    try:
+        handle = submit(plan_for(*SHORT), slurm_image, tmp_path / "run", "slurm-pending-test")
+        out, interrupted = io.StringIO(), threading.Event()
+        threading.Timer(3, interrupted.set).start()
+        assert TARGET.follow(None, handle, out=out, interrupted=interrupted) is None
+        state = TARGET.status(handle)
+        assert (state.status, state.detail) == (PENDING, "PENDING: Resources")
+        assert f"slurm     job {handle['job_id']} pending (PENDING: Resources)\n" in out.getvalue()
+        TARGET.stop(handle)
+        assert TARGET.status(handle).status not in (PENDING, RUNNING)
+    finally:
+        subprocess.run(["scancel", blocker], check=True)
