@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from compiler.errors import ConfigError
 from compiler.images.build import build_image, ensure_base_image
+from compiler.spec.errors import ConfigError
 from compiler.targets.base import COMPLETED, FAILED, PENDING, RUNNING, STOPPED, JobState
 from compiler.targets.slurm import TARGET, translate
 from tests.helpers import plan_for

@@ -4,7 +4,7 @@ commands on the login node (`jobs`), checked by its own rules (`rules`)."""
 from pathlib import Path
 from typing import IO
 
-from compiler.plan import Plan
+from compiler.spec import Plan
 from compiler.targets.base import Capabilities, JobState
 from compiler.targets.slurm import jobs, rules, translate
 from compiler.targets.slurm.translate import SlurmRequest

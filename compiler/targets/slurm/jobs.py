@@ -9,12 +9,13 @@ which `srun --label` fills with `N: line` for task N, that is the N-th node of t
 import re
 import shlex
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from compiler.errors import ConfigError
+from compiler.spec.errors import ConfigError
 from compiler.targets.base import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, STOPPED, JobState
 from compiler.targets.slurm.translate import SlurmRequest
 from entrypoint.cluster import expand_hostlist
@@ -136,6 +137,7 @@ def follow(
 ) -> JobState | None:
     """Print the job's output as it grows (and its pending reason when that changes) until it ends, or None
     when `interrupted` is set (the job goes on: `dockyard logs` and `stop` find it again)."""
+    interrupted = interrupted or threading.Event()  # Ctrl-C raises KeyboardInterrupt from its wait instead
     path, offset, pending = Path(handle["output"]), 0, ""
     nodes: list[str] = []
     while True:

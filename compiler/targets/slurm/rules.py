@@ -1,6 +1,6 @@
 """What only Slurm checks: that the nodes can reach the image the chosen container runtime starts."""
 
-from compiler.plan import Plan
+from compiler.spec import Plan
 from compiler.targets.slurm.translate import runtime
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import jinja2
 
-from compiler.errors import ConfigError
-from compiler.plan import Plan
-from compiler.schema import ContainerRuntime, DataSource
+from compiler.spec import DataSource, Plan
+from compiler.spec.errors import ConfigError
+from compiler.spec.schema import ContainerRuntime
 
 CONTAINER_ROOT = "/opt/ml"
 ENTRYPOINT = "dockyard-entrypoint"
@@ -42,6 +42,7 @@ pyxis and apptainer pass the task's whole environment."""
 class SlurmRequest:
     run_id: str
     run_dir: str
+    image: str
     runtime: str
     script: str
     """The sbatch script, exactly as submitted."""
@@ -51,9 +52,11 @@ class SlurmRequest:
     """S3 channels copied into the run folder before submitting: folder -> s3:// prefix."""
 
     def to_json(self) -> str:
+        """Everything `submit` uses, the script included (what the run folder keeps besides job.sbatch)."""
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
 
     def __str__(self) -> str:
+        """The script: what `sbatch` receives and `launch --dry-run` prints."""
         return self.script
 
 
@@ -139,6 +142,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> SlurmRe
     return SlurmRequest(
         run_id=run_id,
         run_dir=folder,
+        image=image,
         runtime=kind.value,
         script=_template().render(values),
         host_folders=tuple(writable.values()),
