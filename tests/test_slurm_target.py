@@ -17,6 +17,8 @@ from compiler.targets.base import COMPLETED, FAILED, PENDING, RUNNING, STOPPED, 
 from compiler.targets.slurm import TARGET, translate
 from tests.helpers import plan_for
 
+DOCKYARD = str(Path(sys.executable).with_name("dockyard"))
+
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/dockyard/golden:0123456789abcdef0123"
 RUN_DIR = Path("/fsx/runs/golden")
 
@@ -165,22 +167,33 @@ def wait_for_checkpoint(run_dir: Path, timeout: float = 300) -> None:
         time.sleep(0.5)
 
 
-def test_smoke_job_trains_through_sbatch_on_two_nodes(engine, slurm_image, tmp_path):
+def test_smoke_job_trains_through_sbatch_on_two_nodes(engine, slurm_cluster, tmp_path):
+    """The done criterion: `dockyard launch experiment=smoke target=slurm`, then status and logs by run id."""
+    result = subprocess.run(
+        [DOCKYARD, "launch", "experiment=smoke", "target=slurm", "hydra.run.dir=run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir = tmp_path / "run"
-    handle = submit(plan_for(*SHORT), slurm_image, run_dir, "slurm-smoke-test")
-    state, output = follow(handle, timeout=400)
-    assert (state.status, state.exit_status, state.attempts) == (COMPLETED, 0, 1), output[-3000:]
+    record = json.loads((run_dir / "run.json").read_text())
+    assert (record["status"], record["exit_status"], record["attempts"]) == ("completed", 0, 1)
+    assert record["final"]["step"] == 60
     losses = [row["loss"] for row in metrics(run_dir)]
-    assert metrics(run_dir)[-1]["step"] == 20
     assert losses[-1] < losses[0] * 0.8
     assert (run_dir / "model/model.pt").exists()
-    assert "n1 | cluster     slurm: node 0 of 2 (n1)" in output
-    assert "n2 | cluster     slurm: node 1 of 2 (n2)" in output
-    assert containers(engine, handle) == []
-    logs = io.StringIO()
-    TARGET.logs(handle, logs)
-    assert logs.getvalue().startswith(f"dockyard: job {handle['job_id']}, attempt 1 of 1, on n[1-2]\n")
-    assert '"step": 20' in logs.getvalue()
+    assert "n1 | cluster     slurm: node 0 of 2 (n1)" in result.stdout
+    assert "n2 | cluster     slurm: node 1 of 2 (n2)" in result.stdout
+    assert f"metrics     {run_dir.resolve()}/output/data/metrics.jsonl" in result.stdout
+    assert containers(engine, record["handle"]) == []
+
+    status = subprocess.run([DOCKYARD, "status", record["run_id"]], cwd=tmp_path, capture_output=True, text=True)
+    assert "status    completed: COMPLETED after 1 attempt(s), exit status 0" in status.stdout, status.stdout
+    logs = subprocess.run([DOCKYARD, "logs", "run"], cwd=tmp_path, capture_output=True, text=True)
+    assert logs.stdout.startswith(f"dockyard: job {record['handle']['job_id']}, attempt 1 of 1, on n[1-2]\n")
+    assert '"step": 60' in logs.stdout and "n2 | plan        smoke" in logs.stdout
 
 
 def test_failed_node_fails_the_job(engine, slurm_image, tmp_path):
@@ -212,15 +225,30 @@ def test_retry_requeues_the_job_and_resumes_from_the_last_checkpoint(engine, slu
 
 
 def test_stop_cancels_the_job_and_leaves_no_container(engine, slurm_image, tmp_path):
-    run_dir = tmp_path / "run"
-    handle = submit(plan_for(*SHORT, "trainer.steps=400"), slurm_image, run_dir, "slurm-stop-test")
-    deadline = time.monotonic() + 120
-    while len(containers(engine, handle)) < 2:
-        assert time.monotonic() < deadline, "the containers did not start"
-        time.sleep(0.5)
-    TARGET.stop(handle)
-    assert TARGET.status(handle).status == STOPPED
-    assert containers(engine, handle) == []
+    launch = subprocess.Popen(
+        [DOCKYARD, "launch", *SHORT, "trainer.steps=400", "hydra.run.dir=run"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "run/run.json").exists() or "handle" not in (tmp_path / "run/run.json").read_text():
+            assert time.monotonic() < deadline and launch.poll() is None, "the job was not submitted"
+            time.sleep(0.5)
+        handle = json.loads((tmp_path / "run/run.json").read_text())["handle"]
+        while len(containers(engine, handle)) < 2:
+            assert time.monotonic() < deadline, "the containers did not start"
+            time.sleep(0.5)
+        stop = subprocess.run([DOCKYARD, "stop", "run"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert stop.returncode == 0, stop.stderr
+        assert TARGET.status(handle).status == STOPPED
+        assert containers(engine, handle) == []
+        output, _ = launch.communicate(timeout=60)
+        assert "run       " in output and " stopped" in output, output[-2000:]
+    finally:
+        launch.kill()
 
 
 def test_pending_job_shows_slurms_reason(slurm_image, tmp_path):
