@@ -92,9 +92,21 @@ def _checked(pattern: re.Pattern, value: str, key: str, what: str) -> str:
     return value
 
 
+def efa_devices(kind: ContainerRuntime) -> list[str]:
+    """The host's EFA devices as each runtime takes them: docker with --device, pyxis as a mount; apptainer
+    shares the host's /dev already."""
+    if kind is ContainerRuntime.docker:
+        return [EFA_DEVICES]
+    if kind is ContainerRuntime.pyxis:
+        return [f"{EFA_DEVICES}:{EFA_DEVICES}"]
+    return []
+
+
 def channels(plan: Plan, run_dir: Path) -> dict[str, str]:
     """Channel name -> folder on the shared file system: the plan, and the data unless it is synthetic."""
     found = {"plan": str(run_dir / "plan")}
+    if plan.data.source is not DataSource.synthetic:
+        _checked(SLURM_NAME, plan.data.channel, "data.channel", "the channel name")
     if plan.data.source is DataSource.local:
         found[plan.data.channel] = _checked(FOLDER, str(Path(plan.data.path)), "data.path", "the folder")
     elif plan.data.source is DataSource.s3:
@@ -114,7 +126,6 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> SlurmRe
     writable = {name: str(run_dir / name) for name in ("model", "checkpoints", "output")}
     mounts = [f"{source}:{CONTAINER_ROOT}/input/data/{name}:ro" for name, source in sources.items()]
     mounts += [f"{source}:{CONTAINER_ROOT}/{name}" for name, source in writable.items()]
-    efa = plan.instance.efa_devices > 0
     environment = dict(target.environment)
     passed = tuple(dict.fromkeys(("DOCKYARD_PLAN", "DOCKYARD_RUN_ID", *SLURM_VARIABLES, *environment)))
     values = {
@@ -133,10 +144,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> SlurmRe
         "image": runtime_image(kind, image),
         "entrypoint": ENTRYPOINT,
         "mounts": mounts,
-        # docker takes devices as --device; pyxis mounts them (apptainer shares the host's /dev)
-        "devices": ([EFA_DEVICES] if kind is ContainerRuntime.docker else [f"{EFA_DEVICES}:{EFA_DEVICES}"])
-        if efa
-        else [],
+        "devices": efa_devices(kind) if plan.instance.efa_devices else [],
     }
     downloads = {sources[plan.data.channel]: plan.data.uri} if plan.data.source is DataSource.s3 else {}
     return SlurmRequest(
