@@ -11,12 +11,11 @@ import shlex
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 from compiler.spec.errors import ConfigError
-from compiler.targets.base import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, STOPPED, JobState
+from compiler.targets.base import COMPLETED, FAILED, FINAL_STATUSES, PENDING, RUNNING, STOPPED, JobState
 from compiler.targets.slurm.translate import SlurmRequest
 from entrypoint.cluster import expand_hostlist
 from entrypoint.s3 import download_s3
@@ -132,25 +131,24 @@ def logs(handle: dict, out: IO[str]) -> None:
         out.write(prefixed(line, nodes) + "\n")
 
 
-def follow(
-    handle: dict, *, out: IO[str], interrupted, state: Callable[[dict], JobState] = status, poll_s: float = POLL_S
-) -> JobState | None:
+def follow(handle: dict, *, out: IO[str], interrupted) -> JobState | None:
     """Print the job's output as it grows (and its pending reason when that changes) until it ends, or None
     when `interrupted` is set (the job goes on: `dockyard logs` and `stop` find it again)."""
     interrupted = interrupted or threading.Event()  # Ctrl-C raises KeyboardInterrupt from its wait instead
     path, offset, pending = Path(handle["output"]), 0, ""
     nodes: list[str] = []
     while True:
-        current = state(handle)
-        if current.status == PENDING and current.detail != pending:
-            out.write(f"slurm     job {handle['job_id']} pending ({current.detail})\n")
-        pending = current.detail if current.status == PENDING else ""
-        if current.status != PENDING and not nodes:
-            nodes = node_names(handle)
+        current = status(handle)
+        if current.status == PENDING:
+            if current.detail != pending:
+                out.write(f"slurm     job {handle['job_id']} pending ({current.detail})\n")
+            pending, nodes = current.detail, []  # a requeued job may start on other nodes
+        else:
+            pending, nodes = "", nodes or node_names(handle)
         offset = _print_new_lines(path, offset, nodes, out)
-        if current.status in (COMPLETED, FAILED, STOPPED, CANCELLED):
+        if current.status in FINAL_STATUSES:
             return current
-        if interrupted.wait(poll_s):
+        if interrupted.wait(POLL_S):
             return None
 
 
