@@ -21,6 +21,9 @@ class InstanceType:
     gpu_link_gbps: float
     """GPU-to-GPU bandwidth inside a node, one direction: NVLink, or PCIe 4.0 x16 where there is none."""
     efa_devices: int
+    vcpus: int
+    memory_gib: float
+    """Host memory."""
     network_gbps: float
     price_per_hour: float
     smddp: bool
@@ -39,6 +42,8 @@ LOCAL_CPU = InstanceType(
     peak_bf16_tflops=0,
     gpu_link_gbps=0,
     efa_devices=0,
+    vcpus=0,
+    memory_gib=0,
     network_gbps=0,
     price_per_hour=0,
     smddp=False,
@@ -54,19 +59,59 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
     for t in (
         LOCAL_CPU,
         InstanceType(
-            "p4d.24xlarge", gpus=8, **_A100_40, efa_devices=4, network_gbps=400, price_per_hour=21.96, smddp=True
+            "p4d.24xlarge",
+            gpus=8,
+            **_A100_40,
+            efa_devices=4,
+            vcpus=96,
+            memory_gib=1152,
+            network_gbps=400,
+            price_per_hour=21.96,
+            smddp=True,
         ),
         InstanceType(
-            "p4de.24xlarge", gpus=8, **_A100_80, efa_devices=4, network_gbps=400, price_per_hour=27.45, smddp=True
+            "p4de.24xlarge",
+            gpus=8,
+            **_A100_80,
+            efa_devices=4,
+            vcpus=96,
+            memory_gib=1152,
+            network_gbps=400,
+            price_per_hour=27.45,
+            smddp=True,
         ),
         InstanceType(
-            "p5.48xlarge", gpus=8, **_H100, efa_devices=32, network_gbps=3200, price_per_hour=55.04, smddp=True
+            "p5.48xlarge",
+            gpus=8,
+            **_H100,
+            efa_devices=32,
+            vcpus=192,
+            memory_gib=2048,
+            network_gbps=3200,
+            price_per_hour=55.04,
+            smddp=True,
         ),
         InstanceType(
-            "p5e.48xlarge", gpus=8, **_H200, efa_devices=32, network_gbps=3200, price_per_hour=60.35, smddp=False
+            "p5e.48xlarge",
+            gpus=8,
+            **_H200,
+            efa_devices=32,
+            vcpus=192,
+            memory_gib=2048,
+            network_gbps=3200,
+            price_per_hour=60.35,
+            smddp=False,
         ),
         InstanceType(
-            "p5en.48xlarge", gpus=8, **_H200, efa_devices=16, network_gbps=3200, price_per_hour=63.30, smddp=False
+            "p5en.48xlarge",
+            gpus=8,
+            **_H200,
+            efa_devices=16,
+            vcpus=192,
+            memory_gib=2048,
+            network_gbps=3200,
+            price_per_hour=63.30,
+            smddp=False,
         ),
         InstanceType(
             "g5.48xlarge",
@@ -76,6 +121,8 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
             peak_bf16_tflops=70,
             gpu_link_gbps=256,
             efa_devices=1,
+            vcpus=192,
+            memory_gib=768,
             network_gbps=100,
             price_per_hour=16.29,
             smddp=False,
@@ -88,6 +135,8 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
             peak_bf16_tflops=362,
             gpu_link_gbps=256,
             efa_devices=4,
+            vcpus=192,
+            memory_gib=1536,
             network_gbps=400,
             price_per_hour=30.13,
             smddp=False,

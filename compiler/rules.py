@@ -70,7 +70,7 @@ def check_hardware(config: schema.Config, instance: InstanceType) -> Iterator[st
             f"hardware.processes_per_node={hardware.processes_per_node} leaves "
             f"{instance.gpus - hardware.processes_per_node} of {instance.gpus} GPUs per node idle"
         )
-    if not instance.has_gpus and config.target.kind is not schema.TargetKind.local:
+    if not instance.has_gpus and config.target.kind not in (schema.TargetKind.local, schema.TargetKind.kubernetes):
         gpu_types = ", ".join(name for name, t in INSTANCE_TYPES.items() if t.has_gpus)
         raise ConfigError(
             "hardware.instance_type",

@@ -156,6 +156,8 @@ class DataConfig:
     input_mode: InputMode = InputMode.File
     file_system_id: str | None = None
     """fsx (fs-...) or efs (fs-...) file system id."""
+    claim: str | None = None
+    """fsx/efs on Kubernetes: the PersistentVolumeClaim that mounts the file system (`path` is inside it)."""
     token_dtype: str = "uint16"
     """Element type of the token files: uint16 (vocab < 65,536) or uint32."""
 
@@ -239,11 +241,34 @@ class SageMakerTarget(TargetConfig):
     security_groups: list[str] = field(default_factory=list)
 
 
+class JobKind(Enum):
+    jobset = "jobset"
+    """JobSet (jobset.x-k8s.io/v1alpha2): one replicated job of `nodes` pods, restarted as a group."""
+    pytorchjob = "pytorchjob"
+    """Kubeflow's PyTorchJob (kubeflow.org/v1): a Master and `nodes - 1` Workers."""
+    indexed_job = "indexed_job"
+    """A plain Indexed Job and a headless Service, for clusters with neither operator."""
+
+
 @dataclass
 class KubernetesTarget(TargetConfig):
     kind: TargetKind = TargetKind.kubernetes
+    kind_of_job: JobKind = JobKind.jobset
     namespace: str = "default"
     service_account: str | None = None
+    """The pods' service account (on EKS, the IAM role that reads S3 data comes with it)."""
+    image_pull_secrets: list[str] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    """Added to the job and its pods."""
+    annotations: dict[str, str] = field(default_factory=dict)
+    """Added to the job and its pods."""
+    queue: str | None = None
+    """Kueue's LocalQueue: the job is labelled kueue.x-k8s.io/queue-name and waits there for quota."""
+    scheduler_name: str | None = None
+    priority_class: str | None = None
+    claim: str | None = None
+    """A ReadWriteMany PersistentVolumeClaim (FSx for Lustre, EFS) keeping each run's checkpoints and model
+    under `<run id>/`; without one they live in the pods and go with them."""
 
 
 @dataclass
