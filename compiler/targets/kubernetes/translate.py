@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import yaml
 
 from compiler.plan import Plan
-from compiler.schema import JobKind, KubernetesTarget
-from compiler.targets.kubernetes import validate
+from compiler.schema import JobKind
+from compiler.targets.kubernetes import rules, validate
 from compiler.targets.kubernetes.pod import (
     MASTER_PORT,
     RUN_LABEL,
@@ -76,9 +76,9 @@ _Dumper.add_representer(
 
 
 def to_request(plan: Plan, image: str, *, run_id: str) -> KubernetesRequest:
+    """Raises ConfigError naming the key for what the cluster would refuse; warnings are `rules.check`'s."""
     target = plan.target
-    if not isinstance(target, KubernetesTarget):
-        raise validate.wrong_target(target)
+    rules.check(plan)
     validate.check_names(plan, run_id)
     config_map = {
         "apiVersion": "v1",

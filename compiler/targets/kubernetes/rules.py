@@ -1,0 +1,30 @@
+"""The Kubernetes target's own rules: what its manifests need from the config that other targets do not."""
+
+from compiler.errors import ConfigError
+from compiler.plan import Plan
+from compiler.schema import DataSource, KubernetesTarget
+from compiler.targets.kubernetes import validate
+
+
+def check(plan: Plan) -> list[str]:
+    """Raise a ConfigError naming the key for what cannot run; return warnings for what runs but may surprise."""
+    target = plan.target
+    if not isinstance(target, KubernetesTarget):
+        raise validate.wrong_target(target)
+    if plan.data.source in (DataSource.fsx, DataSource.efs) and plan.data.claim is None:
+        raise ConfigError(
+            "data.claim",
+            f"Kubernetes mounts {plan.data.source.value} through a PersistentVolumeClaim",
+            "set data.claim to the claim bound to the file system",
+        )
+    if plan.data.source is DataSource.local:
+        raise ConfigError("data.source", "a host folder cannot reach the cluster's nodes", "use data=s3, fsx or efs")
+    warnings = []
+    if target.claim is None:
+        warnings.append(
+            "checkpoints and the final model stay in the pods and go with them (and a restarted job cannot "
+            "resume); set target.claim to a ReadWriteMany PersistentVolumeClaim to keep them"
+        )
+    if not plan.image.push:
+        warnings.append("image.push is false: every node must already have the image; set image.push=true")
+    return warnings
