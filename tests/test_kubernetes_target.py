@@ -5,7 +5,6 @@ environment tells the entrypoint (through the controllers' part of `tests.kubele
 
 import copy
 import dataclasses
-import os
 from pathlib import Path
 
 import pytest
@@ -17,20 +16,8 @@ from entrypoint.cluster import discover
 from tests.helpers import PRESETS, plan_for
 from tests.kubelet_emulation import pods
 
-CRD_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "k8s" / "crds"
 KINDS = ("jobset", "pytorchjob", "indexed_job")
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/dockyard/golden:0123456789abcdef0123"
-
-
-@pytest.fixture(scope="module")
-def crds() -> dict[str, dict]:
-    """The published CRDs by kind, read as data (see ../shared/k8s/README.md)."""
-    if not CRD_DIR.is_dir():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI checks custom resources against the CRDs in {CRD_DIR}, which is missing")
-        pytest.skip(f"no CRDs at {CRD_DIR}")
-    loaded = (yaml.load(path.read_text(), Loader=yaml.CSafeLoader) for path in sorted(CRD_DIR.glob("*.yaml")))
-    return {crd["spec"]["names"]["kind"]: crd for crd in loaded}
 
 
 def request_for(*overrides: str, run_id: str = "golden-20261123-040715") -> translate.KubernetesRequest:
