@@ -6,9 +6,11 @@ import io
 import threading
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 
 from compiler.errors import ConfigError
+from compiler.targets import registry
 from compiler.targets.base import COMPLETED, FAILED, PENDING, RUNNING, STOPPED
 from compiler.targets.kubernetes import cluster, translate
 from tests.helpers import plan_for
@@ -152,6 +154,26 @@ def test_logs_prints_each_pods_log_by_host(server):
     assert out.getvalue() == f"{RUN}-node-0-0 | done\n"
 
 
+def test_the_target_reaches_the_cluster_named_by_kubeconfig(server, tmp_path, monkeypatch):
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {"server": server.url}}],
+        "users": [{"name": "test", "user": {"token": "not-a-secret"}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+        "current-context": "test",
+    }
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    target = registry.get("kubernetes")
+    out = io.StringIO()
+    handle = target.submit(request_for(), "", out=out)
+    assert out.getvalue() == f"created JobSet {RUN} in namespace training\n"
+    assert target.status(handle).status == PENDING
+    target.stop(handle)
+    assert server.objects == {}
+
+
 def condition(kind: str, **status) -> dict:
     return {"status": {"conditions": [{"type": kind, "status": "True", "message": kind.lower()}], **status}}
 
@@ -177,3 +199,11 @@ def test_a_job_with_pending_pods_is_pending():
     pending = k8s.V1Pod(status=k8s.V1PodStatus(phase="Pending"))
     assert cluster.job_state({"status": {}}, [pending]).status == PENDING
     assert cluster.job_state({"status": {}}, []).status == PENDING
+
+
+def test_no_cluster_configured_is_a_config_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(ConfigError) as error:
+        cluster.connect()
+    assert error.value.key == "target"

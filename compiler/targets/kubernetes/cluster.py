@@ -6,6 +6,7 @@ the job removes everything. `follow` prints pod phases and every pod's log lines
 until the job ends. `stop` deletes the job with foreground propagation (its Jobs and pods go first).
 """
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -26,9 +27,10 @@ NOT_FOUND = 404
 
 
 def connect() -> k8s.ApiClient:
-    """The user's kubeconfig (KUBECONFIG or ~/.kube/config), else the pod's service account in a cluster."""
+    """The user's kubeconfig (KUBECONFIG or ~/.kube/config), else the pod's service account in a cluster.
+    KUBECONFIG is read now, not when the client was imported (the client's own default)."""
     try:
-        config.load_kube_config()
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
     except config.ConfigException:
         try:
             config.load_incluster_config()

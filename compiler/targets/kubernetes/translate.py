@@ -44,6 +44,7 @@ JOBSET_API, PYTORCHJOB_API = "jobset.x-k8s.io/v1alpha2", "kubeflow.org/v1"
 @dataclass(frozen=True)
 class KubernetesRequest:
     run_id: str
+    image: str
     namespace: str
     kind_of_job: str
     manifests: tuple[dict, ...]
@@ -91,7 +92,11 @@ def to_request(plan: Plan, image: str, *, run_id: str) -> KubernetesRequest:
     for manifest in manifests:
         validate.check_core(manifest)
     return KubernetesRequest(
-        run_id=run_id, namespace=target.namespace, kind_of_job=target.kind_of_job.value, manifests=manifests
+        run_id=run_id,
+        image=image,
+        namespace=target.namespace,
+        kind_of_job=target.kind_of_job.value,
+        manifests=manifests,
     )
 
 
