@@ -23,8 +23,8 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.nn.parallel import DistributedDataParallel
 
-from compiler.plan import Plan
-from compiler.schema import Offload, Precision, Strategy
+from compiler.spec import Plan
+from compiler.spec.schema import Offload, Precision, Strategy
 from entrypoint.model import Decoder, loss_fn
 from entrypoint.optim import adamw, clip_gradients, set_lr
 

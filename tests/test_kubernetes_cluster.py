@@ -9,7 +9,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from compiler.errors import ConfigError
+from compiler.spec.errors import ConfigError
 from compiler.targets import registry
 from compiler.targets.base import COMPLETED, FAILED, PENDING, RUNNING, STOPPED
 from compiler.targets.kubernetes import cluster, translate

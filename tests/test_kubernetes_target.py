@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler.errors import ConfigError
+from compiler.spec.errors import ConfigError
 from compiler.targets.kubernetes import rules, translate, validate
 from entrypoint.cluster import discover
 from tests.helpers import PRESETS, plan_for

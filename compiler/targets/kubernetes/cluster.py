@@ -16,7 +16,7 @@ from kubernetes import client as k8s
 from kubernetes import config
 from kubernetes.client.exceptions import ApiException
 
-from compiler.errors import ConfigError
+from compiler.spec.errors import ConfigError
 from compiler.targets.base import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, STOPPED, JobState
 from compiler.targets.kubernetes import validate
 from compiler.targets.kubernetes.pod import RUN_LABEL

@@ -6,10 +6,8 @@ the system daemons and the device plugins keep), so exactly one pod fits a node;
 run's label says the same to the scheduler for instance types a pod would not fill.
 """
 
-from compiler.catalog import InstanceType
-from compiler.plan import Plan
-from compiler.schema import DataSource
-from compiler.targets.local import CONTAINER_ROOT, PLAN_CHANNEL
+from compiler.spec import DataSource, InstanceType, Plan
+from compiler.spec.contract import CONTAINER_ROOT, PLAN_CHANNEL, PLAN_PATH
 
 CONTAINER = "pytorch"
 """The container's name: Kubeflow's operator finds the PyTorchJob's container by it; every kind uses it."""
@@ -128,7 +126,7 @@ def pod_template(plan: Plan, image: str, run_id: str, *, env: list[dict], restar
     volumes, mounts = storage(plan, run_id)
     environment = [{"name": key, "value": value} for key, value in target.environment.items()]
     environment += [
-        {"name": "DOCKYARD_PLAN", "value": f"{CONTAINER_ROOT}/input/data/{PLAN_CHANNEL}/plan.json"},
+        {"name": "DOCKYARD_PLAN", "value": PLAN_PATH},
         {"name": "DOCKYARD_RUN_ID", "value": run_id},
         *env,
     ]

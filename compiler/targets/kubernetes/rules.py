@@ -1,8 +1,7 @@
 """The Kubernetes target's own rules: what its manifests need from the config that other targets do not."""
 
-from compiler.errors import ConfigError
-from compiler.plan import Plan
-from compiler.schema import DataSource, KubernetesTarget
+from compiler.spec import DataSource, KubernetesTarget, Plan
+from compiler.spec.errors import ConfigError
 from compiler.targets.kubernetes import validate
 
 

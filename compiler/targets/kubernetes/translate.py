@@ -23,8 +23,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from compiler.plan import Plan
-from compiler.schema import JobKind
+from compiler.spec import JobKind, Plan
 from compiler.targets.kubernetes import rules, validate
 from compiler.targets.kubernetes.pod import (
     MASTER_PORT,

@@ -15,9 +15,8 @@ from collections.abc import Iterable, Mapping
 import jsonschema
 import kubernetes_validate
 
-from compiler.errors import ConfigError
-from compiler.plan import Plan
-from compiler.schema import JobKind, TargetConfig
+from compiler.spec import JobKind, Plan, TargetConfig
+from compiler.spec.errors import ConfigError
 
 KUBERNETES_VERSION = "1.35.0"
 """The API version the core kinds are checked against (the `kubernetes` client's, kubernetes==35.*)."""

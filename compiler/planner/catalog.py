@@ -1,38 +1,13 @@
 """Instance types dockyard knows: what each one has that a plan or an estimate depends on.
 
 Figures are per instance. GPU memory is what the card reports (HBM), peak bf16 is the dense tensor-core
-figure from the vendor's datasheet, the GPU link is one direction of a GPU's NVLink (or PCIe), network
-is the instance's EFA/ENA bandwidth, and prices are on-demand US East list prices in USD per hour
+figure from the vendor's datasheet, vCPUs and memory are the host's, the GPU link is one direction of a
+GPU's NVLink (or PCIe), network is the instance's EFA/ENA bandwidth, and prices are on-demand US East list prices in USD per hour
 (`hardware.price_per_hour` overrides them for a discount or another region).
 """
 
-from dataclasses import dataclass
-
-from compiler.errors import UnknownNameError
-
-
-@dataclass(frozen=True)
-class InstanceType:
-    name: str
-    gpus: int
-    gpu_model: str
-    gpu_memory_gib: float
-    peak_bf16_tflops: float
-    gpu_link_gbps: float
-    """GPU-to-GPU bandwidth inside a node, one direction: NVLink, or PCIe 4.0 x16 where there is none."""
-    efa_devices: int
-    vcpus: int
-    memory_gib: float
-    """Host memory."""
-    network_gbps: float
-    price_per_hour: float
-    smddp: bool
-    """SageMaker's data-parallel library (smddp) supports this type."""
-
-    @property
-    def has_gpus(self) -> bool:
-        return self.gpus > 0
-
+from compiler.spec.errors import UnknownNameError
+from compiler.spec.records import InstanceType
 
 LOCAL_CPU = InstanceType(
     name="cpu",
@@ -59,7 +34,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
     for t in (
         LOCAL_CPU,
         InstanceType(
-            "p4d.24xlarge",
+            name="p4d.24xlarge",
             gpus=8,
             **_A100_40,
             efa_devices=4,
@@ -70,7 +45,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
             smddp=True,
         ),
         InstanceType(
-            "p4de.24xlarge",
+            name="p4de.24xlarge",
             gpus=8,
             **_A100_80,
             efa_devices=4,
@@ -81,7 +56,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
             smddp=True,
         ),
         InstanceType(
-            "p5.48xlarge",
+            name="p5.48xlarge",
             gpus=8,
             **_H100,
             efa_devices=32,
@@ -92,7 +67,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
             smddp=True,
         ),
         InstanceType(
-            "p5e.48xlarge",
+            name="p5e.48xlarge",
             gpus=8,
             **_H200,
             efa_devices=32,
@@ -103,7 +78,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
             smddp=False,
         ),
         InstanceType(
-            "p5en.48xlarge",
+            name="p5en.48xlarge",
             gpus=8,
             **_H200,
             efa_devices=16,
@@ -114,7 +89,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
             smddp=False,
         ),
         InstanceType(
-            "g5.48xlarge",
+            name="g5.48xlarge",
             gpus=8,
             gpu_model="A10G-24GB",
             gpu_memory_gib=24,
@@ -128,7 +103,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
             smddp=False,
         ),
         InstanceType(
-            "g6e.48xlarge",
+            name="g6e.48xlarge",
             gpus=8,
             gpu_model="L40S-48GB",
             gpu_memory_gib=48,

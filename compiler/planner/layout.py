@@ -4,41 +4,15 @@ Every degree may be -1 (inferred from the others); the product must equal nodes 
 and the messages show the formula with the numbers filled in.
 """
 
-from dataclasses import dataclass
-
-from compiler import catalog, rules, schema
-from compiler.errors import ConfigError, DegreeError, UnsupportedError
+from compiler.spec import Batch, InstanceType, Layout, schema
+from compiler.spec.errors import ConfigError, DegreeError, UnsupportedError
 
 
-@dataclass(frozen=True)
-class Layout:
-    """How the world's ranks split into data, tensor and pipeline parallel groups."""
-
-    nodes: int
-    processes_per_node: int
-    world_size: int
-    dp: int
-    tp: int
-    pp: int
-    shard_degree: int
-    """Ranks that share one copy of the model state (1 for DDP; the shard group for FSDP and ZeRO)."""
-
-
-@dataclass(frozen=True)
-class Batch:
-    micro_batch: int
-    grad_accum: int
-    global_batch: int
-    """Sequences per optimizer step: micro_batch × grad_accum × dp."""
-    seq_len: int
-    tokens_per_step: int
-
-
-def resolve_layout(config: schema.Config, instance: catalog.InstanceType) -> Layout:
+def resolve_layout(config: schema.Config, instance: InstanceType) -> Layout:
     """Resolve the one degree that may be -1 and check dp × tp × pp against the world size."""
     par, model = config.parallelism, config.model
     nodes = config.hardware.nodes
-    per_node = rules.processes_per_node(config.hardware, instance)
+    per_node = processes_per_node(config.hardware, instance)
     world = nodes * per_node
     degrees = {"dp": par.dp, "tp": par.tp, "pp": par.pp}
     for name, value in degrees.items():
@@ -78,6 +52,28 @@ def resolve_layout(config: schema.Config, instance: catalog.InstanceType) -> Lay
         pp=pp,
         shard_degree=_shard_degree(par, dp, per_node // (tp * pp) or 1),
     )
+
+
+def processes_per_node(hardware: schema.HardwareConfig, instance: InstanceType) -> int:
+    """Processes each node starts: one per GPU unless the config says fewer."""
+    wanted = hardware.processes_per_node
+    if wanted == -1:
+        if not instance.has_gpus:
+            raise ConfigError(
+                "hardware.processes_per_node",
+                "has no default on CPU instances",
+                "set hardware.processes_per_node to the processes each node should start",
+            )
+        return instance.gpus
+    if wanted < 1:
+        raise ConfigError("hardware.processes_per_node", f"must be at least 1, or -1 for one per GPU (got {wanted})")
+    if instance.has_gpus and wanted > instance.gpus:
+        raise ConfigError(
+            "hardware.processes_per_node",
+            f"{instance.name} has {instance.gpus} GPUs, not {wanted}",
+            f"set it to at most {instance.gpus}, or -1 for one per GPU",
+        )
+    return wanted
 
 
 def _check_tensor_parallel(tp: int, per_node: int, model: schema.ModelConfig) -> None:
