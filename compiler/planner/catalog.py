@@ -2,8 +2,8 @@
 
 Figures are per instance. GPU memory is what the card reports (HBM), peak bf16 is the dense tensor-core
 figure from the vendor's datasheet, vCPUs and memory are the host's, the GPU link is one direction of a
-GPU's NVLink (or PCIe), network is the instance's EFA/ENA bandwidth, and prices are on-demand US East list prices in USD per hour
-(`hardware.price_per_hour` overrides them for a discount or another region).
+GPU's NVLink (or PCIe), network is the instance's EFA/ENA bandwidth, and prices are on-demand US East list
+prices in USD per hour (`hardware.price_per_hour` overrides them for a discount or another region).
 """
 
 from compiler.spec.errors import UnknownNameError
