@@ -107,11 +107,12 @@ def placement(plan: Plan, run_id: str) -> dict:
 
 
 def metadata(plan: Plan, run_id: str) -> dict:
-    """Labels and annotations of every object and pod of the run: the run's, then the user's."""
+    """Labels and annotations of every object and pod of the run: the user's, and the run's (which select
+    the run's pods, so a user's label of the same name does not replace them)."""
     target = plan.target
     return {
-        "labels": {RUN_LABEL: run_id, **target.labels},
-        "annotations": {PLAN_ANNOTATION: plan.content_hash, **target.annotations},
+        "labels": {**target.labels, RUN_LABEL: run_id},
+        "annotations": {**target.annotations, PLAN_ANNOTATION: plan.content_hash},
     }
 
 

@@ -79,7 +79,7 @@ def to_request(plan: Plan, image: str, *, run_id: str) -> KubernetesRequest:
     """Raises ConfigError naming the key for what the cluster would refuse; warnings are `rules.check`'s."""
     target = plan.target
     rules.check(plan)
-    validate.check_names(plan, run_id)
+    validate.check_names(plan, run_id, hostnames(plan, run_id))
     config_map = {
         "apiVersion": "v1",
         "kind": "ConfigMap",

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 import jsonschema
 import kubernetes_validate
 
-from compiler.spec import JobKind, Plan, TargetConfig
+from compiler.spec import Plan, TargetConfig
 from compiler.spec.errors import ConfigError
 
 KUBERNETES_VERSION = "1.35.0"
@@ -32,10 +32,9 @@ def wrong_target(target: TargetConfig) -> ConfigError:
     return ConfigError("target", f"plan is for target {target.kind.value}, not kubernetes", "use target=kubernetes")
 
 
-def check_names(plan: Plan, run_id: str) -> None:
-    """Every name the manifests carry, against the rule the API server applies to it."""
-    from compiler.targets.kubernetes.translate import hostnames  # the pods' names come from the translator
-
+def check_names(plan: Plan, run_id: str, hostnames: tuple[str, ...]) -> None:
+    """Every name the manifests carry (`hostnames`: the pods' DNS names), against the rule the API server
+    applies to it."""
     target = plan.target
     if not DNS_1035_LABEL.fullmatch(run_id) or len(run_id) > MAX_LABEL:
         raise ConfigError(
@@ -43,7 +42,7 @@ def check_names(plan: Plan, run_id: str) -> None:
             f"the run '{run_id}' names the job and its service, which must be a DNS-1035 label",
             "use a name of lower-case letters, digits and '-', starting with a letter",
         )
-    longest = max((host.split(".")[0] for host in hostnames(plan, run_id)), key=len)
+    longest = max((host.split(".")[0] for host in hostnames), key=len)
     if len(longest) > MAX_LABEL:
         raise ConfigError(
             "name",
@@ -138,10 +137,3 @@ def check_custom(manifest: dict, crd: Mapping) -> None:
     if error is not None:
         path = ".".join(str(part) for part in error.absolute_path)
         raise ConfigError("target", f"the cluster would reject the {manifest['kind']}: {path}: {error.message}")
-
-
-CUSTOM_RESOURCES = {
-    JobKind.jobset: ("jobset.x-k8s.io", "jobsets"),
-    JobKind.pytorchjob: ("kubeflow.org", "pytorchjobs"),
-}
-"""Kinds of job that are custom resources: their API group and plural (the CRD is `<plural>.<group>`)."""
