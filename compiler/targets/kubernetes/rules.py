@@ -16,8 +16,6 @@ def check(plan: Plan) -> list[str]:
             f"Kubernetes mounts {plan.data.source.value} through a PersistentVolumeClaim",
             "set data.claim to the claim bound to the file system",
         )
-    if plan.data.source is DataSource.local:
-        raise ConfigError("data.source", "a host folder cannot reach the cluster's nodes", "use data=s3, fsx or efs")
     warnings = []
     if target.claim is None:
         warnings.append(
