@@ -19,12 +19,12 @@ from tests.kubelet_emulation import LABEL, Emulation
 SHORT = ("trainer.steps=20", "trainer.log_interval=2", "trainer.checkpoint_interval=10", "trainer.warmup_steps=2")
 
 
-@pytest.mark.parametrize("kind", ["jobset", "pytorchjob"])
+@pytest.mark.parametrize("kind", ["jobset", "pytorchjob", "indexed_job"])
 def test_smoke_plan_trains_through_emulated_pods(kind, engine, tmp_path):
     plan = plan_for("experiment=smoke", "target=kubernetes", f"target.kind_of_job={kind}", "target.claim=runs", *SHORT)
     ensure_base_image(engine, plan.image, sys.stdout)
     image = build_image(plan, engine, cwd=Path.cwd()).reference
-    run_id = f"smoke-{kind}"
+    run_id = f"smoke-{kind.replace('_', '-')}"
     request = translate.to_request(plan, image, run_id=run_id)
     claim = tmp_path / "claim"
     out = io.StringIO()
