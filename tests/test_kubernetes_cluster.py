@@ -3,7 +3,13 @@ against `tests.kube_api_server` (a stand-in for the API server speaking the path
 plays the controllers by writing pods, logs and job statuses)."""
 
 import io
+import json
+import os
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -17,6 +23,7 @@ from tests.helpers import plan_for
 from tests.kube_api_server import FakeApiServer
 
 RUN = "smoke-20261123-040715"
+DOCKYARD = str(Path(sys.executable).with_name("dockyard"))
 
 
 def crd_names(crds: dict[str, dict]) -> dict[str, dict]:
@@ -207,3 +214,68 @@ def test_no_cluster_configured_is_a_config_error(tmp_path, monkeypatch):
     with pytest.raises(ConfigError) as error:
         cluster.connect()
     assert error.value.key == "target"
+
+
+def test_launch_status_logs_and_stop_through_the_cli(engine, server, tmp_path):
+    """`dockyard launch target=kubernetes` builds, creates the objects, follows the pods (here written by the
+    test, as the JobSet controller and kubelet would) to the end; then status, logs and stop reach the run."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "test", "cluster": {"server": server.url}}],
+                "users": [{"name": "test", "user": {}}],
+                "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test", "namespace": "x"}}],
+                "current-context": "test",
+            }
+        )
+    )
+
+    def cluster_side() -> None:
+        while not (jobsets := [key for key in list(server.objects) if key[0] == "jobsets"]):
+            time.sleep(0.1)
+        _, namespace, name = jobsets[0]
+        for index in (0, 1):
+            pod_name = f"{name}-node-0-{index}-abcde"
+            server.put(
+                "pods",
+                namespace,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": pod_name, "namespace": namespace, "labels": {"dockyard/run-id": name}},
+                    "spec": {"hostname": f"{name}-node-0-{index}", "containers": [{"name": "pytorch", "image": "i"}]},
+                    "status": {"phase": "Running"},
+                },
+            )
+            server.logs[pod_name] = f"trained on node {index}\n"
+        server.get("jobsets", namespace, name)["status"] = {"conditions": [{"type": "Completed", "status": "True"}]}
+
+    threading.Thread(target=cluster_side, daemon=True).start()
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    launch = subprocess.run(
+        [DOCKYARD, "launch", "experiment=smoke", "target=kubernetes", "hydra.run.dir=run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert launch.returncode == 0, launch.stdout[-3000:] + launch.stderr[-3000:]
+    run_id = json.loads((tmp_path / "run" / "run.json").read_text())["run_id"]
+    assert f"created JobSet {run_id} in namespace default" in launch.stdout
+    assert f"{run_id}-node-0-1 | trained on node 1" in launch.stdout
+    assert f"run       {run_id} completed" in launch.stdout
+
+    def verb(*args: str) -> str:
+        result = subprocess.run([DOCKYARD, *args, run_id], cwd=tmp_path, capture_output=True, text=True, env=env)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    assert f"{run_id}-node-0-0 | trained on node 0" in verb("logs")
+    assert "completed" in verb("status")
+    verb("stop")
+    assert server.objects.keys() == {("pods", "default", f"{run_id}-node-0-{i}-abcde") for i in (0, 1)}
+    assert server.deletions[-1]["propagationPolicy"] == "Foreground"

@@ -168,12 +168,13 @@ def follow(
     handle: dict,
     *,
     out: IO[str],
-    interrupted: threading.Event,
+    interrupted: threading.Event | None,
     poll_s: float = POLL_S,
     sleep: Callable[[float], None] = time.sleep,
 ) -> JobState | None:
     """Print phase changes and stream each pod's log as it starts; the job's final state, or None when
-    `interrupted` (the job goes on in the cluster)."""
+    `interrupted` is set (the job goes on in the cluster; `launch` passes none and detaches on Ctrl-C)."""
+    interrupted = interrupted or threading.Event()
     phases: dict[str, str] = {}
     streams: dict[str, threading.Thread] = {}
     while not interrupted.is_set():
