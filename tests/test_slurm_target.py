@@ -269,6 +269,22 @@ def test_s3_channel_is_copied_to_the_shared_run_folder_and_read_by_every_node(en
     assert metrics(run_dir)[-1]["step"] == 4
 
 
+def test_a_partition_the_cluster_lacks_is_one_line_naming_the_key(slurm_image, tmp_path):
+    result = subprocess.run(
+        [DOCKYARD, "launch", *SHORT, "target.partition=nosuch", "hydra.run.dir=run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert result.stderr == (
+        "dockyard: error: target.partition: sbatch refused the job: invalid partition specified: nosuch; "
+        "see what the cluster has with `sinfo`\n"
+    )
+    assert not (tmp_path / "run").exists()
+
+
 def test_pending_job_shows_slurms_reason(slurm_image, tmp_path):
     blocker = subprocess.run(
         ["sbatch", "--parsable", "--nodes=2", "--exclusive", "--output=/dev/null", "--wrap=sleep 300"],

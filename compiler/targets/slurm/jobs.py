@@ -32,16 +32,27 @@ STATUSES = {
 """Slurm's job states (squeue(1), JOB STATE CODES) in the shared statuses. A job requeued for a retry is
 pending again; a cancelled one was stopped by its user (`dockyard stop` or scancel)."""
 
-REFUSALS = {"invalid partition": "target.partition", "invalid account": "target.account"}
-"""sbatch's messages for a wrong value of the target's config, and the key to name."""
+REFUSALS = {
+    "invalid partition": "target.partition",
+    "invalid account": "target.account",
+    "generic resource": "hardware.instance_type",
+}
+"""sbatch's messages for a value the cluster does not have (GPUs are a generic resource), and the key to name."""
 
 
-def _slurm(*command: str) -> subprocess.CompletedProcess:
-    return subprocess.run(command, capture_output=True, text=True, check=False)
+def _slurm(*command: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(command, input=stdin, capture_output=True, text=True, check=False)
 
 
 def submit(request: SlurmRequest, plan_json: str, *, out: IO[str]) -> dict:
-    """Put the plan and the script into the run folder, then `sbatch --parsable` the script."""
+    """Ask the controller whether it would take the script (`sbatch --test-only`: a partition or GPUs the
+    cluster lacks is a ConfigError before anything is written), put the plan and the script into the run
+    folder, then `sbatch --parsable` the script."""
+    refusal = _slurm("sbatch", "--test-only", stdin=str(request))
+    if refusal.returncode != 0:
+        message = (refusal.stderr.strip().splitlines() or ["no message"])[0].removeprefix("sbatch: error: ")
+        key = next((key for text, key in REFUSALS.items() if text in message.lower()), "target")
+        raise ConfigError(key, f"sbatch refused the job: {message}", "see what the cluster has with `sinfo`")
     run_dir = Path(request.run_dir)
     (run_dir / "plan").mkdir(parents=True, exist_ok=True)
     (run_dir / "plan" / "plan.json").write_text(plan_json)
@@ -55,9 +66,7 @@ def submit(request: SlurmRequest, plan_json: str, *, out: IO[str]) -> dict:
     script.write_text(str(request))
     result = _slurm("sbatch", "--parsable", str(script))
     if result.returncode != 0:
-        message = result.stderr.strip().removeprefix("sbatch: error: ")
-        key = next((key for text, key in REFUSALS.items() if text in message.lower()), "target")
-        raise ConfigError(key, f"sbatch refused the job: {message}", "check the value against `sinfo`/`sacctmgr`")
+        raise RuntimeError(f"sbatch {script}: {result.stderr.strip()}")
     job_id = result.stdout.strip().split(";")[0]  # `id` or `id;cluster`
     out.write(f"slurm     job {job_id} submitted; output {run_dir / f'slurm-{job_id}.out'}\n")
     return {"job_id": job_id, "output": str(run_dir / f"slurm-{job_id}.out")}
@@ -94,7 +103,7 @@ def status(handle: dict) -> JobState:
 def _from_accounting(job_id: str) -> JobState:
     """A job the controller no longer holds: its last record in the accounting database, if any."""
     result = _slurm("sacct", "--jobs", job_id, "--allocations", "--noheader", "--parsable2", "--format=State,ExitCode")
-    lines = result.stdout.split()
+    lines = result.stdout.splitlines()
     if result.returncode != 0 or not lines:
         detail = result.stderr.strip() or "no accounting record"
         return JobState(status=FAILED, detail=f"the controller no longer holds job {job_id} ({detail})")
