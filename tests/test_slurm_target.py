@@ -56,6 +56,21 @@ def test_sbatch_script_matches_golden(name, overrides, golden):
     golden.check(f"slurm/{name}.sh", script(*overrides))
 
 
+def test_dry_run_prints_the_sbatch_script_for_4_nodes_of_8_gpus(tmp_path):
+    result = subprocess.run(
+        [DOCKYARD, "launch", "experiment=llama3-8b-p5x4", "target=slurm", "--dry-run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("#!/bin/bash\n")
+    assert "#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=8\n" in result.stdout
+    assert "--container-image=dockyard/llama3-8b-p5x4:" in result.stdout
+    assert not any(tmp_path.iterdir())
+
+
 def test_gpu_plans_default_to_pyxis_and_cpu_plans_to_docker():
     assert translate.runtime(plan_for("experiment=llama3-8b-p5x4", "target=slurm")).value == "pyxis"
     assert translate.runtime(plan_for("experiment=smoke", "target=slurm")).value == "docker"
