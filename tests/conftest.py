@@ -4,6 +4,7 @@
 import contextlib
 import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,6 +64,19 @@ def engine():
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI runs the Docker tests on a real engine: {error.one_line()}")
         pytest.skip(f"no Docker engine: {error.one_line()}")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> None:
+    """The two-node Slurm cluster of scripts/ensure-slurm (n1, n2 on this host), started once per test run.
+    Where it cannot start (not root, no Debian), tests that need it skip locally and fail in CI (CI=true)."""
+    script = Path(__file__).parent.parent / "scripts" / "ensure-slurm"
+    result = subprocess.run([script], capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        message = f"scripts/ensure-slurm failed: {result.stderr.strip()[-2000:]}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI runs the Slurm tests on a real cluster: {message}")
+        pytest.skip(message)
 
 
 @pytest.fixture(scope="session")

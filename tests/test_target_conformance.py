@@ -3,8 +3,8 @@
 
 - The target is what the registry says it is, with its capabilities declared.
 - `to_request` is pure: the same plan, image and run id give the same text, whatever the environment and
-  the working folder; `str(request)` is the text `submit` sends (JSON, or Kubernetes' YAML manifests), and
-  `request.to_json()` the same request as JSON (what a sweep's dry run keeps).
+  the working folder; `str(request)` is the text `submit` sends (JSON, Kubernetes' YAML manifests, or
+  Slurm's sbatch script), and `request.to_json()` the same request as JSON (what a sweep's dry run keeps).
 - `launch --dry-run` prints exactly that request (for the run id and folder it chose) and leaves nothing
   behind.
 - A plan that this target cannot run is a `ConfigError` naming the key, at compile time or in `to_request`.
@@ -37,6 +37,7 @@ VALID = {
         f"image.registry={ECR}",
     ),
     "kubernetes": ("experiment=llama3-8b-p5x4", "target=kubernetes", "image.push=true", f"image.registry={ECR}"),
+    "slurm": ("experiment=smoke", "target=slurm"),
 }
 """Overrides of a plan each target runs; a new target adds its line."""
 INVALID = {
@@ -46,6 +47,7 @@ INVALID = {
     ),
     "sagemaker": ((*VALID["sagemaker"], "target.max_retries=31"), "target.max_retries"),
     "kubernetes": ((*VALID["kubernetes"], "target.namespace=Training"), "target.namespace"),
+    "slurm": ((*VALID["slurm"], "target.partition=gpu p5"), "target.partition"),
 }
 """Overrides of a plan each target refuses, and the key its error names."""
 DOCKYARD = str(Path(sys.executable).with_name("dockyard"))

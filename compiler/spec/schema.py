@@ -320,6 +320,15 @@ class KubernetesTarget(TargetConfig):
     under `<run id>/`; without one they live in the pods and go with them."""
 
 
+class ContainerRuntime(Enum):
+    pyxis = "pyxis"
+    """NVIDIA's SPANK plugin: `srun --container-image`, enroot underneath (GPU clusters' usual choice)."""
+    docker = "docker"
+    """`docker run --network host --init` on each node, started by the srun task."""
+    apptainer = "apptainer"
+    """`apptainer exec docker://...` on each node."""
+
+
 @dataclass
 class SlurmTarget(TargetConfig):
     kind: TargetKind = TargetKind.slurm
@@ -328,6 +337,8 @@ class SlurmTarget(TargetConfig):
     """Slurm partition (--partition); null for the cluster's default."""
     account: str | None = None
     """Slurm account charged (--account); null for the user's default."""
+    container_runtime: ContainerRuntime | None = None
+    """How each node starts the image: pyxis for GPU plans and docker for CPU plans when unset."""
 
 
 class Entry(Enum):

@@ -14,6 +14,7 @@ MODULES = {
     "local": "compiler.targets.local",
     "sagemaker": "compiler.targets.sagemaker",
     "kubernetes": "compiler.targets.kubernetes",
+    "slurm": "compiler.targets.slurm",
 }
 """Target kind -> the package whose `TARGET` implements `compiler.targets.base.Target`."""
 
