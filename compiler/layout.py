@@ -206,7 +206,8 @@ def resolve_batch(par: schema.ParallelismConfig, seq_len: int, layout: Layout) -
         raise DegreeError(
             "parallelism.pp_microbatches",
             f"{accum} micro batches per step for pp={layout.pp}: a pipeline needs a multiple of pp, at least pp",
-            f"use a global_batch that makes micro batches a multiple of {layout.pp} (micro_batch × dp = {per_pass})",
+            f"set parallelism.pp_microbatches to a multiple of {layout.pp} (grad_accum=-1), or a global_batch of "
+            f"such a multiple × micro_batch × dp ({per_pass})",
         )
     return Batch(
         micro_batch=micro, grad_accum=accum, global_batch=total, seq_len=seq_len, tokens_per_step=total * seq_len
