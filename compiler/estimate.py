@@ -313,10 +313,11 @@ def _matmul_parameters_per_gpu(model: schema.ModelConfig, tp: int, share: Share 
 
 
 def flops_per_token(model: schema.ModelConfig) -> float:
-    return _flops_per_token_per_gpu(model, 1, Share.whole(model))
+    return flops_per_token_of(model, 1, Share.whole(model))
 
 
-def _flops_per_token_per_gpu(model: schema.ModelConfig, tp: int, share: Share) -> float:
+def flops_per_token_of(model: schema.ModelConfig, tp: int, share: Share) -> float:
+    """Model FLOPs per token of one rank: its pipeline share, split over the tensor-parallel group."""
     attention = 12 * share.layers * model.hidden * model.seq_len / tp
     return 6 * _matmul_parameters_per_gpu(model, tp, share) + attention
 
@@ -329,7 +330,7 @@ def throughput(
     sequences = batch.micro_batch * batch.grad_accum
     busy, compute, exposed = 0.0, 0.0, 0.0
     for share in pipeline_shares(model, par, layout):
-        model_flops = _flops_per_token_per_gpu(model, layout.tp, share) * sequences * model.seq_len
+        model_flops = flops_per_token_of(model, layout.tp, share) * sequences * model.seq_len
         hardware_flops = model_flops * RECOMPUTE_FLOPS[par.activation_checkpointing]
         share_compute = hardware_flops / (instance.peak_bf16_tflops * 1e12 * ASSUMED_MATMUL_EFFICIENCY)
         data_parallel = _data_parallel_seconds(model, par, instance, layout, share) * _reductions_per_step(par, batch)

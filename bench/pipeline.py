@@ -1,0 +1,127 @@
+"""Pipeline schedules on CPU at pp=2: the measured bubble and step time against the planner's prediction.
+
+    python bench/pipeline.py --out bench/pipeline_cpu.md
+
+For each schedule the built-in trainer runs pp=2 in two torchrun processes (gloo, one thread each) and,
+as the reference, the same step unpipelined in one process: the same model, micro batches and global
+batch. The reference's step time T₁ is the whole step's work on one rank. The planner splits it over the
+pipeline ranks by their FLOPs (`estimate.flops_per_token_of` per stage share: the last stage also runs
+the output head) and stretches the slowest rank's share by the schedule's bubble:
+
+    predicted step = T₁ × slowest share / (1 − bubble),   bubble = (pp − 1) / v / (m + (pp − 1) / v)
+
+(v = 2 virtual stages per rank for the interleaved schedules, and a third of that for zero-bubble). The
+measured bubble is 1 − T₁ × slowest share / measured step: everything a rank does besides its own
+compute (waiting for its neighbour, sending activations, the schedule's bookkeeping) counts as bubble.
+Step times are medians of the steps after the first two. On a shared machine the figures move by some
+percent from run to run; the report says how many cores the machine had.
+
+Needs torch and this repository's Python dependencies (hydra-core, omegaconf); no Docker, no network.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from compiler import estimate  # noqa: E402
+from compiler.compose import compose_config  # noqa: E402
+from compiler.plan import Plan, compile_plan  # noqa: E402
+from compiler.ranks import PIPELINE_SCHEDULES, bubble_fraction  # noqa: E402
+
+MODEL = (
+    "experiment=smoke",
+    "hardware.nodes=1",
+    "model.layers=8",
+    "model.hidden=256",
+    "model.ffn_hidden=1024",
+    "model.vocab=4096",
+    "model.seq_len=128",
+    "model.tied_embeddings=false",
+    "parallelism.micro_batch=2",
+    "trainer.log_interval=1",
+    "trainer.checkpoint_interval=0",
+)
+
+
+def plan_for(overrides: tuple[str, ...]) -> Plan:
+    return compile_plan(compose_config(overrides))
+
+
+def step_seconds(plan: Plan, skip: int) -> float:
+    """The median step time of the trainer running `plan`, from its metrics (tokens per second per step)."""
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        (root / "plan.json").write_text(plan.to_json())
+        env = {**os.environ, "DOCKYARD_ROOT": str(root), "DOCKYARD_BACKEND": "gloo", "OMP_NUM_THREADS": "1"}
+        env["PYTHONPATH"] = str(REPO)
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        command += [f"--nproc-per-node={plan.layout.world_size}", "-m", "entrypoint.train", f"--plan={root}/plan.json"]
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(done.stdout[-3000:] + done.stderr[-3000:])
+        records = [json.loads(line) for line in (root / "output/data/metrics.jsonl").read_text().splitlines()]
+    times = [plan.batch.tokens_per_step / r["tokens_per_s"] for r in records if r["step"] > skip]
+    return statistics.median(times)
+
+
+def slowest_share(plan: Plan) -> float:
+    """The slowest pipeline rank's share of the step's FLOPs, as the planner divides them."""
+    shares = estimate.pipeline_shares(plan.model, plan.parallelism, plan.layout)
+    work = [estimate.flops_per_token_of(plan.model, plan.layout.tp, share) for share in shares]
+    return max(work) / estimate.flops_per_token(plan.model)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--microbatches", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    common = (*MODEL, f"trainer.steps={args.steps}", "parallelism.global_batch=-1")
+    skip = 2
+    reference = plan_for((*common, "hardware.processes_per_node=1", f"parallelism.grad_accum={args.microbatches}"))
+    whole = step_seconds(reference, skip)
+    rows = [
+        f"CPU, {os.cpu_count()} cores, one thread per process; {reference.parameters:,} parameters, "
+        f"{args.microbatches} micro batches of {reference.batch.micro_batch} × {reference.batch.seq_len} tokens; "
+        f"unpipelined step T₁ = {whole:.3f} s",
+        "",
+        "| schedule | bubble predicted | bubble measured | step predicted (s) | step measured (s) | ratio |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for schedule in PIPELINE_SCHEDULES:
+        plan = plan_for(
+            (
+                *common,
+                "hardware.processes_per_node=2",
+                "parallelism.pp=2",
+                f"parallelism.pp_schedule={schedule}",
+                f"parallelism.pp_microbatches={args.microbatches}",
+                "parallelism.grad_accum=-1",
+            )
+        )
+        busy = whole * slowest_share(plan)
+        bubble = bubble_fraction(plan.layout.pp, plan.batch.grad_accum, schedule)
+        predicted = busy / (1 - bubble)
+        measured = step_seconds(plan, skip)
+        rows.append(
+            f"| {schedule} | {bubble:.1%} | {1 - busy / measured:.1%} | {predicted:.3f} | {measured:.3f} | "
+            f"{measured / predicted:.2f} |"
+        )
+        print(rows[-1], flush=True)
+    text = "\n".join(rows) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
