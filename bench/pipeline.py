@@ -13,8 +13,11 @@ the output head) and stretches the slowest rank's share by the schedule's bubble
 (v = 2 virtual stages per rank for the interleaved schedules, and a third of that for zero-bubble). The
 measured bubble is 1 − T₁ × slowest share / measured step: everything a rank does besides its own
 compute (waiting for its neighbour, sending activations, the schedule's bookkeeping) counts as bubble.
-Step times are medians of the steps after the first two. On a shared machine the figures move by some
-percent from run to run; the report says how many cores the machine had.
+Step times are medians of the steps after the first two, the least of `--repeat` runs (the run least
+disturbed by other work on the machine). A control row runs the same step as DDP over two
+processes (half the micro batches each, no pipeline, predicted T₁ / 2): its ratio is what two processes
+get from this machine at all (cores shared with other work, the gradient all-reduce), so the schedules'
+ratios are read against it. The report gives the machine's cores and load.
 
 Needs torch and this repository's Python dependencies (hydra-core, omegaconf); no Docker, no network.
 """
@@ -55,7 +58,12 @@ def plan_for(overrides: tuple[str, ...]) -> Plan:
     return compile_plan(compose_config(overrides))
 
 
-def step_seconds(plan: Plan, skip: int) -> float:
+def step_seconds(plan: Plan, skip: int, repeat: int) -> float:
+    """The least of `repeat` runs' median step times."""
+    return min(median_step_seconds(plan, skip) for _ in range(repeat))
+
+
+def median_step_seconds(plan: Plan, skip: int) -> float:
     """The median step time of the trainer running `plan`, from its metrics (tokens per second per step)."""
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
@@ -83,20 +91,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--microbatches", type=int, default=8)
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     common = (*MODEL, f"trainer.steps={args.steps}", "parallelism.global_batch=-1")
     skip = 2
     reference = plan_for((*common, "hardware.processes_per_node=1", f"parallelism.grad_accum={args.microbatches}"))
-    whole = step_seconds(reference, skip)
+    whole = step_seconds(reference, skip, args.repeat)
     rows = [
-        f"CPU, {os.cpu_count()} cores, one thread per process; {reference.parameters:,} parameters, "
+        f"CPU, {os.cpu_count()} cores (load {os.getloadavg()[0]:.1f}), one thread per process; "
+        f"{reference.parameters:,} parameters, "
         f"{args.microbatches} micro batches of {reference.batch.micro_batch} × {reference.batch.seq_len} tokens; "
-        f"unpipelined step T₁ = {whole:.3f} s",
+        f"unpipelined step T₁ = {whole:.3f} s; least of {args.repeat} runs",
         "",
         "| schedule | bubble predicted | bubble measured | step predicted (s) | step measured (s) | ratio |",
         "|---|---:|---:|---:|---:|---:|",
     ]
+    control = plan_for((*common, "hardware.processes_per_node=2", f"parallelism.grad_accum={args.microbatches // 2}"))
+    measured = step_seconds(control, skip, args.repeat)
+    rows.append(f"| ddp × 2 (control) | – | – | {whole / 2:.3f} | {measured:.3f} | {measured / (whole / 2):.2f} |")
+    print(rows[-1], flush=True)
     for schedule in PIPELINE_SCHEDULES:
         plan = plan_for(
             (
@@ -111,7 +125,7 @@ def main() -> None:
         busy = whole * slowest_share(plan)
         bubble = bubble_fraction(plan.layout.pp, plan.batch.grad_accum, schedule)
         predicted = busy / (1 - bubble)
-        measured = step_seconds(plan, skip)
+        measured = step_seconds(plan, skip, args.repeat)
         rows.append(
             f"| {schedule} | {bubble:.1%} | {1 - busy / measured:.1%} | {predicted:.3f} | {measured:.3f} | "
             f"{measured / predicted:.2f} |"

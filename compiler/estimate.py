@@ -24,10 +24,11 @@ conventions are the built-in trainer's:
 - Logits: the loss takes them in fp32; its backward holds the saved log-probabilities, their gradient
   and the logits' gradient at once, 12 bytes per logit.
 - Pipelines (pp > 1): each pipeline rank holds its stages' layers, the first also the embeddings, the last
-  the final norm, the head and the logits. It keeps the activations of the micro batches in flight: all of
-  them under GPipe (every forward before any backward), pp under the 1F1B family (the first rank's warm-up,
-  the worst). The step is the slowest rank's busy time over (1 − bubble); stage boundaries send each micro
-  batch's activations forward and their gradients back.
+  the final norm, the head (with tied embeddings, its own copy of the embedding) and the logits. It keeps
+  the activations of the micro batches in flight: all of them under GPipe (every forward before any
+  backward), pp under the 1F1B family (the first rank's warm-up, the worst). The step is the slowest
+  rank's busy time over (1 − bubble); stage boundaries send each micro batch's activations forward and
+  their gradients back.
 - FLOPs per token: 6 × the parameters used in matrix products (every layer and the output head, not the
   embedding lookups) + 12 × layers × hidden × seq_len for attention (the PaLM convention, causal masking
   not discounted); model FLOPs, so recomputation lowers MFU instead of raising it.
@@ -145,7 +146,7 @@ def parameter_count(model: schema.ModelConfig, share: Share | None = None) -> in
     share = share or Share.whole(model)
     embeddings = model.vocab * model.hidden
     positions = model.context * model.hidden if model.position is schema.Position.learned else 0
-    head = 0 if model.tied_embeddings else model.vocab * model.hidden
+    head = 0 if model.tied_embeddings and share.first else model.vocab * model.hidden  # a last stage's own copy
     outer = (embeddings + positions if share.first else 0) + (_norm_parameters(model) + head if share.last else 0)
     return outer + share.layers * layer_parameters(model)
 

@@ -108,12 +108,6 @@ def _pipeline_stages(par: schema.ParallelismConfig, pp: int, model: schema.Model
             f"smddp with pp={pp}: the trainer's pipeline replicates stages with FSDP2 over NCCL",
             "use parallelism=ddp (replicated stages) or parallelism=fsdp (sharded stages)",
         )
-    if model.tied_embeddings:
-        raise UnsupportedError(
-            "model.tied_embeddings",
-            f"pp={pp} puts the embedding on the first stage and the output head on the last, so they cannot share",
-            "set model.tied_embeddings=false",
-        )
     stages_per_rank = PIPELINE_SCHEDULES[par.pp_schedule]
     stages = pp * stages_per_rank
     if not par.pp_layers_per_stage:

@@ -48,6 +48,10 @@ class Layout:
             raise ValueError(f"rank {rank} is outside a world of {self.world_size}")
         return Coordinates(pp=rank // (self.dp * self.tp), dp=rank // self.tp % self.dp, tp=rank % self.tp)
 
+    def rank_of(self, pp: int, dp: int, tp: int) -> int:
+        """The global rank at coordinates (pp, dp, tp): the inverse of `coordinates`."""
+        return (pp * self.dp + dp) * self.tp + tp
+
     @property
     def stages(self) -> int:
         return self.pp * self.stages_per_rank

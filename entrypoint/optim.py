@@ -72,12 +72,17 @@ def grad_norm(params: list[nn.Parameter], stage_ranks: int | None = None) -> flo
     return 0.0 if total is None else math.sqrt(total.item())
 
 
-def clip_gradients(params: list[nn.Parameter], max_norm: float, stage_ranks: int | None = None) -> float:
+def clip_gradients(params: list[nn.Parameter], max_norm: float) -> float:
     """Scale the gradients so their norm is at most `max_norm` (0: no clipping); the norm before."""
-    norm = grad_norm(params, stage_ranks)
+    norm = grad_norm(params)
+    scale_gradients(params, max_norm, norm)
+    return norm
+
+
+def scale_gradients(params: list[nn.Parameter], max_norm: float, norm: float) -> None:
+    """Scale gradients whose norm is `norm` down to `max_norm` (0: no clipping)."""
     if max_norm > 0 and norm > max_norm:
         scale = max_norm / (norm + 1e-6)
         for param in params:
             if param.grad is not None:
                 param.grad.mul_(scale)
-    return norm

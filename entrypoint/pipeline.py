@@ -7,6 +7,10 @@ step's micro batches go in at the first stage, the targets at the last, and the 
 1/micro batches, are reduced by FSDP after the last micro batch. DDP's reducer fails under a schedule,
 so a replicated stage is FSDP2 with shard groups of one (the layout's replicas). Checkpoints are each
 stage's own keys (the whole model's parameter names) in one torch.distributed.checkpoint folder.
+
+Tied embeddings: the last stage projects with its own copy of the token embedding. The copies start
+equal (broadcast from the first stage), their gradients are summed between the two stages before every
+update, so they stay equal; the gradient norm counts the weight once, and a checkpoint holds it once.
 """
 
 from collections.abc import Sequence
@@ -35,7 +39,7 @@ from torch.utils.checkpoint import checkpoint
 
 from compiler.plan import Plan
 from entrypoint.model import Decoder, loss_fn, rope_tables
-from entrypoint.optim import adamw, clip_gradients, set_lr
+from entrypoint.optim import adamw, grad_norm, scale_gradients, set_lr
 from entrypoint.parallel import fully_shard_options, tensor_parallel
 
 SCHEDULES = {
@@ -56,13 +60,15 @@ class Stage(nn.Module):
 
     def __init__(self, decoder: Decoder, layers: range, first: bool, last: bool) -> None:
         super().__init__()
-        self.config = decoder.config
-        self.embed = decoder.embed if first else None
+        self.config, self.first, self.last = decoder.config, first, last
+        tied = decoder.head is None
+        self.embed = decoder.embed if first or (last and tied) else None
         self.positions = decoder.positions if first else None
         self.blocks = nn.ModuleDict({str(index): decoder.blocks[index] for index in layers})
         self.norm = decoder.norm if last else None
         self.head = decoder.head if last else None
-        if decoder.positions is None:
+        self.rope = decoder.positions is None
+        if self.rope:
             self.register_buffer("rope_cos", decoder.rope_cos, persistent=False)
             self.register_buffer("rope_sin", decoder.rope_sin, persistent=False)
         self.full_checkpointing = decoder.full_checkpointing
@@ -70,7 +76,7 @@ class Stage(nn.Module):
     @torch.no_grad()
     def reset_parameters(self, decoder: Decoder) -> None:
         """Initialise a stage materialised from the meta device as the whole decoder initialises its parts."""
-        if hasattr(self, "rope_cos"):
+        if self.rope:
             config = self.config
             cos, sin = rope_tables(config.hidden // config.heads, config.context, config.rope_theta)
             self.rope_cos.copy_(cos)
@@ -80,20 +86,21 @@ class Stage(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Tokens (batch, seq) or the previous stage's hidden states in; hidden states or logits out."""
-        if self.embed is not None:
+        if self.first:
             tokens = x
             x = self.embed(tokens)
             if self.positions is not None:
                 x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
-        rope = (self.rope_cos, self.rope_sin) if hasattr(self, "rope_cos") else None
+        rope = (self.rope_cos, self.rope_sin) if self.rope else None
         for block in self.blocks.values():
             if self.full_checkpointing and self.training:
                 x = checkpoint(block, x, rope, use_reentrant=False)
             else:
                 x = block(x, rope)
-        if self.norm is None:
+        if not self.last:
             return x
-        return self.head(self.norm(x))
+        x = self.norm(x)
+        return self.embed(x, project=True) if self.head is None else self.head(x)
 
 
 def build_stages(plan: Plan, device: torch.device, pp_rank: int, on_meta: bool) -> list[Stage]:
@@ -137,6 +144,9 @@ class PipelineEngine:
             fully_shard(part, **options)
         self.optimizers = [adamw(part, plan.trainer) for part in self.parts]
         self.params = [p for part in self.parts for p in part.parameters() if p.requires_grad]
+        self.tied, self.tied_group = self._tie_embeddings()
+        copy = self.tied if self.tied is not None and self.place.pp != 0 else None
+        self.counted = [p for p in self.params if p is not copy]
         group = mesh["pp"].get_group()
         indices = layout.stages_of(self.place.pp)
         stages = [
@@ -147,6 +157,27 @@ class PipelineEngine:
         single = layout.stages_per_rank == 1
         self.schedule = schedule(stages[0] if single else stages, plan.batch.grad_accum, loss_fn=loss_fn)
         self.first, self.last = 0 in indices, layout.stages - 1 in indices
+
+    def _tie_embeddings(self) -> tuple[nn.Parameter | None, dist.ProcessGroup | None]:
+        """With tied embeddings: this rank's embedding weight (on the first and the last stage's ranks) and the
+        group of the two ranks holding the copies of the same shard; every rank takes part in making groups."""
+        layout = self.plan.layout
+        if not self.plan.model.tied_embeddings:
+            return None, None
+        last = layout.stages_of(layout.pp - 1)[-1]
+        mine = None
+        for dp in range(layout.dp):
+            for tp in range(layout.tp):
+                pair = [layout.rank_of(0, dp, tp), layout.rank_of(layout.pp - 1, dp, tp)]
+                group = dist.new_group(pair)
+                if dist.get_rank() in pair:
+                    mine, source = group, pair[0]
+        if mine is None:
+            return None, None
+        part = self.parts[0] if self.place.pp == 0 else self.parts[layout.stages_of(self.place.pp).index(last)]
+        weight = part.embed.weight
+        dist.broadcast(weight.to_local().detach(), src=source, group=mine)
+        return weight, mine
 
     def forward_backward(self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """The sum of the step's micro batches' losses on the last stage's ranks, zero on the others."""
@@ -162,7 +193,10 @@ class PipelineEngine:
     def step(self, lr: float) -> float:
         """Clip over every stage's gradients, update, clear; the norm before clipping."""
         layout = self.plan.layout
-        norm = clip_gradients(self.params, self.plan.trainer.grad_clip, layout.world_size // layout.pp)
+        if self.tied is not None:
+            dist.all_reduce(self.tied.grad.to_local(), group=self.tied_group)
+        norm = grad_norm(self.counted, layout.world_size // layout.pp)
+        scale_gradients(self.params, self.plan.trainer.grad_clip, norm)
         for optimizer in self.optimizers:
             set_lr(optimizer, lr)
             optimizer.step()

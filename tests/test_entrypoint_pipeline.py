@@ -1,7 +1,8 @@
 """Pipeline parallelism in real torchrun processes on CPU with gloo: every schedule, and pp combined with
 FSDP2 over dp and with tensor parallelism, trains the tiny model to the unpipelined run's losses and
-gradient norms (same seed, same 8 sequences per step); a pipelined run stopped after a checkpoint and
-restarted ends where an uninterrupted one ends, and its final model has the unpipelined parameter names.
+gradient norms (same seed, same 8 sequences per step), with separate or tied embeddings; a pipelined run
+stopped after a checkpoint and restarted ends where an uninterrupted one ends, and its final model has
+the unpipelined parameter names and values.
 """
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 
 from tests.entrypoint_support import losses, metrics, tiny_plan, train
 
-UNTIED = "model.tied_embeddings=false"  # the embedding and the head live on different stages
+UNTIED = "model.tied_embeddings=false"  # the embedding and the head are different weights
 PIPELINE_TOLERANCE = 1e-5
 """fp32 on CPU, 6 steps. Observed: every schedule, and pp × dp with FSDP2, equal to the unpipelined losses to
 the 6 decimals the metrics keep; pp × tp within 1e-6. A missed micro batch or stage is off by 1e-2 or more
@@ -38,8 +39,8 @@ PIPELINES = {
 """Each with global_batch=8, like the reference: 4 micro batches of 2 (2 of 2 per replica at dp=2)."""
 
 
-def pipeline_plan(name: str):
-    return tiny_plan(UNTIED, "parallelism.grad_accum=-1", "parallelism.global_batch=8", *PIPELINES[name])
+def pipeline_plan(name: str, *extra: str):
+    return tiny_plan(UNTIED, "parallelism.grad_accum=-1", "parallelism.global_batch=8", *PIPELINES[name], *extra)
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +94,19 @@ def test_1f1b_matches_unpipelined(one_f_one_b, unpipelined):
 @pytest.mark.parametrize("name", [name for name in PIPELINES if name != "1f1b"])
 def test_pipeline_matches_unpipelined(tmp_path, unpipelined, name):
     assert_same_run(train(pipeline_plan(name), tmp_path), unpipelined[1])
+
+
+def test_tied_embeddings_across_stages(tmp_path_factory):
+    """The last stage's copy of the embedding gets the first stage's gradient added: pp × dp with tied
+    embeddings trains like the unpipelined tied model, and its final model holds the one embedding."""
+    tied = "model.tied_embeddings=true"
+    reference_root, pipelined_root = tmp_path_factory.mktemp("tied"), tmp_path_factory.mktemp("tied-pp")
+    reference = train(tiny_plan(UNTIED, tied), reference_root)
+    assert_same_run(train(pipeline_plan("pp2-dp2-fsdp", tied), pipelined_root), reference)
+    ours = torch.load(pipelined_root / "model/model.pt")
+    theirs = torch.load(reference_root / "model/model.pt")
+    assert "head.weight" not in ours and ours.keys() == theirs.keys()
+    assert torch.allclose(ours["embed.weight"], theirs["embed.weight"], atol=1e-4)
 
 
 def test_pipelined_resume_equals_uninterrupted(tmp_path, one_f_one_b, unpipelined):

@@ -51,7 +51,7 @@ INVALID = [
     ),
     ([*P5, "model=gpt2-1.5b", "parallelism.tp=2"], "parallelism.tp", "does not divide model.heads=25"),
     ([*P5, "hardware.nodes=2", "parallelism.pp=3", "parallelism.dp=-1"], "parallelism.pp", "cannot equal"),
-    (["parallelism.pp=2", "parallelism.dp=-1"], "model.tied_embeddings", "set model.tied_embeddings=false"),
+    ([SM, "parallelism=smddp", "parallelism.pp=2"], "parallelism.strategy", "smddp with pp=2"),
     ([*PP2, "parallelism.pp_schedule=pipedream"], "parallelism.pp_schedule", "did you mean"),
     ([*P5, *PP2[1:], "parallelism.pp=8", "model.layers=6"], "parallelism.pp", "8 stages, more than model.layers=6"),
     (
