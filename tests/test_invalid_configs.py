@@ -66,7 +66,11 @@ INVALID = [
     ([*PP2, "parallelism.pp_microbatches=4", "parallelism.grad_accum=8"], "parallelism.pp_microbatches", "both"),
     ([*PP2, "parallelism=zero3"], "parallelism.pp", "does not combine with the trainer's pipeline"),
     (["parallelism.micro_batch=0"], "parallelism.micro_batch", "must be at least 1"),
-    (["parallelism.global_batch=30"], "parallelism.global_batch", "micro_batch × grad_accum × dp = 4 × 1 × 4"),
+    (
+        ["parallelism.grad_accum=1", "parallelism.global_batch=30"],
+        "parallelism.global_batch",
+        "micro_batch × grad_accum × dp = 4 × 1 × 4",
+    ),
     (["parallelism.grad_accum=-1", "parallelism.global_batch=30"], "parallelism.global_batch", "not a multiple of"),
     (["parallelism.grad_accum=0"], "parallelism.grad_accum", "must be at least 1, or -1"),
     # strategies
