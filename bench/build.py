@@ -17,10 +17,10 @@ import time
 import uuid
 from pathlib import Path
 
-from compiler.compose import compose_config
+from compiler.config.compose import compose_config
 from compiler.images.build import build_image, docker_client, ensure_base_image, send_build
 from compiler.images.context import BuildContext, build_context
-from compiler.plan import compile_plan
+from compiler.planner.compile import compile_plan
 
 OVERRIDES = ["experiment=smoke", "trainer=script", "trainer.source_dir=code", "trainer.script=train.py"]
 NAIVE_DOCKERFILE = """\

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-from compiler.compose import CONF_DIR, CONFIG_NAME, compose_config, compose_in_context
-from compiler.plan import compile_plan
+from compiler.config.compose import CONF_DIR, CONFIG_NAME, compose_config, compose_in_context
+from compiler.planner.compile import compile_plan
 
 MODELS = ["tiny", "gpt2-124m", "gpt2-350m", "llama3.2-1b", "llama3-8b"]
 STRATEGIES = ["ddp", "fsdp", "fsdp-hybrid", "zero1", "zero2", "zero3"]

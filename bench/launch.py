@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from compiler.compose import compose_config
-from compiler.plan import compile_plan
+from compiler.config.compose import compose_config
+from compiler.planner.compile import compile_plan
 
 OVERRIDES = [
     "experiment=smoke",

@@ -34,10 +34,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from compiler import estimate  # noqa: E402
-from compiler.compose import compose_config  # noqa: E402
-from compiler.plan import Plan, compile_plan  # noqa: E402
-from compiler.ranks import PIPELINE_SCHEDULES, bubble_fraction  # noqa: E402
+from compiler.config.compose import compose_config  # noqa: E402
+from compiler.planner import estimate  # noqa: E402
+from compiler.planner.compile import compile_plan  # noqa: E402
+from compiler.planner.pipeline import bubble_fraction  # noqa: E402
+from compiler.spec import Plan  # noqa: E402
+from compiler.spec.ranks import PIPELINE_SCHEDULES  # noqa: E402
 
 MODEL = (
     "experiment=smoke",

@@ -40,8 +40,9 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from compiler.compose import compose_config  # noqa: E402
-from compiler.plan import Plan, compile_plan  # noqa: E402
+from compiler.config.compose import compose_config  # noqa: E402
+from compiler.planner.compile import compile_plan  # noqa: E402
+from compiler.spec import Plan  # noqa: E402
 
 GPT_SMALL = ("model=tiny", "model.hidden=256", "model.ffn_hidden=1024", "model.vocab=8192")
 LLAMA_SMALL = (

@@ -29,8 +29,10 @@ from hydra.core.utils import JobStatus
 from hydra.types import HydraContext, RunMode
 from hydra.version import setbase
 
-from compiler import cli, sweep_summary, tasks
-from compiler.compose import CONF_DIR, CONFIG_NAME
+from compiler.cli import main as cli
+from compiler.cli import tasks
+from compiler.config.compose import CONF_DIR, CONFIG_NAME
+from compiler.targets import records
 
 STRATEGIES = ["ddp", "fsdp", "zero1", "zero2"]
 
@@ -44,9 +46,9 @@ def dockyard_dry_run(arguments: list[str], sweep_dir: Path) -> int:
     overrides = ["-m", "hydra/launcher=dockyard", "hydra.launcher.dry_run=true", f"hydra.sweep.dir={sweep_dir}"]
     with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
         cli.run_app(tasks.dry_run_task, [*overrides, *arguments])
-    records = sweep_summary.load_all(sweep_dir)
-    assert all(record.status == "dry-run" for _, record in records)
-    return len(records)
+    points = records.load_all(sweep_dir)
+    assert all(record.status == records.DRY_RUN for record in points)
+    return len(points)
 
 
 def basic_launcher(arguments: list[str], sweep_dir: Path) -> int:

@@ -25,8 +25,8 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from compiler.compose import compose_config  # noqa: E402
-from compiler.plan import compile_plan  # noqa: E402
+from compiler.config.compose import compose_config  # noqa: E402
+from compiler.planner.compile import compile_plan  # noqa: E402
 
 INSTANCE_BY_GPU = {"H100": "p5.48xlarge", "H200": "p5en.48xlarge", "A100": "p4de.24xlarge", "A10G": "g5.48xlarge"}
 MICRO_BATCH = {"gpt2-124m": 16, "gpt2-350m": 8}

@@ -3,8 +3,8 @@
 import importlib.util
 from dataclasses import dataclass
 
-from compiler.plan import Plan
-from compiler.schema import Strategy
+from compiler.spec import Plan
+from compiler.spec.schema import Strategy
 
 
 class BackendError(RuntimeError):

@@ -53,7 +53,7 @@ class Paths:
         return self.root / "input" / "data" / name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Node:
     source: str
     """sagemaker, kubeflow, slurm, skypilot, dockyard or single."""
@@ -91,7 +91,15 @@ def _from_host_list(source: str, hosts: list[str], current: str, port: int, **ex
     ordered = tuple(sorted(set(hosts), key=_natural))
     if current not in ordered:
         raise ClusterError(f"{source}: this host '{current}' is not in the host list {', '.join(ordered)}")
-    return Node(source, ordered, len(ordered), ordered.index(current), ordered[0], port, **extra)
+    return Node(
+        source=source,
+        hosts=ordered,
+        nnodes=len(ordered),
+        node_rank=ordered.index(current),
+        master_addr=ordered[0],
+        master_port=port,
+        **extra,
+    )
 
 
 def from_sagemaker(root: Path, env: Mapping[str, str]) -> Node | None:
@@ -129,7 +137,7 @@ def from_kubeflow(env: Mapping[str, str]) -> Node | None:
         return None
     if not 0 <= rank < nnodes:
         raise ClusterError(f"kubeflow: node rank {rank} is outside 0..{nnodes - 1}")
-    return Node("kubeflow", (master,), nnodes, rank, master, port)
+    return Node(source="kubeflow", hosts=(master,), nnodes=nnodes, node_rank=rank, master_addr=master, master_port=port)
 
 
 def expand_hostlist(text: str) -> list[str]:
@@ -164,7 +172,8 @@ def from_skypilot(env: Mapping[str, str]) -> Node | None:
     rank = int(env["SKYPILOT_NODE_RANK"])
     if not 0 <= rank < len(ips):
         raise ClusterError(f"skypilot: node rank {rank} is outside the {len(ips)} node IPs")
-    return Node("skypilot", ips, len(ips), rank, ips[0], _port(env, "DOCKYARD_MASTER_PORT"))
+    port = _port(env, "DOCKYARD_MASTER_PORT")
+    return Node(source="skypilot", hosts=ips, nnodes=len(ips), node_rank=rank, master_addr=ips[0], master_port=port)
 
 
 def from_dockyard(env: Mapping[str, str]) -> Node | None:
@@ -178,11 +187,14 @@ def from_dockyard(env: Mapping[str, str]) -> Node | None:
     rank = int(env.get("DOCKYARD_NODE_RANK", "0"))
     if not 0 <= rank < len(hosts):
         raise ClusterError(f"dockyard: DOCKYARD_NODE_RANK={rank} is outside the {len(hosts)} DOCKYARD_HOSTS")
-    return Node("dockyard", tuple(hosts), len(hosts), rank, hosts[0], port)
+    return Node(
+        source="dockyard", hosts=tuple(hosts), nnodes=len(hosts), node_rank=rank, master_addr=hosts[0], master_port=port
+    )
 
 
 def single_node(env: Mapping[str, str]) -> Node:
-    return Node("single", ("127.0.0.1",), 1, 0, "127.0.0.1", _port(env, "DOCKYARD_MASTER_PORT", "MASTER_PORT"))
+    port = _port(env, "DOCKYARD_MASTER_PORT", "MASTER_PORT")
+    return Node(source="single", hosts=("127.0.0.1",), nnodes=1, node_rank=0, master_addr="127.0.0.1", master_port=port)
 
 
 def discover(env: Mapping[str, str], sagemaker_root: Path = SAGEMAKER_ROOT) -> Node:

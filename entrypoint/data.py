@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from compiler.plan import Plan
-from compiler.schema import DataSource
+from compiler.spec import Plan
+from compiler.spec.schema import DataSource
 
 TOKEN_SUFFIXES = (".bin", ".npy", ".tokens")
 

@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from compiler.errors import ConfigError
-from compiler.plan import Plan
-from compiler.schema import Entry
+from compiler.spec import Plan
+from compiler.spec.errors import ConfigError
+from compiler.spec.schema import Entry
 from entrypoint.backend import Backend, BackendError, choose_backend, smddp_available
 from entrypoint.cluster import SAGEMAKER_ROOT, ClusterError, Node, Paths, discover, wait_for_hosts
 from entrypoint.comm import Detected, EnvRow, comm_env, detect

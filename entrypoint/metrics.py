@@ -8,22 +8,16 @@ from typing import Any, TextIO
 
 import torch
 
-from compiler.plan import Plan
-
-
-def flops_per_token(plan: Plan) -> float:
-    """Training FLOPs per token: 6 per parameter (forward and backward matmuls) plus the attention scores,
-    12 × layers × hidden × seq_len (PaLM, appendix B). Recomputation is not counted: it is overhead."""
-    model = plan.model
-    return 6 * plan.parameters + 12 * model.layers * model.hidden * model.seq_len
+from compiler.spec import Plan
 
 
 def mfu(plan: Plan, tokens_per_second: float) -> float | None:
-    """The fraction of the GPUs' dense bf16 peak the training FLOPs reach; None on CPU (no peak figure)."""
+    """The fraction of the GPUs' dense bf16 peak the model FLOPs reach (the planner's formula, resolved into the
+    plan, so reported and predicted MFU share one definition); None on CPU (no peak figure)."""
     if not plan.instance.has_gpus:
         return None
     peak = plan.instance.peak_bf16_tflops * 1e12 * plan.layout.world_size
-    return flops_per_token(plan) * tokens_per_second / peak
+    return plan.derived.flops_per_token * tokens_per_second / peak
 
 
 def memory_gib(device: torch.device) -> float:

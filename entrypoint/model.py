@@ -1,7 +1,7 @@
 """The built-in decoder: GPT-2 and Llama style from one `ModelConfig`.
 
 GPT-2: learned positions, LayerNorm, GELU, biases, tied embeddings. Llama: RoPE, RMSNorm, SwiGLU,
-no biases, grouped-query attention. The parameter count matches `compiler.estimate.parameter_count`
+no biases, grouped-query attention. The parameter count matches `compiler.planner.estimate.parameter_count`
 exactly (tested), so the plan's numbers describe the model that trains.
 
 Attention reads the number of heads from the projections' output width, so the same code runs with
@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from compiler.schema import Activation, Checkpointing, ModelConfig, Norm, Position
+from compiler.spec.schema import Activation, Checkpointing, ModelConfig, Norm, Position
 
 
 def _norm(model: ModelConfig) -> nn.Module:

@@ -7,7 +7,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from compiler.schema import LrSchedule, TrainerConfig
+from compiler.spec.schema import LrSchedule, TrainerConfig
 
 
 def adamw(model: nn.Module, trainer: TrainerConfig) -> torch.optim.AdamW:

@@ -1,7 +1,7 @@
 """PyTorch-native strategies: DDP, FSDP (`fully_shard`, full or hybrid shard), tensor parallelism with
 DTensor combined with FSDP, and activation checkpointing; checkpoints through torch.distributed.checkpoint.
 
-The device mesh is the plan's layout's (`compiler.ranks.Layout.build_mesh`): tensor parallelism innermost,
+The device mesh is the plan's layout's (`compiler.spec.ranks.Layout.build_mesh`): tensor parallelism innermost,
 so the ranks of one tensor-parallel group are neighbours on one node.
 """
 
@@ -24,8 +24,8 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.nn.parallel import DistributedDataParallel
 
-from compiler.plan import Plan
-from compiler.schema import ModelConfig, Offload, Precision, Strategy
+from compiler.spec import Plan
+from compiler.spec.schema import ModelConfig, Offload, Precision, Strategy
 from entrypoint.model import Decoder, loss_fn
 from entrypoint.optim import adamw, clip_gradients, set_lr
 

@@ -19,13 +19,13 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from compiler.plan import Plan
-from compiler.schema import DataSource, Strategy
+from compiler.spec import Plan
+from compiler.spec.schema import DataSource, Strategy
 from entrypoint import checkpoint
 from entrypoint.cluster import Paths
 from entrypoint.data import Batches, data_folder, make_source
 from entrypoint.main import DEFAULT_TIMEOUT_S
-from entrypoint.metrics import MetricsLog, flops_per_token, memory_gib, mfu
+from entrypoint.metrics import MetricsLog, memory_gib, mfu
 from entrypoint.model import Decoder
 from entrypoint.optim import lr_at
 from entrypoint.s3 import download_s3
@@ -99,7 +99,7 @@ def derived_lines(plan: Plan, backend: str, start_step: int) -> list[str]:
         f"batch             {batch.global_batch} sequences = micro {batch.micro_batch} × accum {batch.grad_accum} "
         f"× dp {layout.dp}",
         f"tokens per step   {batch.tokens_per_step:,} (seq_len {batch.seq_len})",
-        f"FLOPs per token   {flops_per_token(plan):.3e}",
+        f"FLOPs per token   {plan.derived.flops_per_token:.3e}",
         f"steps             {start_step} → {plan.trainer.steps}" + (" (resumed)" if start_step else ""),
     ]
     if layout.pp > 1:

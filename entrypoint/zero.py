@@ -8,9 +8,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from compiler.estimate import deepspeed_buckets
-from compiler.plan import Plan
-from compiler.schema import Offload, Precision, Strategy
+from compiler.spec import Plan
+from compiler.spec.schema import Offload, Precision, Strategy
 from entrypoint.model import Decoder, loss_fn
 from entrypoint.optim import adamw, set_lr
 
@@ -25,7 +24,7 @@ def deepspeed_config(plan: Plan) -> dict[str, Any]:
     needs a compiled extension: both checks are turned off explicitly. Bucket sizes are the planner's.
     """
     par, batch = plan.parallelism, plan.batch
-    zero: dict[str, Any] = {"stage": STAGES[par.strategy], **deepspeed_buckets(plan.model)}
+    zero: dict[str, Any] = {"stage": STAGES[par.strategy], **plan.derived.deepspeed_buckets}
     if par.offload is not Offload.none:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if par.offload is Offload.parameters:

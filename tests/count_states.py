@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from compiler.plan import Plan
+from compiler.spec import Plan
 from entrypoint.train import make_engine
 
 

@@ -8,8 +8,9 @@ import sys
 from functools import cache
 from pathlib import Path
 
-from compiler.compose import compose_config
-from compiler.plan import Plan, compile_plan
+from compiler.config.compose import compose_config
+from compiler.planner.compile import compile_plan
+from compiler.spec import Plan
 
 REPO = Path(__file__).resolve().parent.parent
 

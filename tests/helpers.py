@@ -1,7 +1,8 @@
 """Compose and compile in-process, as the CLI does."""
 
-from compiler.compose import compose_config
-from compiler.plan import Plan, compile_plan
+from compiler.config.compose import compose_config
+from compiler.planner.compile import compile_plan
+from compiler.spec import Plan
 
 PRESETS = ("smoke", "gpt2-124m-p4d", "llama3-8b-p5x4", "llama3-70b-p5x16")
 

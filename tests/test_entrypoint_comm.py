@@ -1,6 +1,7 @@
 """The communication environment and backend: rules from detected facts, and golden --explain tables for
 SageMaker/Kubeflow/Slurm/SkyPilot × p4d/p5/p5en/g5/cpu × EFA software stacks, from fixture device trees."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -48,8 +49,15 @@ def test_detect_on_a_bare_machine(tmp_path):
 
 
 def rows(detected: Detected, backend="nccl", environ=None, nnodes=2):
-    node = single_node({})
-    node = type(node)("dockyard", ("a", "b")[:nnodes], nnodes, 0, "a", 29500, "eth0")
+    node = dataclasses.replace(
+        single_node({}),
+        source="dockyard",
+        hosts=("a", "b")[:nnodes],
+        nnodes=nnodes,
+        master_addr="a",
+        master_port=29500,
+        network_interface="eth0",
+    )
     return {row.name: row for row in comm_env(node, detected, backend, environ or {})}
 
 

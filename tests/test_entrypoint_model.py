@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from compiler.schema import Checkpointing
+from compiler.spec.schema import Checkpointing
 from entrypoint.data import Batches, SyntheticTokens, TokenFiles
 from entrypoint.model import Decoder
 from entrypoint.optim import lr_at
@@ -16,7 +16,7 @@ from tests.entrypoint_support import REPO, entrypoint_env, free_port, plan_for, 
 
 META_INIT = """
 import sys, torch, torch.distributed as dist
-from compiler.plan import Plan
+from compiler.spec import Plan
 from entrypoint.model import Decoder
 from entrypoint.parallel import TorchEngine
 from entrypoint.data import Batches, make_source

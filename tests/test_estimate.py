@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from compiler import estimate, fit
-from compiler.errors import ConfigError
-from compiler.schema import Checkpointing, ParallelismConfig, Precision, Strategy
+from compiler.planner import estimate, fit
+from compiler.spec.errors import ConfigError
+from compiler.spec.schema import Checkpointing, ParallelismConfig, Precision, Strategy
 from tests.helpers import plan_for
 
 GIB = estimate.GIB
@@ -63,6 +63,16 @@ def test_flops_per_token_convention():
     model = plan_for("model=gpt2-124m").model
     matmul = 12 * estimate.layer_parameters(model) + 50257 * 768
     assert estimate.flops_per_token(model) == 6 * matmul + 12 * 12 * 768 * 1024
+
+
+def test_the_trainer_reports_mfu_by_the_planners_formula():
+    """One FLOPs-per-token formula: at the predicted tokens/s the trainer's MFU is the predicted MFU."""
+    from entrypoint.metrics import mfu
+
+    plan = plan_for("experiment=llama3-8b-p5x4", "data.token_dtype=uint32")
+    predicted = plan.estimate.throughput
+    assert plan.derived.flops_per_token == predicted.flops_per_token == estimate.flops_per_token(plan.model)
+    assert mfu(plan, predicted.tokens_per_second) == pytest.approx(predicted.mfu, rel=1e-12)
 
 
 def test_plan_that_does_not_fit_names_largest_term_and_fixes_that_fit():
@@ -125,8 +135,8 @@ def test_cpu_plans_carry_no_gpu_estimate():
 
 
 def _config_and_instance(*overrides):
-    from compiler.catalog import instance_type
-    from compiler.compose import compose_config
+    from compiler.config.compose import compose_config
+    from compiler.planner.catalog import instance_type
 
     config = compose_config(overrides)
     return config, instance_type(config.hardware.instance_type)

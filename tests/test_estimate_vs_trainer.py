@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler import estimate
+from compiler.planner import estimate
 from tests.helpers import plan_for
 
 COUNT_SCRIPT = Path(__file__).with_name("count_states.py")

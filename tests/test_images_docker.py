@@ -16,10 +16,11 @@ from pathlib import Path
 import docker
 import pytest
 
-from compiler.compose import compose_config
+from compiler.config.compose import compose_config
 from compiler.images.build import BuiltImage, build_image, ensure_base_image
 from compiler.images.workflow import build_and_record
-from compiler.plan import compile_plan
+from compiler.planner.compile import compile_plan
+from tests.test_architecture import RUNTIME_IMPORTS
 
 FAKE_AWS = {
     "AWS_ACCESS_KEY_ID": "AKIADOCKYARDTESTONLY",
@@ -83,6 +84,20 @@ def test_image_has_the_stack_and_runs_as_a_user(engine: docker.DockerClient, smo
     plan = compile_plan(compose_config(SMOKE))
     assert config["Labels"]["dockyard.plan"] == plan.content_hash
     assert config["Labels"]["dockyard.version"] == "0.1.0"
+
+
+def test_the_image_runtime_loads_no_host_side_module(engine: docker.DockerClient, smoke: BuiltImage) -> None:
+    """Inside the image, the entrypoint and the trainer import the Plan's types and nothing of the compiler."""
+    assert run_in(engine, smoke.reference, "python", "-c", RUNTIME_IMPORTS).strip() == "[]"
+    shipped = run_in(engine, smoke.reference, "ls", "/opt/dockyard", "/opt/dockyard/compiler").split()
+    assert set(shipped) == {
+        "/opt/dockyard:",
+        "compiler",
+        "entrypoint",
+        "/opt/dockyard/compiler:",
+        "__init__.py",
+        "spec",
+    }
 
 
 def test_nothing_changed_builds_nothing_in_under_a_second(engine: docker.DockerClient, smoke, project) -> None:

@@ -1,15 +1,17 @@
 """Dockerfiles, build contexts and image rules: everything about images that needs no Docker engine."""
 
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from compiler.compose import compose_config
-from compiler.errors import ConfigError
+from compiler.config.compose import compose_config
+from compiler.images import context
 from compiler.images.context import build_context, find_torch_wheel, user_code_files, wheelhouse_folders
 from compiler.images.render import render_dockerfile
-from compiler.plan import compile_plan
+from compiler.planner.compile import compile_plan
+from compiler.spec.errors import ConfigError
 
 LLAMA = ["data.token_dtype=uint32"]  # a 128k vocabulary needs 32-bit token files
 SCRIPT = ["trainer=script", "trainer.source_dir=code", "trainer.script=train.py"]
@@ -157,7 +159,59 @@ def test_context_tar_has_normalised_entries(project: Path) -> None:
     assert {m.mtime for m in members.values()} == {0} and {m.uid for m in members.values()} == {0}
     assert members["code/pkg"].isdir() and members["wheelhouse"].isdir()
     assert any(name.startswith("wheelhouse/torch-2.13.0+cpu-") for name in members)
-    assert "dockyard/pyproject.toml" in members and "dockyard/entrypoint/__init__.py" in members
+    assert "dockyard/compiler/spec/plan.py" in members and "dockyard/entrypoint/__init__.py" in members
+    shipped = {name.split("/")[1] for name in members if name.startswith("dockyard/")}
+    assert shipped == {"compiler", "entrypoint"}
+    compiler_files = {name for name in members if name.startswith("dockyard/compiler/") and members[name].isfile()}
+    assert compiler_files - {"dockyard/compiler/__init__.py"}
+    assert all(n == "dockyard/compiler/__init__.py" or n.startswith("dockyard/compiler/spec/") for n in compiler_files)
+
+
+@pytest.fixture
+def dockyard_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of dockyard's tree that the build context reads instead of the real one, to edit freely."""
+    root = Path(__file__).resolve().parents[1]
+    copy = tmp_path / "dockyard"
+    for name in ("README.md", "pyproject.toml", "images", "conf", "compiler", "entrypoint", "hydra_plugins"):
+        source = root / name
+        if source.is_dir():
+            shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            copy.mkdir(exist_ok=True)
+            shutil.copy(source, copy / name)
+    monkeypatch.setattr(context, "DOCKYARD_ROOT", copy)
+    return copy
+
+
+HOST_SIDE_EDITS = (
+    "README.md",
+    "pyproject.toml",
+    "conf/config.yaml",
+    "compiler/cli/main.py",
+    "compiler/sweep/launcher.py",
+)
+HOST_SIDE_EDITS += (
+    "compiler/planner/estimate.py",
+    "compiler/targets/runs.py",
+    "hydra_plugins/dockyard_launcher/config.py",
+)
+
+
+def test_only_a_runtime_edit_changes_the_image_tag(dockyard_copy: Path) -> None:
+    """The tag is a hash of what the image runs: editing the docs, the config language, the CLI, the sweep,
+    the planner or a target leaves it; editing the runtime (the trainer, the Plan's types) changes it."""
+    plan = plan_of("experiment=smoke")
+    before = build_context(plan, cwd=dockyard_copy, base_id="sha256:base").tag
+    for name in HOST_SIDE_EDITS:
+        with (dockyard_copy / name).open("a") as file:
+            file.write("\n# an edit\n")
+    assert build_context(plan, cwd=dockyard_copy, base_id="sha256:base").tag == before
+    for name in ("entrypoint/train.py", "compiler/spec/plan.py"):
+        with (dockyard_copy / name).open("a") as file:
+            file.write("\n# an edit\n")
+        after = build_context(plan, cwd=dockyard_copy, base_id="sha256:base").tag
+        assert after != before, name
+        before = after
 
 
 def test_wheelhouse_defaults_to_pips_find_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from compiler.errors import ConfigError
+from compiler.spec.errors import ConfigError
 from tests.helpers import plan_for
 
 SM = "experiment=gpt2-124m-p4d"  # SageMaker, one p4d, S3 data
@@ -30,7 +30,7 @@ INVALID = [
     (["hardware.processes_per_node=0"], "hardware.processes_per_node", "must be at least 1"),
     ([*P5, "hardware.processes_per_node=16"], "hardware.processes_per_node", "has 8 GPUs, not 16"),
     (["hardware.price_per_hour=-1"], "hardware.price_per_hour", "cannot be negative"),
-    (["target=sagemaker"], "hardware.instance_type", "'cpu' runs only on target=local"),
+    (["target=sagemaker"], "hardware.instance_type", "target=sagemaker runs only GPU plans"),
     # model
     (["model.heads=5"], "model.heads", "do not divide hidden=128"),
     (["model.kv_heads=3"], "model.kv_heads", "do not divide heads=4"),
@@ -82,7 +82,7 @@ INVALID = [
     (["parallelism.shard_group_size=2"], "parallelism.shard_group_size", "only applies to strategy fsdp_hybrid"),
     ([*P5, "parallelism=zero2", "parallelism.tp=2"], "parallelism.tp", "does not combine with tensor parallelism"),
     ([*P5, "parallelism.tp=2"], "parallelism.tp", "ddp replicates whole models"),
-    (["parallelism=smddp"], "parallelism.strategy", "smddp runs only on SageMaker"),
+    (["parallelism=smddp"], "parallelism.strategy", "target=local does not provide it"),
     ([SM, "parallelism=smddp", "hardware=g5.48xlarge"], "hardware.instance_type", "smddp does not support g5"),
     ([SM, "parallelism=smddp", "parallelism.tp=2"], "parallelism.tp", "smddp is data-parallel only"),
     ([*P5, "parallelism.offload=optimizer"], "parallelism.offload", "ddp keeps full model state"),
@@ -144,7 +144,8 @@ INVALID = [
         "target.subnets",
         "is not a subnet id",
     ),
-    (["target.max_retries=31"], "target.max_retries", "between 0 and 30"),
+    ([SM, "target.max_retries=31"], "target.max_retries", "SageMaker retries a job at most 30 times"),
+    (["target.max_retries=-1"], "target.max_retries", "cannot be negative"),
     (["target.max_run_hours=0"], "target.max_run_hours", "must be positive"),
     (
         ["+target.environment.AWS_SECRET_ACCESS_KEY=abc"],
@@ -153,7 +154,7 @@ INVALID = [
     ),
     (["+target.environment.1BAD=x"], "overrides", "Error parsing override '+target.environment.1BAD=x'"),
     (["+target.environment.BAD-NAME=x"], "target.environment.BAD-NAME", "not an environment variable name"),
-    ([*P5, "target=kubernetes", "target.namespace=My_NS"], "target.namespace", "not a Kubernetes namespace"),
+    ([*P5, "target=kubernetes"], "target", "target=kubernetes is not supported yet"),
     # images
     (["image.name=Dockyard/Smoke"], "image.name", "is not a Docker repository name"),
     (["image.push=true"], "image.registry", "image.push=true needs a registry"),

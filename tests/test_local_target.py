@@ -14,7 +14,10 @@ import numpy as np
 import pytest
 
 from compiler.images.build import build_image, ensure_base_image
-from compiler.targets import local, local_runner
+from compiler.targets import runs
+from compiler.targets.local import runner as local_runner
+from compiler.targets.local import translate as local
+from compiler.targets.records import RunRecord
 from tests.helpers import PRESETS, plan_for
 
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
@@ -131,9 +134,14 @@ def start_job(plan, image: str, run_dir: Path, run_id: str) -> tuple[threading.T
     request = local.to_request(plan, image, run_id=run_id, run_dir=run_dir)
     result = []
     log = open(run_dir.parent / f"{run_id}.out", "w")  # noqa: SIM115 - closed with the thread's output
-    thread = threading.Thread(target=lambda: result.append(local_runner.submit(request, plan.to_json(), out=log)))
+    thread = threading.Thread(target=lambda: result.append(run_locally(plan, request, run_dir, log)))
     thread.start()
     return thread, result
+
+
+def run_locally(plan, request, run_dir: Path, out) -> RunRecord:
+    """The path `dockyard launch` takes after the build: record, submit, follow."""
+    return runs.execute(runs.new_record(plan, request, run_dir, request.image), plan, request, out=out)
 
 
 def wait_for_checkpoint(run_dir: Path, timeout: float = 300) -> None:
@@ -153,7 +161,7 @@ def test_killed_node_fails_the_job_within_a_minute(engine, smoke_image, tmp_path
     thread.join(timeout=120)
     assert not thread.is_alive()
     assert time.monotonic() - killed < 60
-    assert result[0] != 0
+    assert result[0].exit_status != 0
     assert "algo-2 failed with exit status 137" in (tmp_path / "dockyard-fault-test.out").read_text()
     assert leftovers(engine, "dockyard-fault-test") == []
 
@@ -165,7 +173,7 @@ def test_retry_resumes_from_the_last_checkpoint(engine, smoke_image, tmp_path):
     wait_for_checkpoint(run_dir)
     engine.containers.get("dockyard-dockyard-retry-test-algo-2").kill()
     thread.join(timeout=400)
-    assert result == [0]
+    assert [record.exit_status for record in result] == [0]
     output = (tmp_path / "dockyard-retry-test.out").read_text()
     assert "restarting the job (retry 1 of 1)" in output
     assert "(resumed)" in output
@@ -186,6 +194,6 @@ def test_s3_channel_is_downloaded_and_the_trainer_reads_it(engine, smoke_image, 
     run_dir = tmp_path / "run"
     request = local.to_request(plan, smoke_image, run_id="dockyard-s3-test", run_dir=run_dir)
     output = io.StringIO()
-    assert local_runner.submit(request, plan.to_json(), out=output) == 0, output.getvalue()[-3000:]
+    assert run_locally(plan, request, run_dir, output).exit_status == 0, output.getvalue()[-3000:]
     assert (run_dir / "data/train/part-000.bin").read_bytes() == tokens.tobytes()
     assert metrics(run_dir)[-1]["step"] == 4

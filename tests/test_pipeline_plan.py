@@ -5,10 +5,11 @@ import dataclasses
 
 import pytest
 
-from compiler import estimate
-from compiler.errors import ConfigError
-from compiler.ranks import Layout, bubble_fraction, default_microbatches, split_layers
-from compiler.summary import summary_lines
+from compiler.planner import estimate
+from compiler.planner.pipeline import bubble_fraction, default_microbatches, split_layers
+from compiler.planner.summary import summary_lines
+from compiler.spec import Layout
+from compiler.spec.errors import ConfigError
 from tests.helpers import plan_for
 
 LLAMA_70B_PP4 = ("experiment=llama3-70b-p5x16", "parallelism.pp=4", "parallelism.dp=-1")

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from compiler.errors import ConfigError
-from compiler.plan import SCHEMA_VERSION, Plan
+from compiler.spec import SCHEMA_VERSION, Plan
+from compiler.spec.errors import ConfigError
 from tests.helpers import PRESETS, plan_for
 
 
@@ -80,8 +80,39 @@ def test_plan_is_frozen():
 
 def test_unknown_schema_version_is_refused():
     data = plan_for("experiment=smoke").to_dict() | {"schema_version": SCHEMA_VERSION + 1}
-    with pytest.raises(ConfigError, match="schema version 2 is not 1"):
+    with pytest.raises(ConfigError, match=f"schema version {SCHEMA_VERSION + 1} is not {SCHEMA_VERSION}"):
         Plan.from_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        (lambda d: d["model"].pop("layers"), "model.layers"),
+        (lambda d: d["trainer"].update(nope=1), "trainer.nope"),
+        (lambda d: d.update(layout=[1, 2]), "layout"),
+        (lambda d: d["target"].update(kind="mainframe"), "target.kind"),
+        (lambda d: d["parallelism"].update(strategy="zero9"), "parallelism.strategy"),
+    ],
+)
+def test_a_plan_that_does_not_fit_the_schema_names_the_field(change, key):
+    data = plan_for("experiment=smoke").to_dict()
+    change(data)
+    with pytest.raises(ConfigError) as error:
+        Plan.from_dict(data)
+    assert error.value.key == key and f"plan schema {SCHEMA_VERSION}" in error.value.message
+
+
+def test_plan_identity_leaves_out_the_predictions():
+    """Re-tuning the estimator or rewording a warning must not rename the plan (and its checkpoints)."""
+    plan = plan_for("experiment=llama3-8b-p5x4")
+    retuned = dataclasses.replace(
+        plan,
+        estimate=dataclasses.replace(plan.estimate, gpu_memory=1),
+        warnings=("reworded",),
+    )
+    assert retuned.content_hash == plan.content_hash
+    changed = dataclasses.replace(plan, trainer=dataclasses.replace(plan.trainer, steps=plan.trainer.steps + 1))
+    assert changed.content_hash != plan.content_hash
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,10 @@ from hydra import initialize_config_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compiler.compose import CONF_DIR, compose_in_context
-from compiler.errors import ConfigError
-from compiler.plan import Plan, compile_plan
+from compiler.config.compose import CONF_DIR, compose_in_context
+from compiler.planner.compile import compile_plan
+from compiler.spec import Plan
+from compiler.spec.errors import ConfigError
 
 MODELS = {  # name: (heads, kv_heads)
     "tiny": (4, 4),

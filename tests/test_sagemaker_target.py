@@ -7,8 +7,9 @@ import json
 import pytest
 from botocore.exceptions import ClientError
 
-from compiler.errors import ConfigError
-from compiler.targets import sagemaker, sagemaker_submit
+from compiler.spec.errors import ConfigError
+from compiler.targets.sagemaker import submit as sagemaker_submit
+from compiler.targets.sagemaker import translate as sagemaker
 from tests.helpers import plan_for
 
 ROLE = "arn:aws:iam::123456789012:role/dockyard-training"
@@ -70,7 +71,7 @@ def test_metric_definitions_read_the_trainers_metrics_lines(tmp_path):
     a sweep's summary then reads them back from FinalMetricDataList."""
     import re
 
-    from compiler.sweep import sagemaker_metrics
+    from compiler.targets.sagemaker import job_metrics
     from entrypoint.metrics import MetricsLog
 
     printed = io.StringIO()
@@ -84,7 +85,7 @@ def test_metric_definitions_read_the_trainers_metrics_lines(tmp_path):
             found[definition["Name"]] = float(match.group(1))
     assert found == {"loss": 2.5e-05, "tokens_per_s": 91234.5, "grad_norm": 0.75}  # mfu is null on CPU
     job = {"FinalMetricDataList": [{"MetricName": name, "Value": value} for name, value in found.items()]}
-    assert sagemaker_metrics(job) == found
+    assert job_metrics(job) == found
 
 
 def test_missing_role_is_a_config_error():

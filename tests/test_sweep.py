@@ -17,7 +17,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from compiler.images.build import planned_reference
-from compiler.targets.local_runner import RUN_LABEL
+from compiler.targets.local.runner import RUN_LABEL
 from tests.helpers import plan_for
 
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
@@ -155,10 +155,10 @@ def test_sagemaker_sweep_without_waiting_then_status_collects_the_states(
             engine.images.remove(stand_in_reference, force=True)
     assert result.returncode == 0, result.stderr
     assert f"image     {reference}  (already built" in result.stdout
-    assert [r["status"] for r in summary_rows(tmp_path / "sweep")] == ["submitted", "submitted"]
+    assert [r["status"] for r in summary_rows(tmp_path / "sweep")] == ["pending", "pending"]
     sagemaker = session.client("sagemaker", endpoint_url=moto_env["AWS_ENDPOINT_URL"])
     for num in range(2):
-        name = json.loads((tmp_path / "sweep" / str(num) / "point.json").read_text())["run_id"]
+        name = json.loads((tmp_path / "sweep" / str(num) / "run.json").read_text())["run_id"]
         job = sagemaker.describe_training_job(TrainingJobName=name)
         assert job["AlgorithmSpecification"]["TrainingImage"].startswith(f"{registry}/dockyard/gpt2-124m-p4d@sha256:")
 

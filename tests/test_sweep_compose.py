@@ -8,8 +8,8 @@ from hydra.errors import ConfigCompositionException
 from hydra.types import RunMode
 from omegaconf import OmegaConf, open_dict
 
-from compiler.compose import CONF_DIR, CONFIG_NAME
-from compiler.sweep_compose import PointComposer
+from compiler.config.compose import CONF_DIR, CONFIG_NAME
+from compiler.sweep.compose import PointComposer
 
 POINTS = [
     ["trainer.lr=0.001", "parallelism=fsdp"],

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from compiler.targets.local_runner import RUN_LABEL
+from compiler.targets.local.runner import RUN_LABEL
 
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
 SWEEP = ["launch", "-m", "hydra/launcher=dockyard", "hydra.sweep.dir=sweep", "hydra.launcher.max_concurrent=2"]
@@ -52,7 +52,7 @@ def test_four_points_share_one_image_and_end_in_a_summary_and_a_plot(tmp_path, e
         assert metrics[-1]["step"] == 6
         assert float(row["final_loss"]) == round(metrics[-1]["loss"], 4)
         assert float(row["tokens_per_s"]) > 0 and float(row["wall_s"]) > 0
-        assert json.loads((folder / str(num) / "point.json").read_text())["run_id"].endswith(f"-{num}")
+        assert json.loads((folder / str(num) / "run.json").read_text())["run_id"].endswith(f"-{num}")
     assert rows[0]["overrides"].endswith("trainer.lr=0.001 parallelism=ddp")
     markdown = (folder / "summary.md").read_text()
     assert "| 3 | trainer.lr=0.003 parallelism=fsdp | completed |" in markdown
@@ -83,7 +83,7 @@ def test_optuna_sweep_minimises_the_final_loss(tmp_path, engine):
     assert result.returncode == 0, result.stderr[-2000:]
     folder = tmp_path / "sweep"
     best = yaml.safe_load((folder / "optimization_results.yaml").read_text())
-    points = [json.loads((folder / str(n) / "point.json").read_text()) for n in range(2)]
+    points = [json.loads((folder / str(n) / "run.json").read_text()) for n in range(2)]
     losses = {o: point["final"]["loss"] for point in points for o in point["overrides"] if o.startswith("trainer.lr=")}
     assert len(losses) == 2 and best["best_value"] == min(losses.values())
     assert losses[f"trainer.lr={best['best_params']['trainer.lr']}"] == best["best_value"]
@@ -120,5 +120,5 @@ def test_ctrl_c_stops_the_running_point_and_cancels_the_queued_ones(tmp_path, en
     assert [r["status"] for r in rows] == ["stopped", "cancelled", "cancelled"]
     assert not (tmp_path / "sweep/1/logs").exists()  # never started
     assert not engine.containers.list(all=True, filters={"label": RUN_LABEL})
-    run_id = json.loads((tmp_path / "sweep/0/point.json").read_text())["run_id"]
+    run_id = json.loads((tmp_path / "sweep/0/run.json").read_text())["run_id"]
     assert not engine.networks.list(names=[f"dockyard-{run_id}"])

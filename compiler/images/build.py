@@ -18,12 +18,11 @@ from typing import IO
 import docker
 from docker.errors import DockerException, ImageNotFound
 
-from compiler import schema
-from compiler.errors import ConfigError
 from compiler.images import DOCKYARD_ROOT
 from compiler.images.context import BuildContext, build_context, code_commit
 from compiler.images.render import has_user_code
-from compiler.plan import Plan
+from compiler.spec import Plan, schema
+from compiler.spec.errors import ConfigError
 
 LOCAL_BASE = "dockyard/base:bookworm-py311"
 """The cpu-local base that `images/make-base` makes here when the engine lacks it."""

@@ -22,13 +22,13 @@ from typing import IO
 
 from docker.utils.build import exclude_paths
 
-from compiler import schema
-from compiler.errors import ConfigError
 from compiler.images import DOCKYARD_ROOT
 from compiler.images.render import CONSTRAINTS, has_user_code, render_dockerfile, uses_constraints
-from compiler.plan import Plan
+from compiler.spec import Plan, schema
+from compiler.spec.errors import ConfigError
 
-DOCKYARD_SOURCES = ("pyproject.toml", "README.md", "compiler", "entrypoint", "conf", "hydra_plugins")
+RUNTIME_SOURCES = ("compiler/__init__.py", "compiler/spec", "entrypoint")
+"""What the image runs of dockyard: the entrypoint and the Plan's types (`compiler.spec`), nothing else."""
 """What `pip install` needs to install dockyard's distribution in the image."""
 ALWAYS_IGNORED = (".git", "**/__pycache__", "**/*.pyc", "**/.pytest_cache")
 """Ignored in the user's code before its own `.dockerignore` (which can bring them back with `!`)."""
@@ -124,7 +124,7 @@ def find_torch_wheel(image: schema.ImageConfig, folders: Iterable[Path]) -> Path
 
 
 def _dockyard_files() -> Iterable[tuple[str, Path]]:
-    for name in DOCKYARD_SOURCES:
+    for name in RUNTIME_SOURCES:
         path = DOCKYARD_ROOT / name
         if path.is_file():
             yield f"dockyard/{name}", path

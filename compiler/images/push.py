@@ -12,8 +12,8 @@ from typing import IO
 
 import docker
 
-from compiler import schema
 from compiler.images.build import BuildError, BuiltImage
+from compiler.spec import schema
 
 ECR_REGISTRY = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr(-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
 

@@ -9,9 +9,8 @@ import shlex
 
 import jinja2
 
-from compiler import schema
 from compiler.images import DOCKYARD_ROOT
-from compiler.plan import Plan
+from compiler.spec import Plan, schema
 
 TEMPLATES_DIR = DOCKYARD_ROOT / "images"
 TEMPLATES = {
@@ -21,10 +20,10 @@ TEMPLATES = {
 }
 CODE_DIR = "/opt/ml/code"
 """Where the user's code lands: SageMaker's convention, and the container's working directory."""
+RUNTIME_DIR = "/opt/dockyard"
+"""Where dockyard's runtime (`compiler.images.context.RUNTIME_SOURCES`) lies in the image, on its PYTHONPATH."""
 BUILD_TOOLS = ("setuptools==80.9.0",)
-"""What `pip install --no-build-isolation` needs to build dockyard's own package in the image."""
-DOCKYARD_RUNTIME = ("omegaconf==2.3.1",)
-"""What dockyard's package needs inside the image to read a plan (installed with --no-deps)."""
+"""What `pip install --no-build-isolation` needs to build packages from source in the image (DeepSpeed)."""
 CONSTRAINTS = TEMPLATES_DIR / "constraints.txt"
 CONSTRAINTS_IN_IMAGE = "/etc/dockyard/constraints.txt"
 
@@ -37,6 +36,7 @@ def render_dockerfile(plan: Plan) -> str:
         image=image,
         code=has_user_code(plan),
         code_dir=CODE_DIR,
+        runtime_dir=RUNTIME_DIR,
         system_packages=image.system_packages,
         build_tools=BUILD_TOOLS,
         dependencies=python_dependencies(image),
@@ -57,7 +57,7 @@ def uses_constraints(image: schema.ImageConfig) -> bool:
 def python_dependencies(image: schema.ImageConfig) -> list[str]:
     """dockyard's pinned requirements after torch (which has a layer of its own); the config's come later."""
     pins = [f"deepspeed=={image.deepspeed}"] if image.deepspeed else []
-    pins += [f"boto3=={image.boto3}", *DOCKYARD_RUNTIME]
+    pins += [f"boto3=={image.boto3}"]
     if image.family is schema.ImageFamily.dlc:  # no virtual environment of ours brought the build tools
         pins = [*BUILD_TOOLS, *pins]
     return pins

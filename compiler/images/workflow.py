@@ -12,7 +12,7 @@ from typing import IO
 
 from compiler.images.build import BuiltImage, build_image, docker_client
 from compiler.images.push import push_image
-from compiler.plan import Plan
+from compiler.spec import Plan
 
 IMAGE_FILE = "image.json"
 

@@ -58,7 +58,13 @@ class JobState:
 
 @runtime_checkable
 class Request(Protocol):
-    run_id: str
+    """A target's request: `str(request)` is `to_json()`, exactly what `submit` sends."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def image(self) -> str: ...
 
     def to_json(self) -> str: ...
 

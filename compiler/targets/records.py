@@ -1,51 +1,84 @@
-"""The run record, `run.json` in the run folder: what `dockyard status`, `logs` and `stop` read.
+"""The run record, `run.json` in the run's folder: the one record of a job, launched alone or as a sweep's
+point. `dockyard status|logs|stop` and a sweep's summary read it.
 
-It says which target ran the job, with which image, how many attempts it took and how it ended, so a
-run can be found and followed later from its folder or its id alone.
+It says which target runs the job and the handle that target gave it (a job name, an id), with which
+image, how it moved through the shared statuses (`compiler.targets.base.STATUSES`) and how it ended, so a
+run can be found and followed later from its folder or its id alone. A sweep's point that never became a
+job keeps a record too, with the status `invalid` or `dry-run`.
 """
 
 import json
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from compiler.targets.base import FINAL_STATUSES, PENDING, RUNNING
+
 RECORD_FILE = "run.json"
+INVALID, DRY_RUN = "invalid", "dry-run"
+"""A sweep's points that never became jobs."""
+OPEN_STATUSES = (PENDING, RUNNING)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunRecord:
     run_dir: str
-    run_id: str
-    target: str
-    image: str
-    status: str
-    """submitted, running, completed, failed or stopped."""
+    run_id: str = ""
+    target: str = ""
+    image: str = ""
+    status: str = PENDING
+    handle: dict = field(default_factory=dict)
+    """What the target needs to find the job again (`Target.submit`'s result)."""
+    detail: str = ""
+    """The platform's last words on the job, or the point's error."""
     attempts: int = 0
     exit_status: int | None = None
-    started: float = 0.0
+    started: float | None = None
     ended: float | None = None
+    final: dict = field(default_factory=dict)
+    """The last metrics the job reported (loss, tokens_per_s, ...)."""
+    region: str = ""
+    price_per_hour: float = 0.0
+    predicted_s: float | None = None
+    """The planner's predicted training time (GPU plans): the cost estimate of a run that has not run."""
+    num: int | None = None
+    """A sweep's job number; None for a single launch."""
+    overrides: list[str] = field(default_factory=list)
 
+    @property
+    def wall_s(self) -> float | None:
+        return None if self.started is None or self.ended is None else self.ended - self.started
 
-def start(run_dir: Path, run_id: str, target: str, image: str) -> RunRecord:
-    return save(RunRecord(str(run_dir), run_id, target, image, status="submitted", started=time.time()))
+    @property
+    def cost_usd(self) -> float | None:
+        seconds = self.wall_s if self.wall_s is not None else self.predicted_s
+        return None if seconds is None else self.price_per_hour * seconds / 3600
 
 
 def update(record: RunRecord, **changes) -> RunRecord:
-    if changes.get("status") in ("completed", "failed", "stopped"):
+    if changes.get("status") in FINAL_STATUSES and record.ended is None:
         changes["ended"] = time.time()
     return save(replace(record, **changes))
 
 
 def save(record: RunRecord) -> RunRecord:
-    path = Path(record.run_dir) / RECORD_FILE
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(asdict(record), indent=2) + "\n")
-    temporary.replace(path)
+    """Write the record atomically: a reader sees the old one or the new one, never half of either."""
+    folder = Path(record.run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    temporary = folder / f".{RECORD_FILE}.tmp"
+    temporary.write_text(json.dumps(asdict(record), indent=2, sort_keys=True) + "\n")
+    temporary.replace(folder / RECORD_FILE)
     return record
 
 
 def load(run_dir: Path) -> RunRecord:
     return RunRecord(**json.loads((run_dir / RECORD_FILE).read_text()))
+
+
+def load_all(folder: Path) -> list[RunRecord]:
+    """Every record under `folder` (a sweep's points), in job order."""
+    found = [load(path.parent) for path in folder.glob(f"**/{RECORD_FILE}")]
+    return sorted(found, key=lambda record: (record.num is None, record.num or 0, record.run_dir))
 
 
 def find(run: str, search_root: Path) -> Path | None:

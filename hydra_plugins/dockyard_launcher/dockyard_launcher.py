@@ -1,6 +1,6 @@
 """The launcher Hydra instantiates for `hydra/launcher=dockyard`.
 
-For dockyard's own `launch` task it hands the whole batch to `compiler.sweep`, which validates every point
+For dockyard's own `launch` task it hands the whole batch to `compiler.sweep.launcher`, which validates every point
 before anything runs, builds each image once and submits the jobs to the plan's target. Any other task
 function runs exactly as under Hydra's basic launcher, one job after the other. Everything heavy is
 imported in `launch()`, so Hydra's plugin scan at start-up stays cheap.
@@ -34,20 +34,20 @@ class DockyardLauncher(Launcher):
         self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
 
     def validates_every_point(self) -> bool:
-        """True when the batch goes to `compiler.sweep`, which composes and checks every point first."""
-        from compiler import sweep
+        """True when the batch goes to `compiler.sweep.launcher`, which composes and checks every point first."""
+        from compiler.sweep import launcher
 
-        return sweep.mode_of(self.task_function) is not None
+        return launcher.mode_of(self.task_function) is not None
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from compiler import sweep
+        from compiler.sweep import launcher
 
-        mode = sweep.mode_of(self.task_function)
+        mode = launcher.mode_of(self.task_function)
         if mode is None:
             return self._launch_basic(job_overrides, initial_job_idx)
         if self.sweep is None:  # kept across batches (Optuna launches one batch of trials at a time)
-            options = sweep.Options(**{**self.options, "dry_run": self.options["dry_run"] or mode == "dry_run"})
-            self.sweep = sweep.Sweep(self.hydra_context.config_loader, self.config, options)
+            options = launcher.Options(**{**self.options, "dry_run": self.options["dry_run"] or mode == "dry_run"})
+            self.sweep = launcher.Sweep(self.hydra_context.config_loader, self.config, options)
         return self.sweep.launch(job_overrides, initial_job_idx)
 
     def _launch_basic(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:

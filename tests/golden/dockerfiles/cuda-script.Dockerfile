@@ -55,11 +55,14 @@ COPY constraints.txt /etc/dockyard/constraints.txt
 RUN pip install --constraint /etc/dockyard/constraints.txt --index-url https://download.pytorch.org/whl/cu128 torch==2.13.0
 
 # Pinned Python dependencies (DeepSpeed builds against the torch above).
-RUN pip install --no-build-isolation --constraint /etc/dockyard/constraints.txt deepspeed==0.19.8 boto3==1.44.5 omegaconf==2.3.1
+RUN pip install --no-build-isolation --constraint /etc/dockyard/constraints.txt deepspeed==0.19.8 boto3==1.44.5
 
-# dockyard's package (the entrypoint and the plan it reads); changes only when dockyard does.
+# dockyard's runtime: the entrypoint and the plan's types, nothing of the compiler's host side, so a
+# change there (the CLI, the planner, the docs) leaves this layer and the image's tag as they are.
 COPY dockyard/ /opt/dockyard/
-RUN pip install --no-deps --no-build-isolation /opt/dockyard
+ENV PYTHONPATH=/opt/dockyard
+RUN printf '#!/bin/sh\nexec python -m entrypoint "$@"\n' > /usr/local/bin/dockyard-entrypoint \
+    && chmod 755 /usr/local/bin/dockyard-entrypoint
 
 USER dockyard
 WORKDIR /opt/ml/code

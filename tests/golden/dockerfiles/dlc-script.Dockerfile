@@ -8,14 +8,17 @@ RUN useradd --create-home --shell /bin/bash dockyard \
  && mkdir -p /opt/ml/code && chown dockyard:dockyard /opt/ml/code
 
 # Pinned Python dependencies.
-RUN pip install --no-build-isolation setuptools==80.9.0 boto3==1.44.5 omegaconf==2.3.1
+RUN pip install --no-build-isolation setuptools==80.9.0 boto3==1.44.5
 
 # The config's own packages (image.python_packages), apart so that changing them keeps the layers above.
 RUN pip install --no-build-isolation deepspeed==0.19.8
 
-# dockyard's package (the entrypoint and the plan it reads); changes only when dockyard does.
+# dockyard's runtime: the entrypoint and the plan's types, nothing of the compiler's host side, so a
+# change there (the CLI, the planner, the docs) leaves this layer and the image's tag as they are.
 COPY dockyard/ /opt/dockyard/
-RUN pip install --no-deps --no-build-isolation /opt/dockyard
+ENV PYTHONPATH=/opt/dockyard
+RUN printf '#!/bin/sh\nexec python -m entrypoint "$@"\n' > /usr/local/bin/dockyard-entrypoint \
+    && chmod 755 /usr/local/bin/dockyard-entrypoint
 
 USER dockyard
 WORKDIR /opt/ml/code

@@ -14,11 +14,13 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from compiler import launch
-from compiler.compose import to_config
-from compiler.errors import ConfigError
-from compiler.plan import Plan, compile_plan
-from compiler.summary import report_markdown, summary_lines
+from compiler.config.compose import to_config
+from compiler.planner.compile import compile_plan
+from compiler.planner.summary import report_markdown, summary_lines
+from compiler.spec import Plan
+from compiler.spec.errors import ConfigError
+from compiler.targets import records, runs
+from compiler.targets.base import COMPLETED
 
 PLAN_FILE, REPORT_FILE, IMAGE_FILE = "plan.json", "report.md", "image.json"
 RUN_FILES = (PLAN_FILE, REPORT_FILE, IMAGE_FILE)
@@ -83,11 +85,15 @@ def launch_task(cfg: DictConfig) -> None:
     with discarded_on_error(run_dir):
         plan = compile_into(cfg, run_dir)
         built = build_and_record(plan, run_dir, cwd=Path.cwd())
-        run_id = launch.run_id_for(plan, datetime.now(UTC))
-        request = launch.translate(plan, built.digest or built.reference, run_id, run_dir)
-        status = launch.submit(plan, request, run_dir)  # a missing role or bucket is found before anything starts
-    if status:
-        sys.exit(status)
+        run_id = runs.run_id_for(plan, datetime.now(UTC))
+        request = runs.translate(plan, built.digest or built.reference, run_id, run_dir)
+        record = runs.new_record(plan, request, run_dir, request.image)
+        record = runs.execute(record, plan, request)  # a missing role or bucket is found before anything starts
+    if record.status in records.OPEN_STATUSES:
+        return  # a detached remote job
+    runs.print_results(record)
+    if record.status != COMPLETED:
+        sys.exit(record.exit_status or 1)
 
 
 def dry_run_task(cfg: DictConfig) -> None:
@@ -97,7 +103,9 @@ def dry_run_task(cfg: DictConfig) -> None:
     run_dir = run_folder()
     try:
         plan = compile_plan(to_config(cfg))
-        image = planned_reference(plan, cwd=Path.cwd())
-        print(launch.translate(plan, image, launch.run_id_for(plan, datetime.now(UTC)), run_dir), end="")
+        image = runs.dry_run_image(plan, planned_reference(plan, cwd=Path.cwd()))
+        print(runs.translate(plan, image, runs.run_id_for(plan, datetime.now(UTC)), run_dir), end="")
+        if plan.image.push:
+            print(f"dockyard: {image} is built and pushed at launch, which pins it by digest", file=sys.stderr)
     finally:
         discard(run_dir)

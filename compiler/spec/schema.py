@@ -1,15 +1,18 @@
-"""Typed schemas of every config group.
+"""Typed schemas of every config group, and so of the Plan's sections.
 
-YAML files in `conf/` extend these dataclasses (see `compiler.config_store`), so a misspelled key or a
+YAML files in `conf/` extend these dataclasses (see `compiler.config.store`), so a misspelled key or a
 value of the wrong type is rejected while Hydra composes the config, before any of dockyard's own
-checks run. Cross-field rules live in `compiler.plan`, not here.
+checks run. Cross-field rules live in `compiler.planner`, not here. Standard library only: the image
+ships this module, and the entrypoint reads the plan through it.
 """
 
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from omegaconf import MISSING
+MISSING: Any = "???"
+"""omegaconf's marker for a mandatory value (`omegaconf.MISSING` is this string), spelled out so that the
+runtime does not import omegaconf."""
 
 
 class Activation(Enum):
@@ -30,21 +33,31 @@ class Position(Enum):
 @dataclass
 class ModelConfig:
     name: str = MISSING
+    """The model's name in summaries and image labels (the `model/` option's name)."""
     layers: int = MISSING
+    """Transformer blocks."""
     hidden: int = MISSING
+    """Width of the residual stream (d_model)."""
     heads: int = MISSING
+    """Attention heads (query heads under grouped-query attention); they divide `hidden`."""
     kv_heads: int = MISSING
     """Key/value heads; fewer than `heads` is grouped-query attention."""
     ffn_hidden: int = MISSING
+    """Width of the MLP's inner layer (per gate under SwiGLU)."""
     vocab: int = MISSING
+    """Token vocabulary; the embedding and the output head have this many rows."""
     context: int = MISSING
     """The longest sequence the model supports (learned positions or the RoPE length it was trained at)."""
     seq_len: int = MISSING
     """The sequence length trained at; at most `context`."""
     activation: Activation = Activation.gelu
+    """The MLP's activation: gelu (GPT-2) or swiglu (Llama)."""
     norm: Norm = Norm.layernorm
+    """layernorm (GPT-2) or rmsnorm (Llama)."""
     position: Position = Position.learned
+    """learned position embeddings (GPT-2) or rotary embeddings (rope, Llama)."""
     rope_theta: float = 10000.0
+    """RoPE's base frequency (position=rope only)."""
     tied_embeddings: bool = True
     """The output projection shares the token embedding's weights."""
     bias: bool = True
@@ -98,6 +111,7 @@ class Offload(Enum):
 @dataclass
 class ParallelismConfig:
     strategy: Strategy = Strategy.ddp
+    """How data-parallel ranks hold and update the model: ddp, fsdp, fsdp_hybrid, zero1-3 or smddp."""
     dp: int = -1
     """Data-parallel degree; -1 infers it from the world size."""
     tp: int = 1
@@ -119,8 +133,11 @@ class ParallelismConfig:
     global_batch: int = -1
     """Sequences per optimizer step over all replicas; -1 derives micro_batch × grad_accum × dp."""
     activation_checkpointing: Checkpointing = Checkpointing.none
+    """Recompute activations in the backward: none, selective (the attention core) or full."""
     mixed_precision: Precision = Precision.auto
+    """Compute precision: auto (bf16 on GPUs, fp32 on CPUs), bf16, fp16 (with loss scaling) or fp32."""
     offload: Offload = Offload.none
+    """Model state kept in host memory: none, optimizer, or parameters (sharded strategies only)."""
     smddp_fallback: bool = False
     """If smddp does not import in the container, warn and use NCCL instead of failing."""
 
@@ -128,7 +145,9 @@ class ParallelismConfig:
 @dataclass
 class HardwareConfig:
     instance_type: str = MISSING
+    """An instance type of `compiler/planner/catalog.py` (p5.48xlarge, ...), or `cpu` for CPU-only nodes."""
     nodes: int = 1
+    """Instances (nodes) the job runs on."""
     processes_per_node: int = -1
     """-1 means one process per GPU; on `cpu` it must be set."""
     price_per_hour: float | None = None
@@ -153,6 +172,7 @@ class InputMode(Enum):
 @dataclass
 class DataConfig:
     source: DataSource = DataSource.synthetic
+    """Where the token files come from: synthetic (generated), local, s3, fsx or efs."""
     path: str | None = None
     """local: a host folder of token files; fsx/efs: the directory inside the file system."""
     uri: str | None = None
@@ -160,6 +180,7 @@ class DataConfig:
     channel: str = "train"
     """The SageMaker channel the data arrives in (/opt/ml/input/data/<channel>)."""
     input_mode: InputMode = InputMode.File
+    """s3: File (downloaded before training) or FastFile (streamed on read), as SageMaker names them."""
     file_system_id: str | None = None
     """fsx (fs-...) or efs (fs-...) file system id."""
     token_dtype: str = "uint16"
@@ -175,11 +196,15 @@ class ImageFamily(Enum):
 @dataclass
 class ImageConfig:
     family: ImageFamily = ImageFamily.cpu_local
+    """How the image is made: cpu_local (a local Debian base), cuda (a CUDA base) or dlc (an AWS DLC base)."""
     name: str = "dockyard/${name}"
     """Repository of the built image; the tag is the content hash."""
     base: str = MISSING
+    """The image the build starts FROM (an OCI image reference)."""
     registry: str | None = None
+    """Registry host (and port) the image is pushed to, like <account>.dkr.ecr.<region>.amazonaws.com."""
     push: bool = False
+    """Push the built image to `registry` and pin the job to its digest (needed by remote targets)."""
     python_packages: list[str] = field(default_factory=list)
     """Pinned extra packages for the image (pip requirement lines)."""
     system_packages: list[str] = field(default_factory=list)
@@ -190,6 +215,7 @@ class ImageConfig:
     deepspeed: str | None = "0.19.8"
     """DeepSpeed version (installed after torch, against it); null to leave it out."""
     boto3: str = "1.44.5"
+    """boto3 version in the image (the runtime's S3 downloads)."""
     wheelhouse: list[str] = field(default_factory=list)
     """Folders searched for the torch wheel of cpu_local; empty means the find-links of pip's configuration."""
     cuda: str | None = None
@@ -214,49 +240,71 @@ class TargetKind(Enum):
 @dataclass
 class TargetConfig:
     kind: TargetKind = MISSING
+    """Where the plan runs; set by the `target/` option."""
     max_retries: int = 0
     """Times a failed job is restarted (resuming from its checkpoints)."""
     max_run_hours: float = 24.0
+    """Wall-clock limit of the job; the target stops it after this long."""
     environment: dict[str, str] = field(default_factory=dict)
+    """Extra environment variables for every node (not for secrets: plans are stored and shared)."""
 
 
 @dataclass
 class LocalTarget(TargetConfig):
     kind: TargetKind = TargetKind.local
+    """local: containers on this machine's Docker engine."""
     network: str = "dockyard-${name}"
+    """Name of the Docker network the nodes share."""
 
 
 @dataclass
 class SageMakerTarget(TargetConfig):
     kind: TargetKind = TargetKind.sagemaker
+    """sagemaker: a SageMaker training job."""
     region: str = "us-east-1"
+    """AWS region of the training job."""
     role_arn: str | None = None
     """Execution role; needed to launch, not to plan."""
     output_uri: str | None = None
+    """s3:// prefix for the job's plan, output and (by default) checkpoints."""
     checkpoint_uri: str | None = None
+    """s3:// prefix SageMaker syncs /opt/ml/checkpoints with; default: under `output_uri`."""
     volume_size_gb: int = 100
     """EBS volume per instance, for File-mode channels and local files."""
     spot: bool = False
+    """Managed spot training (needs `max_wait_hours` >= `max_run_hours`)."""
     max_wait_hours: float | None = None
+    """Spot only: how long to wait for capacity and run, in all."""
     keep_alive_seconds: int = 0
+    """Warm pool: seconds the instances stay up after the job for the next one (0 = none)."""
     network_isolation: bool = False
+    """No network access from the containers (S3 channels still arrive)."""
     inter_container_encryption: bool = False
+    """Encrypt traffic between the job's instances (slower collectives)."""
     subnets: list[str] = field(default_factory=list)
+    """VPC subnet ids for the job (needed for FSx and EFS channels)."""
     security_groups: list[str] = field(default_factory=list)
+    """VPC security group ids, with `subnets`."""
 
 
 @dataclass
 class KubernetesTarget(TargetConfig):
     kind: TargetKind = TargetKind.kubernetes
+    """kubernetes: a job on a Kubernetes cluster."""
     namespace: str = "default"
+    """Namespace the job's objects are created in."""
     service_account: str | None = None
+    """Service account the pods run as (for IAM roles for service accounts); null for the default."""
 
 
 @dataclass
 class SlurmTarget(TargetConfig):
     kind: TargetKind = TargetKind.slurm
+    """slurm: a batch job on a Slurm cluster."""
     partition: str | None = None
+    """Slurm partition (--partition); null for the cluster's default."""
     account: str | None = None
+    """Slurm account charged (--account); null for the user's default."""
 
 
 class Entry(Enum):
@@ -273,18 +321,27 @@ class LrSchedule(Enum):
 @dataclass
 class TrainerConfig:
     entry: Entry = Entry.builtin
+    """builtin (dockyard's trainer) or script (your own, from `source_dir`)."""
     steps: int = 100
+    """Optimizer steps to train."""
     lr: float = 3e-4
+    """Peak learning rate (AdamW)."""
     min_lr_ratio: float = 0.1
     """The final learning rate of a decaying schedule, as a fraction of `lr`."""
     lr_schedule: LrSchedule = LrSchedule.cosine
+    """How the learning rate moves after warmup: cosine, linear or constant."""
     warmup_steps: int = 0
+    """Steps of linear warmup from 0 to `lr`."""
     weight_decay: float = 0.1
+    """AdamW's decoupled weight decay (not applied to norms and biases)."""
     grad_clip: float = 1.0
+    """Clip the global gradient norm to this value; 0 turns clipping off."""
     checkpoint_interval: int = 0
     """Steps between checkpoints; 0 keeps only the final model."""
     log_interval: int = 10
+    """Steps between metrics lines."""
     seed: int = 1234
+    """Seed of the model's initialisation and the synthetic data."""
     compile: bool = False
     """torch.compile the model."""
     source_dir: str | None = None
@@ -300,11 +357,18 @@ class Config:
     """The primary config: one node per group plus the run's name."""
 
     name: str = MISSING
+    """The run's name: it names the image, the run folder and the job."""
     model: ModelConfig = MISSING
+    """The `model/` option."""
     parallelism: ParallelismConfig = MISSING
+    """The `parallelism/` option."""
     hardware: HardwareConfig = MISSING
+    """The `hardware/` option."""
     data: DataConfig = MISSING
+    """The `data/` option."""
     image: ImageConfig = MISSING
+    """The `image/` option."""
     target: Any = MISSING
     """One of the TargetConfig subclasses; the `target/` option picks which."""
     trainer: TrainerConfig = MISSING
+    """The `trainer/` option."""

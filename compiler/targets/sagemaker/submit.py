@@ -12,8 +12,8 @@ from typing import IO
 import boto3
 from botocore.exceptions import ClientError
 
-from compiler.errors import ConfigError
-from compiler.targets.sagemaker import SageMakerRequest
+from compiler.spec.errors import ConfigError
+from compiler.targets.sagemaker.translate import SageMakerRequest
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 FINAL_STATES = ("Completed", "Failed", "Stopped")

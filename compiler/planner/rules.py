@@ -1,7 +1,9 @@
-"""Cross-field rules: each check raises a `ConfigError` naming the key to change, or yields warnings.
+"""Cross-field rules true on every target: each check raises a `ConfigError` naming the key to change, or
+yields warnings.
 
-The checks run in one pass from `compiler.plan.compile_plan`, after the layout is resolved, in the
-order of `CROSS_FIELD_CHECKS`. Limits quoted from AWS are SageMaker's CreateTrainingJob constraints.
+The checks run in one pass from `compiler.planner.compile.compile_plan`, after the layout is resolved, in
+the order of `CROSS_FIELD_CHECKS`. What depends on where the plan runs is asked of the target's
+`Capabilities`; a target's own limits are its `check` (`compiler/targets/<kind>/rules.py`).
 """
 
 from __future__ import annotations
@@ -10,53 +12,26 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from compiler import schema
-from compiler.catalog import INSTANCE_TYPES, InstanceType
-from compiler.errors import ConfigError, UnsupportedError
-from compiler.image_rules import check_image
+from compiler.planner.catalog import INSTANCE_TYPES
+from compiler.planner.image_rules import check_image
+from compiler.spec import InstanceType, schema
+from compiler.spec.errors import ConfigError, UnsupportedError
+from compiler.targets import registry
+from compiler.targets.base import Capabilities
 
 if TYPE_CHECKING:
-    from compiler.layout import Layout
+    from compiler.spec import Layout
 
 S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?$")
 CHANNEL_NAME = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
 FILE_SYSTEM_ID = re.compile(r"^fs-[0-9a-f]{8,40}$")
-ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
-REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
-SUBNET, SECURITY_GROUP = re.compile(r"^subnet-[0-9a-f]{8,17}$"), re.compile(r"^sg-[0-9a-f]{8,17}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SECRET_NAME = re.compile(r"(SECRET|PASSWORD|TOKEN|API_KEY|ACCESS_KEY|CREDENTIAL)", re.IGNORECASE)
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-SAGEMAKER_MAX_RUN_HOURS = 28 * 24
-SAGEMAKER_MAX_RETRIES = 30
-SAGEMAKER_MAX_KEEP_ALIVE_SECONDS = 3600
-SAGEMAKER_MAX_HYPERPARAMETERS = 100
-SAGEMAKER_MAX_HYPERPARAMETER_KEY = 256
-SAGEMAKER_MAX_HYPERPARAMETER_VALUE = 2500
-SAGEMAKER_MAX_ENVIRONMENT = 100
 UINT16_VOCAB = 2**16
 
 
-def processes_per_node(hardware: schema.HardwareConfig, instance: InstanceType) -> int:
-    """Processes each node starts: one per GPU unless the config says fewer."""
-    wanted = hardware.processes_per_node
-    if wanted == -1:
-        if not instance.has_gpus:
-            raise ConfigError(
-                "hardware.processes_per_node",
-                "has no default on CPU instances",
-                "set hardware.processes_per_node to the processes each node should start",
-            )
-        return instance.gpus
-    if wanted < 1:
-        raise ConfigError("hardware.processes_per_node", f"must be at least 1, or -1 for one per GPU (got {wanted})")
-    if instance.has_gpus and wanted > instance.gpus:
-        raise ConfigError(
-            "hardware.processes_per_node",
-            f"{instance.name} has {instance.gpus} GPUs, not {wanted}",
-            f"set it to at most {instance.gpus}, or -1 for one per GPU",
-        )
-    return wanted
+def capabilities(config: schema.Config) -> Capabilities:
+    return registry.get(config.target.kind.value).capabilities
 
 
 def check_hardware(config: schema.Config, instance: InstanceType) -> Iterator[str]:
@@ -70,11 +45,11 @@ def check_hardware(config: schema.Config, instance: InstanceType) -> Iterator[st
             f"hardware.processes_per_node={hardware.processes_per_node} leaves "
             f"{instance.gpus - hardware.processes_per_node} of {instance.gpus} GPUs per node idle"
         )
-    if not instance.has_gpus and config.target.kind is not schema.TargetKind.local:
+    if not instance.has_gpus and not capabilities(config).cpu_plans:
         gpu_types = ", ".join(name for name, t in INSTANCE_TYPES.items() if t.has_gpus)
         raise ConfigError(
             "hardware.instance_type",
-            f"'cpu' runs only on target=local, not {config.target.kind.value}",
+            f"'{instance.name}' has no GPUs, and target={config.target.kind.value} runs only GPU plans",
             f"choose a GPU instance type: {gpu_types}",
         )
 
@@ -128,10 +103,10 @@ def check_strategy(config: schema.Config, instance: InstanceType, layout: Layout
             "use parallelism=fsdp for tp > 1",
         )
     if strategy is schema.Strategy.smddp:
-        if config.target.kind is not schema.TargetKind.sagemaker:
+        if not capabilities(config).smddp:
             raise ConfigError(
                 "parallelism.strategy",
-                "smddp runs only on SageMaker training jobs",
+                f"smddp is SageMaker's library, and target={config.target.kind.value} does not provide it",
                 "use target=sagemaker, or parallelism=ddp elsewhere",
             )
         if not instance.smddp:
@@ -186,7 +161,7 @@ def check_data(config: schema.Config, instance: InstanceType, layout: Layout) ->
     if source is schema.DataSource.local:
         if not data.path:
             raise ConfigError("data.path", "is missing", "set data.path to the host folder of token files")
-        if target not in (schema.TargetKind.local, schema.TargetKind.slurm):
+        if not capabilities(config).host_folders:
             raise ConfigError(
                 "data.source",
                 f"a host folder cannot reach target={target.value}",
@@ -220,21 +195,16 @@ def _check_file_system(config: schema.Config) -> None:
         raise ConfigError(
             "data.path", f"'{data.path}' is not an absolute path inside the file system", "start it with /"
         )
-    if target.kind not in (schema.TargetKind.sagemaker, schema.TargetKind.kubernetes):
+    mounting = [kind for kind in registry.kinds() if data.source in registry.get(kind).capabilities.file_systems]
+    if data.source not in capabilities(config).file_systems:
         raise ConfigError(
             "data.source",
             f"{data.source.value} file systems cannot be mounted on target={target.kind.value}",
-            "use target=sagemaker or target=kubernetes, or copy the data to data=local",
+            f"use target={' or target='.join(mounting)}, or copy the data to data=local",
         )
     if data.input_mode is not schema.InputMode.File:
         raise ConfigError(
             "data.input_mode", f"{data.source.value} channels support only File mode", "set data.input_mode=File"
-        )
-    if target.kind is schema.TargetKind.sagemaker and not (target.subnets and target.security_groups):
-        raise ConfigError(
-            "target.subnets",
-            f"SageMaker reaches {data.source.value} only inside a VPC",
-            "set target.subnets and target.security_groups to the file system's VPC",
         )
 
 
@@ -248,10 +218,8 @@ def check_s3_uri(key: str, uri: str | None) -> None:
 
 def check_target(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:
     target = config.target
-    if not 0 <= target.max_retries <= SAGEMAKER_MAX_RETRIES:
-        raise ConfigError(
-            "target.max_retries", f"must be between 0 and {SAGEMAKER_MAX_RETRIES} (got {target.max_retries})"
-        )
+    if target.max_retries < 0:
+        raise ConfigError("target.max_retries", f"cannot be negative (got {target.max_retries})")
     if target.max_run_hours <= 0:
         raise ConfigError("target.max_run_hours", "must be positive")
     for name in target.environment:
@@ -267,88 +235,7 @@ def check_target(config: schema.Config, instance: InstanceType, layout: Layout) 
                 "looks like a secret, and plans are stored and shared",
                 "pass secrets through the target's own mechanism (an IAM role, a Kubernetes secret)",
             )
-    if isinstance(target, schema.SageMakerTarget):
-        _check_sagemaker(config, target)
-    if isinstance(target, schema.KubernetesTarget) and not DNS_LABEL.match(target.namespace):
-        raise ConfigError(
-            "target.namespace",
-            f"'{target.namespace}' is not a Kubernetes namespace name",
-            "use lower-case letters, digits and '-' (at most 63)",
-        )
     yield from ()
-
-
-def _check_sagemaker(config: schema.Config, target: schema.SageMakerTarget) -> None:
-    if target.max_run_hours > SAGEMAKER_MAX_RUN_HOURS:
-        raise ConfigError(
-            "target.max_run_hours",
-            f"SageMaker stops jobs after 28 days ({SAGEMAKER_MAX_RUN_HOURS} h)",
-            "checkpoint and continue in a new job for longer runs",
-        )
-    if not REGION.match(target.region):
-        raise ConfigError("target.region", f"'{target.region}' is not an AWS region", "use a name like us-east-1")
-    if target.role_arn is not None and not ROLE_ARN.match(target.role_arn):
-        raise ConfigError(
-            "target.role_arn", f"'{target.role_arn}' is not an IAM role ARN", "use arn:aws:iam::<account>:role/<name>"
-        )
-    for key in ("output_uri", "checkpoint_uri"):
-        if getattr(target, key) is not None:
-            check_s3_uri(f"target.{key}", getattr(target, key))
-    if target.spot:
-        if target.max_wait_hours is None or target.max_wait_hours < target.max_run_hours:
-            raise ConfigError(
-                "target.max_wait_hours",
-                "managed spot needs a wait at least as long as the run",
-                f"set target.max_wait_hours >= target.max_run_hours ({target.max_run_hours})",
-            )
-        if target.keep_alive_seconds:
-            raise ConfigError(
-                "target.keep_alive_seconds",
-                "warm pools do not work with managed spot",
-                "set target.keep_alive_seconds=0 or target.spot=false",
-            )
-    elif target.max_wait_hours is not None:
-        raise ConfigError("target.max_wait_hours", "applies only to managed spot", "set target.spot=true or remove it")
-    if not 0 <= target.keep_alive_seconds <= SAGEMAKER_MAX_KEEP_ALIVE_SECONDS:
-        raise ConfigError("target.keep_alive_seconds", f"must be between 0 and {SAGEMAKER_MAX_KEEP_ALIVE_SECONDS}")
-    if bool(target.subnets) != bool(target.security_groups):
-        raise ConfigError(
-            "target.security_groups" if target.subnets else "target.subnets",
-            "a VPC config needs both subnets and security groups",
-            "set both, or neither",
-        )
-    for key, pattern, ids in (
-        ("subnets", SUBNET, target.subnets),
-        ("security_groups", SECURITY_GROUP, target.security_groups),
-    ):
-        for value in ids:
-            if not pattern.match(value):
-                raise ConfigError(f"target.{key}", f"'{value}' is not a {key[:-1].replace('_', ' ')} id")
-    if len(target.environment) > SAGEMAKER_MAX_ENVIRONMENT:
-        raise ConfigError("target.environment", f"SageMaker takes at most {SAGEMAKER_MAX_ENVIRONMENT} variables")
-    _check_hyperparameters(config.trainer.hyperparameters)
-
-
-def _check_hyperparameters(hyperparameters: dict) -> None:
-    if len(hyperparameters) > SAGEMAKER_MAX_HYPERPARAMETERS:
-        raise ConfigError(
-            "trainer.hyperparameters",
-            f"SageMaker takes at most {SAGEMAKER_MAX_HYPERPARAMETERS}, got {len(hyperparameters)}",
-            "pass the rest in a config file in trainer.source_dir",
-        )
-    for name, value in hyperparameters.items():
-        if len(name) > SAGEMAKER_MAX_HYPERPARAMETER_KEY:
-            raise ConfigError(
-                f"trainer.hyperparameters.{name[:40]}...",
-                f"SageMaker limits names to {SAGEMAKER_MAX_HYPERPARAMETER_KEY} characters",
-                "use a shorter name",
-            )
-        if len(str(value)) > SAGEMAKER_MAX_HYPERPARAMETER_VALUE:
-            raise ConfigError(
-                f"trainer.hyperparameters.{name}",
-                f"SageMaker limits values to {SAGEMAKER_MAX_HYPERPARAMETER_VALUE} characters",
-                "put long values in a file in trainer.source_dir",
-            )
 
 
 def check_trainer(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:

@@ -12,11 +12,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from compiler.plan import Plan
-from compiler.schema import DataSource, Entry
+from compiler.spec import DataSource, Entry, Plan
+from compiler.spec.contract import CONTAINER_ROOT, PLAN_CHANNEL, PLAN_PATH
 
-CONTAINER_ROOT = "/opt/ml"
-PLAN_CHANNEL = "plan"
 GROUP = "homogeneousCluster"
 INSTANCE_TYPE = "local"
 
@@ -53,6 +51,10 @@ class LocalRequest:
     downloads: dict[str, str] = field(default_factory=dict)
     """S3 channels copied into the run before the containers start: host folder -> s3:// prefix."""
 
+    @property
+    def image(self) -> str:
+        return self.containers[0].image
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
 
@@ -85,7 +87,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> LocalRe
     ]
     environment = {
         **plan.target.environment,
-        "DOCKYARD_PLAN": f"{CONTAINER_ROOT}/input/data/{PLAN_CHANNEL}/plan.json",
+        "DOCKYARD_PLAN": PLAN_PATH,
         "DOCKYARD_RUN_ID": run_id,
     }
     containers = tuple(

@@ -14,8 +14,7 @@ from typing import IO
 import docker
 from docker.types import DeviceRequest
 
-from compiler.targets import records
-from compiler.targets.local import ContainerSpec, LocalRequest
+from compiler.targets.local.translate import ContainerSpec, LocalRequest
 from entrypoint.s3 import download_s3
 
 STOP_TIMEOUT_S = 10
@@ -43,34 +42,25 @@ def prepare_host_folders(request: LocalRequest, plan_json: str) -> None:
         Path(folder).chmod(0o777)  # the image runs as a non-root user whose uid the host does not know
 
 
-def submit(
-    request: LocalRequest,
-    plan_json: str,
-    *,
-    client=None,
-    out: IO[str] = sys.stdout,
-    interrupted: threading.Event | None = None,
-) -> int:
-    """Run the job to its end (with retries, none once `interrupted` is set); returns its exit status."""
+def run(request: LocalRequest, *, client=None, out: IO[str] = sys.stdout, interrupted=None) -> tuple[int, int]:
+    """Run the job to its end, restarting it after a failure up to `max_retries` times (never once
+    `interrupted` is set); returns its exit status and the attempts it took."""
     client = client or docker.from_env()
-    prepare_host_folders(request, plan_json)
-    record = records.start(Path(request.run_dir), request.run_id, "local", request.containers[0].image)
-    status = 1
-    try:
-        for attempt in range(request.max_retries + 1):
-            if attempt:
-                if interrupted is not None and interrupted.is_set():
-                    break
-                print(f"dockyard: restarting the job (retry {attempt} of {request.max_retries})", file=out)
-            record = records.update(record, status="running", attempts=attempt + 1)
-            status = run_once(request, client, out)
-            if status == 0:
-                break
-        record = records.update(record, status="completed" if status == 0 else "failed", exit_status=status)
-    except KeyboardInterrupt:
-        records.update(record, status="stopped", exit_status=130)
-        raise
-    return status
+    status, attempt = 1, 0
+    for attempt in range(1, request.max_retries + 2):
+        if attempt > 1:
+            if interrupted is not None and interrupted.is_set():
+                return status, attempt - 1
+            print(f"dockyard: restarting the job (retry {attempt - 1} of {request.max_retries})", file=out)
+        status = run_once(request, client, out)
+        if status == 0:
+            break
+    return status, attempt
+
+
+def running(run_id: str, client=None) -> bool:
+    client = client or docker.from_env()
+    return bool(client.containers.list(filters={"label": f"{RUN_LABEL}={run_id}"}))
 
 
 def kill(run_id: str, client=None) -> None:

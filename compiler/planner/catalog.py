@@ -6,30 +6,8 @@ is the instance's EFA/ENA bandwidth, and prices are on-demand US East list price
 (`hardware.price_per_hour` overrides them for a discount or another region).
 """
 
-from dataclasses import dataclass
-
-from compiler.errors import UnknownNameError
-
-
-@dataclass(frozen=True)
-class InstanceType:
-    name: str
-    gpus: int
-    gpu_model: str
-    gpu_memory_gib: float
-    peak_bf16_tflops: float
-    gpu_link_gbps: float
-    """GPU-to-GPU bandwidth inside a node, one direction: NVLink, or PCIe 4.0 x16 where there is none."""
-    efa_devices: int
-    network_gbps: float
-    price_per_hour: float
-    smddp: bool
-    """SageMaker's data-parallel library (smddp) supports this type."""
-
-    @property
-    def has_gpus(self) -> bool:
-        return self.gpus > 0
-
+from compiler.spec.errors import UnknownNameError
+from compiler.spec.records import InstanceType
 
 LOCAL_CPU = InstanceType(
     name="cpu",
@@ -54,22 +32,22 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
     for t in (
         LOCAL_CPU,
         InstanceType(
-            "p4d.24xlarge", gpus=8, **_A100_40, efa_devices=4, network_gbps=400, price_per_hour=21.96, smddp=True
+            name="p4d.24xlarge", gpus=8, **_A100_40, efa_devices=4, network_gbps=400, price_per_hour=21.96, smddp=True
         ),
         InstanceType(
-            "p4de.24xlarge", gpus=8, **_A100_80, efa_devices=4, network_gbps=400, price_per_hour=27.45, smddp=True
+            name="p4de.24xlarge", gpus=8, **_A100_80, efa_devices=4, network_gbps=400, price_per_hour=27.45, smddp=True
         ),
         InstanceType(
-            "p5.48xlarge", gpus=8, **_H100, efa_devices=32, network_gbps=3200, price_per_hour=55.04, smddp=True
+            name="p5.48xlarge", gpus=8, **_H100, efa_devices=32, network_gbps=3200, price_per_hour=55.04, smddp=True
         ),
         InstanceType(
-            "p5e.48xlarge", gpus=8, **_H200, efa_devices=32, network_gbps=3200, price_per_hour=60.35, smddp=False
+            name="p5e.48xlarge", gpus=8, **_H200, efa_devices=32, network_gbps=3200, price_per_hour=60.35, smddp=False
         ),
         InstanceType(
-            "p5en.48xlarge", gpus=8, **_H200, efa_devices=16, network_gbps=3200, price_per_hour=63.30, smddp=False
+            name="p5en.48xlarge", gpus=8, **_H200, efa_devices=16, network_gbps=3200, price_per_hour=63.30, smddp=False
         ),
         InstanceType(
-            "g5.48xlarge",
+            name="g5.48xlarge",
             gpus=8,
             gpu_model="A10G-24GB",
             gpu_memory_gib=24,
@@ -81,7 +59,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
             smddp=False,
         ),
         InstanceType(
-            "g6e.48xlarge",
+            name="g6e.48xlarge",
             gpus=8,
             gpu_model="L40S-48GB",
             gpu_memory_gib=48,

@@ -11,12 +11,12 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from compiler import schema
-from compiler.catalog import InstanceType
-from compiler.errors import ConfigError
+from compiler.planner.catalog import InstanceType
+from compiler.spec import schema
+from compiler.spec.errors import ConfigError
 
 if TYPE_CHECKING:
-    from compiler.layout import Layout
+    from compiler.planner.layout import Layout
 
 IMAGE_REPOSITORY = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
 REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(:\d{1,5})?$")

@@ -3,14 +3,15 @@
 A batch of points goes through four steps, each finished for every point before the next starts:
 compose and validate (plan, image reference and request: a mistake in any point stops the sweep before
 anything runs, unless `skip_invalid`), build (one build per distinct image), submit (at most
-`max_concurrent` jobs at once; a failed job fails its point only) and report (a `point.json` per point,
-the summary and the loss plot, one JobReturn per point in order). `dry_run` stops after the first step
+`max_concurrent` jobs at once, each through `compiler.targets.runs` as a single launch goes, with the same
+run record; a failed job fails its point only) and report (the summary and the loss plot, one JobReturn per
+point in order). `dry_run` stops after the first step
 and writes each point's request instead of submitting it.
 """
 
+import dataclasses
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,23 +24,18 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, flag_override, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from compiler import launch, sweep_summary, tasks
-from compiler.compose import as_config_error, to_config
-from compiler.errors import ConfigError
-from compiler.plan import Plan, compile_plan
-from compiler.schema import TargetKind
-from compiler.sweep_compose import PointComposer
-from compiler.sweep_summary import PointRecord
+from compiler.cli import tasks
+from compiler.config.compose import as_config_error, to_config
+from compiler.planner.compile import compile_plan
+from compiler.spec import Plan
+from compiler.spec.errors import ConfigError
+from compiler.sweep import summary
+from compiler.sweep.compose import PointComposer
+from compiler.targets import records, registry, runs
+from compiler.targets.base import CANCELLED, COMPLETED, FAILED, STOPPED
+from compiler.targets.records import DRY_RUN, INVALID, RunRecord
 
 REQUEST_FILE = "request.json"
-SAGEMAKER_STATES = {
-    "InProgress": "running",
-    "Stopping": "running",
-    "Completed": "completed",
-    "Failed": "failed",
-    "Stopped": "stopped",
-}
-"""A training job's status as a point's."""
 
 
 def mode_of(task_function: Callable | None) -> str | None:
@@ -85,7 +81,7 @@ class Point:
     run_id: str = ""
     request: Any = None
     error: str = ""
-    record: PointRecord | None = None
+    record: RunRecord | None = None
 
 
 class Sweep:
@@ -116,17 +112,23 @@ class Sweep:
             raise InvalidSweepError(invalid, len(points))
         valid = [p for p in points if not p.error]
         for point in invalid:
-            point.record = sweep_summary.save(
-                PointRecord(point.num, list(point.overrides), "invalid", error=point.error),
-                point.run_dir or self.sweep_dir / f"invalid-{point.num}",
+            folder = point.run_dir or self.sweep_dir / f"invalid-{point.num}"
+            point.record = records.save(
+                RunRecord(
+                    run_dir=str(folder),
+                    status=INVALID,
+                    detail=point.error,
+                    num=point.num,
+                    overrides=list(point.overrides),
+                )
             )
         if self.options.dry_run:
             self._dry_run(valid)
         else:
             self._build(valid)
             self._submit(valid)
-        sweep_summary.write(self.sweep_dir)
-        print(f"summary   {self.sweep_dir / sweep_summary.SUMMARY_MD}", file=self.out)
+        summary.write(self.sweep_dir)
+        print(f"summary   {self.sweep_dir / summary.SUMMARY_MD}", file=self.out)
         return [self._job_return(point) for point in points]
 
     def _prepare(self, overrides: tuple[str, ...], num: int) -> Point:
@@ -137,14 +139,15 @@ class Sweep:
             point.run_dir = Path(str(cfg.hydra.sweep.dir), str(cfg.hydra.sweep.subdir)).resolve()
             point.cfg, point.hydra_cfg = split_hydra_node(cfg)
             point.plan = compile_plan(to_config(cfg))
-            point.run_id = f"{launch.run_id_for(point.plan, self.started)}-{num}"
-            point.request = self._translate(point, self._expected_image(point.plan))
+            point.run_id = f"{runs.run_id_for(point.plan, self.started)}-{num}"
+            planned = self._expected_image(point.plan)
+            point.request = self._translate(point, runs.dry_run_image(point.plan, planned))
         except (ConfigError, HydraException, OmegaConfBaseException, ValueError) as exc:
             point.error = as_config_error(exc).one_line()
         return point
 
     def _translate(self, point: Point, image: str):
-        return launch.translate(point.plan, image, point.run_id, point.run_dir)
+        return runs.translate(point.plan, image, point.run_id, point.run_dir)
 
     def _expected_image(self, plan: Plan) -> str:
         """The content-hash reference a build of `plan` makes. The build context depends only on the image
@@ -158,7 +161,7 @@ class Sweep:
 
     def _discard_if_empty(self) -> None:
         """Nothing ran: take back the multirun.yaml Hydra wrote, unless earlier batches left points."""
-        if self.sweep_dir.is_dir() and not any(self.sweep_dir.glob(f"**/{sweep_summary.POINT_FILE}")):
+        if self.sweep_dir.is_dir() and not any(self.sweep_dir.glob(f"**/{records.RECORD_FILE}")):
             (self.sweep_dir / "multirun.yaml").unlink(missing_ok=True)
             tasks.discard(self.sweep_dir)
 
@@ -167,7 +170,7 @@ class Sweep:
             point.run_dir.mkdir(parents=True, exist_ok=True)
             path = point.run_dir / REQUEST_FILE
             path.write_text(str(point.request))
-            point.record = sweep_summary.save(self._record(point, "dry-run"), point.run_dir)
+            point.record = records.save(self._record(point, DRY_RUN))
             target = point.plan.target.kind.value
             print(f"#{point.num:<4} {' '.join(point.overrides)}  -> {target} request {path}", file=self.out)
 
@@ -188,7 +191,7 @@ class Sweep:
     def _submit(self, points: list[Point]) -> None:
         for point in points:
             self._write_job_files(point)
-            point.record = sweep_summary.save(self._record(point, "submitted"), point.run_dir)
+            point.record = records.save(self._record(point, records.PENDING))
             print(f"#{point.num:<4} {' '.join(point.overrides)}  -> {point.run_id}", file=self.out)
         pool = ThreadPoolExecutor(max_workers=self.options.max_concurrent)
         futures = [pool.submit(self._run_guarded, point) for point in points]
@@ -208,13 +211,11 @@ class Sweep:
         pool.shutdown(wait=False, cancel_futures=True)
         for point, future in zip(points, futures, strict=True):
             if future.cancelled():
-                point.record = sweep_summary.update(point.record, point.run_dir, status="cancelled")
-            elif not future.done() and point.plan.target.kind is TargetKind.local:
-                from compiler.targets.local_runner import kill
-
-                kill(point.run_id)
+                point.record = records.update(point.record, status=CANCELLED)
+            elif not future.done() and registry.get(point.record.target).attached:
+                runs.stop(records.load(point.run_dir))
         pool.shutdown(wait=True)
-        sweep_summary.write(self.sweep_dir)
+        summary.write(self.sweep_dir)
 
     def _write_job_files(self, point: Point) -> None:
         """What Hydra's own launchers leave in a job's folder (.hydra/) and what `dockyard launch` writes."""
@@ -224,70 +225,27 @@ class Sweep:
         _save_config(OmegaConf.create(list(point.overrides)), "overrides.yaml", output)
         (point.run_dir / tasks.PLAN_FILE).write_text(point.plan.to_json(indent=2) + "\n")
 
-    def _run_guarded(self, point: Point) -> PointRecord:
+    def _run_guarded(self, point: Point) -> RunRecord:
         out = PrefixedWriter(self.out, f"[#{point.num}] ")
-        started = time.monotonic()
         try:
-            return self._run(point, out, started)
+            return runs.execute(
+                point.record, point.plan, point.request, wait=self.options.wait, out=out, interrupted=self.interrupted
+            )
         except Exception as exc:  # this point's failure (the engine, the API): the others go on
             print(f"job {point.num} failed: {exc}", file=out)
             error = exc.one_line() if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
-            return sweep_summary.update(
-                point.record, point.run_dir, status="failed", error=error, wall_s=time.monotonic() - started
-            )
+            return records.update(records.load(point.run_dir), status=FAILED, detail=error)
 
-    def _run(self, point: Point, out: IO[str], started: float) -> PointRecord:
-        if point.plan.target.kind is TargetKind.local:  # local jobs run here, so they are always waited for
-            from compiler.targets.local_runner import submit
-
-            sweep_summary.update(point.record, point.run_dir, status="running")
-            exit_status = submit(point.request, point.plan.to_json(), out=out, interrupted=self.interrupted)
-            failed = "stopped" if self.interrupted.is_set() else "failed"
-            return sweep_summary.update(
-                point.record,
-                point.run_dir,
-                status="completed" if exit_status == 0 else failed,
-                error="" if exit_status == 0 else f"exit status {exit_status}",
-                wall_s=time.monotonic() - started,
-                final=sweep_summary.final_metrics(point.run_dir),
-            )
-        return self._run_on_sagemaker(point, out, started)
-
-    def _run_on_sagemaker(self, point: Point, out: IO[str], started: float) -> PointRecord:
-        import boto3
-
-        from compiler.targets import records, sagemaker_submit
-
-        session = boto3.Session(region_name=point.request.region)
-        name = sagemaker_submit.submit(point.request, point.plan.to_json(), session)
-        run_record = records.start(point.run_dir, name, "sagemaker", point.record.image)
-        record = sweep_summary.update(point.record, point.run_dir, status="submitted")
-        if not self.options.wait:
-            return record
-        final = sagemaker_submit.follow(name, session, out=out, interrupted=self.interrupted)
-        if final is None:  # detached on Ctrl-C; the job goes on
-            return record
-        status = SAGEMAKER_STATES[final]
-        records.update(run_record, status=status)
-        job = sagemaker_submit.describe(name, session)
-        return sweep_summary.update(
-            record, point.run_dir, status=status, wall_s=time.monotonic() - started, final=sagemaker_metrics(job)
-        )
-
-    def _record(self, point: Point, status: str) -> PointRecord:
-        plan = point.plan
-        predicted = plan.trainer.steps * plan.estimate.throughput.step_seconds if plan.estimate else None
-        return PointRecord(
+    def _record(self, point: Point, status: str) -> RunRecord:
+        record = runs.new_record(
+            point.plan,
+            point.request,
+            point.run_dir,
+            point.request.image,
             num=point.num,
             overrides=list(point.overrides),
-            status=status,
-            target=plan.target.kind.value,
-            run_id=point.run_id,
-            region=getattr(point.request, "region", ""),
-            image=_image_of(point.request),
-            price_per_hour=plan.price_per_hour,
-            predicted_s=predicted,
         )
+        return dataclasses.replace(record, status=status)
 
     def _job_return(self, point: Point) -> JobReturn:
         record = point.record
@@ -300,11 +258,11 @@ class Sweep:
             status=JobStatus.COMPLETED,
         )
         where = f"; see {point.run_dir}" if point.run_dir and point.run_dir.exists() else ""
-        if record.status in ("invalid", "failed", "stopped"):
+        if record.status in (INVALID, FAILED, STOPPED):
             result.status = JobStatus.FAILED
-            reason = record.error or record.status
+            reason = record.detail or record.status
             result.return_value = PointFailedError(f"job {point.num} ({' '.join(point.overrides)}): {reason}{where}")
-        elif record.status != "completed":
+        elif record.status != COMPLETED:
             result.return_value = {"status": record.status, "run_id": record.run_id}
         elif self.options.objective is None:
             result.return_value = record.final
@@ -330,44 +288,11 @@ def split_hydra_node(cfg: DictConfig) -> tuple[DictConfig, DictConfig]:
     return cfg, hydra_cfg
 
 
-def _image_of(request) -> str:
-    if hasattr(request, "containers"):
-        return request.containers[0].image
-    return request.create_training_job["AlgorithmSpecification"]["TrainingImage"]
-
-
-def sagemaker_metrics(job: dict) -> dict:
-    """A job's final metrics as SageMaker reports them (names as the metric definitions give them)."""
-    return {m["MetricName"]: m["Value"] for m in job.get("FinalMetricDataList", [])}
-
-
-def refresh(sweep_dir: Path) -> list[PointRecord]:
+def refresh(sweep_dir: Path) -> list[RunRecord]:
     """`dockyard status SWEEP_DIR`: ask the target about every point still open, then rewrite the summary."""
-    for folder, record in sweep_summary.load_all(sweep_dir):
-        if record.status not in sweep_summary.OPEN_STATES:
-            continue
-        if record.target == "sagemaker":
-            import boto3
-
-            from compiler.targets import sagemaker_submit
-
-            job = sagemaker_submit.describe(record.run_id, boto3.Session(region_name=record.region or None))
-            start, end = job.get("TrainingStartTime"), job.get("TrainingEndTime")
-            sweep_summary.update(
-                record,
-                folder,
-                status=SAGEMAKER_STATES.get(job["TrainingJobStatus"], record.status),
-                wall_s=(end - start).total_seconds() if start and end else None,
-                final=sagemaker_metrics(job),
-            )
-        elif record.target == "local":
-            from compiler.targets import records
-
-            run = records.load(folder)
-            wall = run.ended - run.started if run.ended else None
-            final = sweep_summary.final_metrics(folder)
-            sweep_summary.update(record, folder, status=run.status, wall_s=wall, final=final)
-    return sweep_summary.write(sweep_dir)
+    for record in records.load_all(sweep_dir):
+        runs.refresh(record)
+    return summary.write(sweep_dir)
 
 
 class PrefixedWriter:

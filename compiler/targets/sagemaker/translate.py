@@ -12,10 +12,10 @@ import botocore.session
 from botocore.exceptions import ParamValidationError
 from botocore.validate import validate_parameters
 
-from compiler.errors import ConfigError
-from compiler.plan import Plan
-from compiler.schema import DataSource, Entry, SageMakerTarget
-from compiler.targets.local import CONTAINER_ROOT, PLAN_CHANNEL
+from compiler.spec import Plan
+from compiler.spec.contract import CONTAINER_ROOT, PLAN_CHANNEL, PLAN_PATH
+from compiler.spec.errors import ConfigError
+from compiler.spec.schema import DataSource, Entry, SageMakerTarget
 
 FILE_SYSTEM_TYPES = {DataSource.fsx: "FSxLustre", DataSource.efs: "EFS"}
 REPORTED_METRICS = ("loss", "tokens_per_s", "grad_norm", "mfu")
@@ -35,6 +35,14 @@ class SageMakerRequest:
     """Where submit() uploads plan.json: the `plan` channel's S3 prefix."""
     create_training_job: dict
     """Exactly the parameters of CreateTrainingJob."""
+
+    @property
+    def run_id(self) -> str:
+        return self.create_training_job["TrainingJobName"]
+
+    @property
+    def image(self) -> str:
+        return self.create_training_job["AlgorithmSpecification"]["TrainingImage"]
 
     def to_json(self) -> str:
         return (
@@ -87,7 +95,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, job_prefix: str) -> SageM
         "EnableInterContainerTrafficEncryption": target.inter_container_encryption,
         "Environment": {
             **target.environment,
-            "DOCKYARD_PLAN": f"{CONTAINER_ROOT}/input/data/{PLAN_CHANNEL}/plan.json",
+            "DOCKYARD_PLAN": PLAN_PATH,
             "DOCKYARD_RUN_ID": run_id,
         },
         "HyperParameters": _hyperparameters(plan),

@@ -34,12 +34,10 @@ conventions are the built-in trainer's:
   not discounted); model FLOPs, so recomputation lowers MFU instead of raising it.
 """
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
-from compiler import schema
-from compiler.catalog import InstanceType
-from compiler.layout import Batch, Layout
-from compiler.ranks import bubble_fraction
+from compiler.planner.pipeline import bubble_fraction
+from compiler.spec import Batch, InstanceType, Layout, Memory, Throughput, schema
 
 GIB = 2**30
 CUDA_CONTEXT_BYTES = 600 * 2**20
@@ -53,56 +51,6 @@ ASSUMED_MATMUL_EFFICIENCY = 0.4
 reports MFU in the mid-30s to 40s %; llm.c reaches about 48% for GPT-2 1.5B)."""
 BACKWARD_SHARE = 2 / 3
 """Share of a step's compute spent in the backward pass, where gradient communication overlaps."""
-
-
-@dataclass(frozen=True)
-class Memory:
-    """Predicted peak bytes per GPU, by term."""
-
-    parameters: int
-    gradients: int
-    optimizer: int
-    activations: int
-    logits: int
-    communication: int
-    context: int
-    margin: int
-
-    @property
-    def total(self) -> int:
-        return sum(getattr(self, f.name) for f in fields(self))
-
-    @property
-    def terms(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    def largest_term(self) -> str:
-        return max(self.terms, key=self.terms.get)
-
-
-@dataclass(frozen=True)
-class Throughput:
-    flops_per_token: float
-    step_seconds: float
-    compute_seconds: float
-    exposed_communication_seconds: float
-    tokens_per_second: float
-    mfu: float
-    bubble: float = 0.0
-    """Share of the step a pipeline rank idles (the schedule's warm-up and drain)."""
-    point_to_point_seconds: float = 0.0
-    """Sending activations and their gradients between pipeline stages (counted as exposed)."""
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """What the plan will need per GPU and how fast it should run; stored in the plan."""
-
-    memory: Memory
-    gpu_memory: int
-    throughput: Throughput
-    stage_memory: tuple[int, ...] = ()
-    """Predicted peak bytes per GPU of each pipeline rank, in pp order (empty without a pipeline)."""
 
 
 @dataclass(frozen=True)
@@ -258,7 +206,17 @@ def _share_memory(
         tensors = [*states, kept + tokens * activation["live"], 0, held + per_layer]
     groups = 1 + (tp > 1) + (par.strategy is schema.Strategy.fsdp_hybrid) + (layout.pp > 1)
     context = CUDA_CONTEXT_BYTES + groups * NCCL_BYTES_PER_GROUP
-    return Memory(*(round(t) for t in tensors), context, round(ALLOCATOR_MARGIN * sum(tensors)))
+    parameters, gradients, optimizer, activations, logits, communication = (round(t) for t in tensors)
+    return Memory(
+        parameters=parameters,
+        gradients=gradients,
+        optimizer=optimizer,
+        activations=activations,
+        logits=logits,
+        communication=communication,
+        context=context,
+        margin=round(ALLOCATOR_MARGIN * sum(tensors)),
+    )
 
 
 def deepspeed_buckets(model: schema.ModelConfig) -> dict[str, int]:
@@ -346,7 +304,14 @@ def throughput(
     tokens_per_second = batch.tokens_per_step / step
     mfu = flops_per_token(model) * tokens_per_second / (layout.world_size * instance.peak_bf16_tflops * 1e12)
     return Throughput(
-        flops_per_token(model), step, compute, exposed + point_to_point, tokens_per_second, mfu, bubble, point_to_point
+        flops_per_token=flops_per_token(model),
+        step_seconds=step,
+        compute_seconds=compute,
+        exposed_communication_seconds=exposed + point_to_point,
+        tokens_per_second=tokens_per_second,
+        mfu=mfu,
+        bubble=bubble,
+        point_to_point_seconds=point_to_point,
     )
 
 

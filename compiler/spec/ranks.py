@@ -1,9 +1,9 @@
 """The parallel layout of a plan's ranks: dp × tp × pp, and the one map from a global rank to its place.
 
-Standard library only, because the in-container trainer asks it too (at the seam it moves into
-`compiler/spec/`, the only compiler code the image ships). `compiler.layout` resolves and checks the
-degrees from the config; this module is what both sides then read: a rank's (pp, dp, tp) coordinates,
-the pipeline stages and layers it holds, and the device mesh. Nothing else computes `rank // tp`.
+Standard library only: the in-container trainer reads it through the plan. `compiler.planner.layout`
+resolves and checks the degrees from the config; this module is what both sides then read: a rank's
+(pp, dp, tp) coordinates, the pipeline stages and layers it holds, and the device mesh. Nothing else
+computes `rank // tp`.
 
 Ranks are laid out with tensor parallelism innermost (a tensor-parallel group is neighbours on one node)
 and the pipeline outermost (with one stage per node, activations cross the network once per stage):
@@ -15,9 +15,6 @@ from typing import Any, NamedTuple
 
 PIPELINE_SCHEDULES = {"gpipe": 1, "1f1b": 1, "interleaved-1f1b": 2, "zero-bubble": 2}
 """`parallelism.pp_schedule` → pipeline stages each rank holds (interleaved schedules loop over two)."""
-ZERO_BUBBLE_SHARE = 1 / 3
-"""Zero-bubble schedules fill the interleaved bubble with the weight-gradient halves of the backward, which
-is about a third of a micro batch's compute (Qi et al. 2023): what is left is a third of the bubble."""
 
 
 class Coordinates(NamedTuple):
@@ -26,7 +23,7 @@ class Coordinates(NamedTuple):
     tp: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Layout:
     """How the world's ranks split into data, tensor and pipeline parallel groups."""
 
@@ -91,31 +88,3 @@ class Layout:
 
         shape, names = self.mesh_shape()
         return init_device_mesh(device_type, shape, mesh_dim_names=names)
-
-
-def split_layers(layers: int, stages: int) -> tuple[int, ...]:
-    """An even split of `layers` over `stages`; a remainder goes to the middle stages first, because the
-    first stage also holds the embeddings and the last the final norm, the head and the loss."""
-    base, extra = divmod(layers, stages)
-    counts = [base] * stages
-    middle_first = sorted(range(stages), key=lambda stage: (stage in (0, stages - 1), stage == stages - 1))
-    for stage in middle_first[:extra]:
-        counts[stage] += 1
-    return tuple(counts)
-
-
-def bubble_fraction(pp: int, microbatches: int, schedule: str) -> float:
-    """Share of a step a pipeline rank idles: (pp − 1) / (m + pp − 1), the warm-up and drain of pp − 1
-    micro batches, shrunk by the virtual stages of the interleaved schedules (Narayanan et al. 2021)."""
-    idle = (pp - 1) / PIPELINE_SCHEDULES[schedule]
-    if schedule == "zero-bubble":
-        idle *= ZERO_BUBBLE_SHARE
-    return idle / (microbatches + idle) if pp > 1 else 0.0
-
-
-def default_microbatches(pp: int, schedule: str, limit: float = 0.2) -> int:
-    """The fewest micro batches, a multiple of pp, that keep the bubble under `limit`."""
-    microbatches = pp
-    while bubble_fraction(pp, microbatches, schedule) >= limit:
-        microbatches += pp
-    return microbatches

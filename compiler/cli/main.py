@@ -16,10 +16,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from compiler import runs, tasks
-from compiler.compose import CONF_DIR, CONFIG_NAME, as_config_error
-from compiler.errors import ConfigError, UnknownNameError
-from compiler.sweep import InvalidSweepError, PointFailedError
+from compiler.cli import runs, tasks
+from compiler.config.compose import CONF_DIR, CONFIG_NAME, as_config_error
+from compiler.spec.errors import ConfigError, UnknownNameError
+from compiler.sweep.launcher import InvalidSweepError, PointFailedError
 
 PROG = "dockyard"
 USER_ERROR = 2

@@ -15,13 +15,14 @@ from hydra.errors import ConfigCompositionException, MissingConfigException, Ove
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
-from compiler import config_store, schema
-from compiler.errors import ConfigError, UnknownNameError
+from compiler.config import store
+from compiler.spec import schema
+from compiler.spec.errors import ConfigError, UnknownNameError
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 CONFIG_NAME = "config"
 
-config_store.register()
+store.register()
 
 
 def to_config(cfg: DictConfig) -> schema.Config:

@@ -1,9 +1,9 @@
 """What `dockyard plan` tells a user: a short summary on the terminal and `report.md` beside plan.json."""
 
-from compiler.estimate import GIB, Memory
-from compiler.plan import Plan
-from compiler.ranks import bubble_fraction
-from compiler.schema import Strategy
+from compiler.planner.estimate import GIB, Memory
+from compiler.planner.pipeline import bubble_fraction
+from compiler.spec import Plan
+from compiler.spec.schema import Strategy
 
 
 def summary_lines(plan: Plan) -> list[str]:

@@ -9,10 +9,11 @@ nodes; among those, the fastest predicted step first), each with its predicted p
 import dataclasses
 from collections.abc import Iterator
 
-from compiler import estimate, schema
-from compiler.catalog import InstanceType
-from compiler.errors import ConfigError
-from compiler.layout import Batch, Layout, resolve_batch, resolve_layout
+from compiler.planner import estimate
+from compiler.planner.catalog import InstanceType
+from compiler.planner.layout import Batch, Layout, resolve_batch, resolve_layout
+from compiler.spec import schema
+from compiler.spec.errors import ConfigError
 
 GIB = estimate.GIB
 AUTO = "auto"

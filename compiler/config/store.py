@@ -8,18 +8,12 @@ list (`- /schema/target/sagemaker@_here_`).
 
 from hydra.core.config_store import ConfigStore
 
-from compiler import schema
-
-TARGET_SCHEMAS = {
-    "local": schema.LocalTarget,
-    "sagemaker": schema.SageMakerTarget,
-    "kubernetes": schema.KubernetesTarget,
-    "slurm": schema.SlurmTarget,
-}
+from compiler.spec import schema
+from compiler.spec.plan import TARGETS_BY_KIND
 
 
 def register() -> None:
     store = ConfigStore.instance()
     store.store(name="base_config", node=schema.Config)
-    for name, node in TARGET_SCHEMAS.items():
+    for name, node in TARGETS_BY_KIND.items():
         store.store(group="schema/target", name=name, node=node)

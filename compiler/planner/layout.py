@@ -4,29 +4,17 @@ Every degree may be -1 (inferred from the others); the product must equal nodes 
 and the messages show the formula with the numbers filled in.
 """
 
-from dataclasses import dataclass
-
-from compiler import catalog, rules, schema
-from compiler.errors import ConfigError, DegreeError, UnknownNameError, UnsupportedError
-from compiler.ranks import PIPELINE_SCHEDULES, Layout, default_microbatches, split_layers
-
-
-@dataclass(frozen=True)
-class Batch:
-    micro_batch: int
-    grad_accum: int
-    global_batch: int
-    """Sequences per optimizer step: micro_batch × grad_accum × dp (with pp > 1, grad_accum is the number of
-    micro batches one pipeline step runs)."""
-    seq_len: int
-    tokens_per_step: int
+from compiler.planner.pipeline import default_microbatches, split_layers
+from compiler.spec import Batch, InstanceType, Layout, schema
+from compiler.spec.errors import ConfigError, DegreeError, UnknownNameError, UnsupportedError
+from compiler.spec.ranks import PIPELINE_SCHEDULES
 
 
-def resolve_layout(config: schema.Config, instance: catalog.InstanceType) -> Layout:
+def resolve_layout(config: schema.Config, instance: InstanceType) -> Layout:
     """Resolve the one degree that may be -1 and check dp × tp × pp against the world size."""
     par, model = config.parallelism, config.model
     nodes = config.hardware.nodes
-    per_node = rules.processes_per_node(config.hardware, instance)
+    per_node = processes_per_node(config.hardware, instance)
     world = nodes * per_node
     degrees = {"dp": par.dp, "tp": par.tp, "pp": par.pp}
     for name, value in degrees.items():
@@ -68,6 +56,28 @@ def resolve_layout(config: schema.Config, instance: catalog.InstanceType) -> Lay
         stages_per_rank=stages_per_rank,
         layers_per_stage=layers_per_stage,
     )
+
+
+def processes_per_node(hardware: schema.HardwareConfig, instance: InstanceType) -> int:
+    """Processes each node starts: one per GPU unless the config says fewer."""
+    wanted = hardware.processes_per_node
+    if wanted == -1:
+        if not instance.has_gpus:
+            raise ConfigError(
+                "hardware.processes_per_node",
+                "has no default on CPU instances",
+                "set hardware.processes_per_node to the processes each node should start",
+            )
+        return instance.gpus
+    if wanted < 1:
+        raise ConfigError("hardware.processes_per_node", f"must be at least 1, or -1 for one per GPU (got {wanted})")
+    if instance.has_gpus and wanted > instance.gpus:
+        raise ConfigError(
+            "hardware.processes_per_node",
+            f"{instance.name} has {instance.gpus} GPUs, not {wanted}",
+            f"set it to at most {instance.gpus}, or -1 for one per GPU",
+        )
+    return wanted
 
 
 def _check_tensor_parallel(tp: int, per_node: int, model: schema.ModelConfig) -> None:

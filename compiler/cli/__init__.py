@@ -1,0 +1,1 @@
+"""The `dockyard` command (`main`): its verbs, and the Hydra tasks behind them (`tasks`)."""

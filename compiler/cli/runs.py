@@ -1,0 +1,61 @@
+"""`dockyard status|logs|stop RUN`: follow a run after `launch`, by its id or its folder.
+
+The run record (`run.json`, see `compiler.targets.records`) says which target runs it and the handle that
+target gave the job; the target answers from there (`compiler.targets.base.Target`).
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+from compiler.spec.errors import ConfigError
+from compiler.targets import records, registry, runs
+
+SWEEP_SUMMARY = "summary.csv"
+"""What marks a sweep's folder (`compiler.sweep.summary.SUMMARY_CSV`, not imported: it brings Hydra in)."""
+
+
+def find_record(run: str) -> records.RunRecord:
+    folder = records.find(run, Path.cwd())
+    if folder is None:
+        raise ConfigError("run", f"no run '{run}' under {Path.cwd()}", "give the run id or the run folder")
+    return records.load(folder)
+
+
+def status(record: records.RunRecord) -> None:
+    record = runs.refresh(record)
+    print(f"run       {record.run_id} ({record.target})")
+    print(f"folder    {record.run_dir}")
+    print(f"image     {record.image}")
+    detail = f": {record.detail}" if record.detail else ""
+    exit_text = "" if record.exit_status is None else f", exit status {record.exit_status}"
+    print(f"status    {record.status}{detail} after {record.attempts} attempt(s){exit_text}")
+
+
+def logs(record: records.RunRecord) -> None:
+    registry.get(record.target).logs(record.handle, sys.stdout)
+
+
+def stop(record: records.RunRecord) -> None:
+    runs.stop(record)
+    print(f"stopped   {record.run_id}")
+
+
+ACTIONS = {"status": status, "logs": logs, "stop": stop}
+
+
+def sweep_status(sweep_dir: Path) -> None:
+    """A sweep's folder: refresh the points still running, rewrite its summary and print it."""
+    from compiler.sweep import launcher, summary
+
+    launcher.refresh(sweep_dir)
+    print((sweep_dir / summary.SUMMARY_MD).read_text(), end="")
+
+
+def main(verb: str, args: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=f"dockyard {verb}")
+    parser.add_argument("run", help="the run id `launch` printed, or the run folder (a sweep's folder for status)")
+    run = parser.parse_args(args).run
+    if verb == "status" and (Path(run) / SWEEP_SUMMARY).exists():
+        return sweep_status(Path(run))
+    ACTIONS[verb](find_record(run))

@@ -1,0 +1,88 @@
+"""`compile_plan`: a typed `Config` in, a validated `Plan` (see `compiler.spec`) out.
+
+One pass: it resolves the parallel layout and the batch, runs every rule true for all targets
+(`compiler.planner.rules`), then the plan's target's own rules (`Target.check`), and fails with the first
+`ConfigError`. Values the runtime needs from the planner (FLOPs per token, DeepSpeed's buckets) are
+resolved into `Plan.derived`, so the image does not carry the planner.
+"""
+
+import dataclasses
+
+from compiler.planner import catalog, estimate, fit, rules
+from compiler.planner.layout import resolve_batch, resolve_layout
+from compiler.spec import Batch, Derived, Estimate, Layout, Plan, schema
+from compiler.targets import registry
+
+
+def compile_plan(config: schema.Config) -> Plan:
+    """Validate `config` and derive everything the rest of dockyard needs from it.
+
+    The plan holds the parallelism section with every -1 and `auto` resolved, so two configs that mean
+    the same layout (dp=-1 and dp=4 on four ranks) have the same plan and the same hash.
+    """
+    instance = catalog.instance_type(config.hardware.instance_type)
+    warnings = list(rules.check_hardware(config, instance))
+    warnings += rules.check_model(config.model)
+    layout = resolve_layout(config, instance)
+    config = fit.resolve_micro_batch(config, instance, layout)
+    if config.parallelism.mixed_precision is schema.Precision.auto:
+        precision = schema.Precision.bf16 if instance.has_gpus else schema.Precision.fp32
+        config = dataclasses.replace(
+            config, parallelism=dataclasses.replace(config.parallelism, mixed_precision=precision)
+        )
+    batch = resolve_batch(config.parallelism, config.model.seq_len, layout)
+    for check in rules.CROSS_FIELD_CHECKS:
+        warnings += check(config, instance, layout)
+    config = dataclasses.replace(config, parallelism=_resolved(config.parallelism, layout, batch))
+    predicted = None
+    if instance.has_gpus:
+        stages = estimate.stage_memory(config.model, config.parallelism, layout, batch.micro_batch)
+        memory = max(stages, key=lambda m: m.total)
+        warnings += fit.check_fits(config, instance, memory)
+        speed = estimate.throughput(config.model, config.parallelism, instance, layout, batch)
+        predicted = Estimate(
+            memory=memory,
+            gpu_memory=fit.capacity(instance),
+            throughput=speed,
+            stage_memory=tuple(m.total for m in stages) if layout.pp > 1 else (),
+        )
+    plan = Plan(
+        name=config.name,
+        model=config.model,
+        parallelism=config.parallelism,
+        hardware=config.hardware,
+        instance=instance,
+        data=config.data,
+        image=config.image,
+        target=config.target,
+        trainer=config.trainer,
+        layout=layout,
+        batch=batch,
+        parameters=estimate.parameter_count(config.model),
+        derived=Derived(
+            flops_per_token=estimate.flops_per_token(config.model),
+            deepspeed_buckets=estimate.deepspeed_buckets(config.model)
+            if config.parallelism.strategy.is_deepspeed
+            else {},
+        ),
+        estimate=predicted,
+        warnings=(),
+    )
+    warnings += registry.get(config.target.kind.value).check(plan)
+    return dataclasses.replace(plan, warnings=tuple(warnings))
+
+
+def _resolved(par: schema.ParallelismConfig, layout: Layout, batch: Batch) -> schema.ParallelismConfig:
+    hybrid = par.strategy is schema.Strategy.fsdp_hybrid
+    return dataclasses.replace(
+        par,
+        dp=layout.dp,
+        tp=layout.tp,
+        pp=layout.pp,
+        pp_microbatches=batch.grad_accum if layout.pp > 1 else -1,
+        pp_layers_per_stage=list(layout.layers_per_stage),
+        micro_batch=batch.micro_batch,
+        grad_accum=batch.grad_accum,
+        global_batch=batch.global_batch,
+        shard_group_size=layout.shard_degree if hybrid else -1,
+    )

@@ -1,0 +1,75 @@
+"""The Plan's types and JSON: the contract between the compiler and the runtime.
+
+Standard library only. It is the only part of the compiler an image ships, so the entrypoint can read a
+plan without Hydra, omegaconf, Docker or the planner.
+"""
+
+from compiler.spec.errors import ConfigError
+from compiler.spec.plan import SCHEMA_VERSION, Plan, PlanError
+from compiler.spec.records import Batch, Derived, Estimate, InstanceType, Layout, Memory, Throughput
+from compiler.spec.schema import (
+    Activation,
+    Checkpointing,
+    Config,
+    DataConfig,
+    DataSource,
+    Entry,
+    HardwareConfig,
+    ImageConfig,
+    ImageFamily,
+    InputMode,
+    KubernetesTarget,
+    LocalTarget,
+    LrSchedule,
+    ModelConfig,
+    Norm,
+    Offload,
+    ParallelismConfig,
+    Position,
+    Precision,
+    SageMakerTarget,
+    SlurmTarget,
+    Strategy,
+    TargetConfig,
+    TargetKind,
+    TrainerConfig,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ConfigError",
+    "Plan",
+    "PlanError",
+    "InstanceType",
+    "Layout",
+    "Batch",
+    "Memory",
+    "Throughput",
+    "Estimate",
+    "Derived",
+    "Activation",
+    "Norm",
+    "Position",
+    "ModelConfig",
+    "Strategy",
+    "Checkpointing",
+    "Precision",
+    "Offload",
+    "ParallelismConfig",
+    "HardwareConfig",
+    "DataSource",
+    "InputMode",
+    "DataConfig",
+    "ImageFamily",
+    "ImageConfig",
+    "TargetKind",
+    "TargetConfig",
+    "LocalTarget",
+    "SageMakerTarget",
+    "KubernetesTarget",
+    "SlurmTarget",
+    "Entry",
+    "LrSchedule",
+    "TrainerConfig",
+    "Config",
+]

@@ -1,0 +1,104 @@
+"""The records a Plan holds besides the config sections: the instance type's facts, the resolved layout
+and batch, the values the runtime takes from the planner, and the planner's prediction.
+
+Standard library only (the image ships it). Records are built keyword by keyword: their fields are
+numbers of the same type, where a positional mix-up would go unnoticed.
+"""
+
+from dataclasses import dataclass, field, fields
+
+from compiler.spec.ranks import Layout
+
+__all__ = ["Batch", "Derived", "Estimate", "InstanceType", "Layout", "Memory", "Throughput"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstanceType:
+    name: str
+    gpus: int
+    gpu_model: str
+    gpu_memory_gib: float
+    peak_bf16_tflops: float
+    gpu_link_gbps: float
+    """GPU-to-GPU bandwidth inside a node, one direction: NVLink, or PCIe 4.0 x16 where there is none."""
+    efa_devices: int
+    network_gbps: float
+    price_per_hour: float
+    smddp: bool
+    """SageMaker's data-parallel library (smddp) supports this type."""
+
+    @property
+    def has_gpus(self) -> bool:
+        return self.gpus > 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Batch:
+    micro_batch: int
+    grad_accum: int
+    global_batch: int
+    """Sequences per optimizer step: micro_batch × grad_accum × dp (with pp > 1, grad_accum is the number of
+    micro batches one pipeline step runs)."""
+    seq_len: int
+    tokens_per_step: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Memory:
+    """Predicted peak bytes per GPU, by term."""
+
+    parameters: int
+    gradients: int
+    optimizer: int
+    activations: int
+    logits: int
+    communication: int
+    context: int
+    margin: int
+
+    @property
+    def total(self) -> int:
+        return sum(getattr(self, f.name) for f in fields(self))
+
+    @property
+    def terms(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def largest_term(self) -> str:
+        return max(self.terms, key=self.terms.get)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Throughput:
+    flops_per_token: float
+    step_seconds: float
+    compute_seconds: float
+    exposed_communication_seconds: float
+    tokens_per_second: float
+    mfu: float
+    bubble: float = 0.0
+    """Share of the step a pipeline rank idles (the schedule's warm-up and drain)."""
+    point_to_point_seconds: float = 0.0
+    """Sending activations and their gradients between pipeline stages (counted as exposed)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Estimate:
+    """What the plan will need per GPU and how fast it should run; stored in the plan."""
+
+    memory: Memory
+    gpu_memory: int
+    throughput: Throughput
+    stage_memory: tuple[int, ...] = ()
+    """Predicted peak bytes per GPU of each pipeline rank, in pp order (empty without a pipeline)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Derived:
+    """Values the runtime needs that the planner computes, resolved at compile time so the image does not
+    carry the planner: one formula each, used by both the prediction and the run."""
+
+    flops_per_token: float
+    """Model FLOPs per trained token (`compiler.planner.estimate.flops_per_token`); the trainer's MFU."""
+    deepspeed_buckets: dict[str, int] = field(default_factory=dict)
+    """DeepSpeed's bucket sizes in elements (`compiler.planner.estimate.deepspeed_buckets`)."""

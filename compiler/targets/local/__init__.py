@@ -1,0 +1,63 @@
+"""The local target: one container per node on this machine's Docker engine (see `translate`).
+
+The job lives in the submitting process (`attached`): `follow` starts the containers, streams their logs,
+restarts a failed job up to `target.max_retries` times and removes everything on every exit.
+"""
+
+from pathlib import Path
+from typing import IO
+
+from compiler.spec import Plan
+from compiler.targets.base import COMPLETED, FAILED, RUNNING, STOPPED, Capabilities, JobState
+from compiler.targets.local.translate import LocalRequest, to_request
+
+
+class LocalTarget:
+    kind = "local"
+    capabilities = Capabilities(cpu_plans=True, host_folders=True)
+    attached = True
+
+    def check(self, plan: Plan) -> list[str]:
+        return []
+
+    def to_request(self, plan: Plan, image: str, *, run_id: str, run_dir: Path) -> LocalRequest:
+        return to_request(plan, image, run_id=run_id, run_dir=run_dir)
+
+    def image_reference(self, plan: Plan, planned: str) -> str:
+        return planned
+
+    def submit(self, request: LocalRequest, plan_json: str, *, out: IO[str]) -> dict:
+        from compiler.targets.local import runner  # the Docker SDK only where a job runs
+
+        runner.prepare_host_folders(request, plan_json)
+        return {"run_id": request.run_id, "run_dir": request.run_dir}
+
+    def follow(self, request: LocalRequest, handle: dict, *, out: IO[str], interrupted) -> JobState:
+        from compiler.targets.local import runner
+
+        exit_status, attempts = runner.run(request, out=out, interrupted=interrupted)
+        if exit_status == 0:
+            return JobState(status=COMPLETED, exit_status=0, attempts=attempts)
+        status = STOPPED if interrupted is not None and interrupted.is_set() else FAILED
+        return JobState(status=status, exit_status=exit_status, attempts=attempts, detail=f"exit status {exit_status}")
+
+    def status(self, handle: dict) -> JobState:
+        """Asked only of a run whose record is not final: its containers say whether it still runs."""
+        from compiler.targets.local import runner
+
+        if runner.running(handle["run_id"]):
+            return JobState(status=RUNNING)
+        return JobState(status=FAILED, detail="no container of the run is left and it recorded no end")
+
+    def logs(self, handle: dict, out: IO[str]) -> None:
+        for log in sorted((Path(handle["run_dir"]) / "logs").glob("*.log")):
+            for line in log.read_text().splitlines():
+                print(f"{log.stem} | {line}", file=out)
+
+    def stop(self, handle: dict) -> None:
+        from compiler.targets.local import runner
+
+        runner.kill(handle["run_id"])
+
+
+TARGET = LocalTarget()

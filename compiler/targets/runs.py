@@ -1,0 +1,144 @@
+"""One path from a plan's request to a finished run, shared by `dockyard launch` and every sweep point:
+translate, submit, record, follow, stop. It asks the registry for the plan's target and never which kind
+that is.
+"""
+
+import re
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import IO
+
+from compiler.spec import Plan
+from compiler.targets import records, registry
+from compiler.targets.base import FINAL_STATUSES, PENDING, RUNNING, STOPPED, Request
+from compiler.targets.records import RunRecord
+
+
+def run_id_for(plan: Plan, now: datetime) -> str:
+    """`<name>-<UTC time>`: a valid container, network, SageMaker job and DNS name (≤ 63 characters)."""
+    name = re.sub(r"[^a-zA-Z0-9]+", "-", plan.name).strip("-")[:40].lower() or "run"
+    return f"{name}-{now:%Y%m%d-%H%M%S}"
+
+
+def translate(plan: Plan, image: str, run_id: str, run_dir: Path) -> Request:
+    return registry.get(plan.target.kind.value).to_request(plan, image, run_id=run_id, run_dir=run_dir)
+
+
+def dry_run_image(plan: Plan, planned: str) -> str:
+    """The image reference a dry run shows: what the target will be sent for the tag the build will make."""
+    return registry.get(plan.target.kind.value).image_reference(plan, planned)
+
+
+def new_record(plan: Plan, request: Request, run_dir: Path, image: str, **point) -> RunRecord:
+    """The record of a job about to be submitted (`point`: a sweep's num and overrides)."""
+    predicted = plan.trainer.steps * plan.estimate.throughput.step_seconds if plan.estimate else None
+    return RunRecord(
+        run_dir=str(run_dir),
+        run_id=request.run_id,
+        target=plan.target.kind.value,
+        image=image,
+        region=getattr(request, "region", ""),
+        price_per_hour=plan.price_per_hour,
+        predicted_s=predicted,
+        **point,
+    )
+
+
+def execute(
+    record: RunRecord,
+    plan: Plan,
+    request: Request,
+    *,
+    wait: bool = True,
+    out: IO[str] = sys.stdout,
+    interrupted=None,
+) -> RunRecord:
+    """Submit the job and, unless `wait` is false for a target that runs jobs itself, follow it to its end.
+
+    Ctrl-C (or `interrupted`) stops an attached job (local containers) and detaches from any other, whose
+    record stays open for `dockyard status`. A ConfigError from submitting (a missing role or bucket) is
+    raised before anything starts.
+    """
+    target = registry.get(record.target)
+    handle = target.submit(request, plan.to_json(), out=out)
+    record = records.update(record, handle=handle, status=RUNNING if target.attached else PENDING, started=time.time())
+    if not (wait or target.attached):
+        return record
+    if not target.attached:
+        print(
+            f"following {request.run_id} (Ctrl-C detaches, the job goes on: dockyard status {request.run_id})", file=out
+        )
+    try:
+        state = target.follow(request, handle, out=out, interrupted=interrupted)
+    except KeyboardInterrupt:
+        if target.attached:
+            records.update(record, status=STOPPED, detail="interrupted")
+            raise
+        print(f"detached from {request.run_id}", file=out)
+        return record
+    if state is None:  # detached; the job goes on
+        return record
+    return records.update(
+        record,
+        status=state.status,
+        detail=state.detail,
+        exit_status=state.exit_status,
+        attempts=state.attempts,
+        final=dict(state.metrics) if state.metrics else final_metrics(Path(record.run_dir)),
+    )
+
+
+def refresh(record: RunRecord) -> RunRecord:
+    """Ask the target about a run whose record is still open; a final answer is written back."""
+    if record.status in FINAL_STATUSES or not record.handle:
+        return record
+    state = registry.get(record.target).status(record.handle)
+    changes = {"status": state.status, "detail": state.detail}
+    if state.metrics:
+        changes["final"] = dict(state.metrics)
+    return records.update(record, **changes)
+
+
+def stop(record: RunRecord) -> RunRecord:
+    registry.get(record.target).stop(record.handle)
+    return records.update(record, status=STOPPED)
+
+
+METRICS_GLOB = "nodes/*/output/data/metrics.jsonl"
+"""The trainer's metrics where the nodes' outputs land in the run folder (the local target), one JSON
+object per logged step; the first node's are the job's."""
+
+
+def loss_curve(run_dir: Path) -> list[dict]:
+    import json
+
+    files = sorted(run_dir.glob(METRICS_GLOB))
+    if not files:
+        return []
+    return [json.loads(line) for line in files[0].read_text().splitlines() if line.strip()]
+
+
+def final_metrics(run_dir: Path) -> dict:
+    curve = loss_curve(run_dir)
+    return curve[-1] if curve else {}
+
+
+def print_results(record: RunRecord, out: IO[str] = sys.stdout) -> None:
+    """Where a finished run's results are."""
+    outcome = (
+        record.status if record.exit_status in (None, 0) else f"{record.status} (exit status {record.exit_status})"
+    )
+    print(f"run       {record.run_id} {outcome}", file=out)
+    print(f"results   {record.run_dir}", file=out)
+    run_dir = Path(record.run_dir)
+    metrics = sorted(run_dir.glob(METRICS_GLOB))
+    for label, path in (
+        ("metrics", metrics[0] if metrics else None),
+        ("logs", run_dir / "logs"),
+        ("checkpoints", run_dir / "checkpoints"),
+        ("model", run_dir / "model"),
+    ):
+        if path is not None and path.exists():
+            print(f"  {label:<11} {path}", file=out)

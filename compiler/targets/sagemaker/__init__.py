@@ -1,0 +1,105 @@
+"""The SageMaker target: a CreateTrainingJob request (see `translate`), submitted and followed with boto3.
+
+The platform runs the job (not `attached`): Ctrl-C while following detaches, and `dockyard status` asks
+SageMaker later. Clients come from one boto3 session, so `AWS_ENDPOINT_URL` (moto's server in tests) and
+the user's profile apply as in AWS's own tools.
+"""
+
+from pathlib import Path
+from typing import IO
+
+from compiler.spec import DataSource, Plan
+from compiler.spec.errors import ConfigError
+from compiler.targets.base import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, STOPPED, Capabilities, JobState
+from compiler.targets.sagemaker import rules
+from compiler.targets.sagemaker.translate import SageMakerRequest, to_request
+
+STATES = {
+    "InProgress": RUNNING,
+    "Stopping": RUNNING,
+    "Completed": COMPLETED,
+    "Failed": FAILED,
+    "Stopped": STOPPED,
+}
+"""A training job's status as a run's."""
+WAITING = ("Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading")
+"""Secondary statuses of an InProgress job whose containers have not started training: pending."""
+
+
+class SageMakerTarget:
+    kind = "sagemaker"
+    capabilities = Capabilities(
+        cpu_plans=False, host_folders=False, file_systems=(DataSource.fsx, DataSource.efs), smddp=True
+    )
+    attached = False
+
+    def check(self, plan: Plan) -> list[str]:
+        return rules.check(plan)
+
+    def to_request(self, plan: Plan, image: str, *, run_id: str, run_dir: Path) -> SageMakerRequest:
+        if not plan.image.push:
+            raise ConfigError(
+                "image.push",
+                "SageMaker pulls the image from a registry",
+                "set image.push=true image.registry=<account>.dkr.ecr.<region>.amazonaws.com",
+            )
+        if plan.target.output_uri is None:
+            raise ConfigError("target.output_uri", "is missing", "set target.output_uri=s3://bucket/prefix for the job")
+        job_prefix = f"{plan.target.output_uri.rstrip('/')}/{run_id}"
+        return to_request(plan, image, run_id=run_id, job_prefix=job_prefix)
+
+    def image_reference(self, plan: Plan, planned: str) -> str:
+        """`registry/name:tag`: the push then pins the job to that tag's digest (`registry/name@sha256:...`)."""
+        return f"{plan.image.registry}/{planned}"
+
+    def submit(self, request: SageMakerRequest, plan_json: str, *, out: IO[str]) -> dict:
+        from compiler.targets.sagemaker import submit
+
+        name = submit.submit(request, plan_json, _session(request.region))
+        print(f"submitted {name}", file=out)
+        return {"job_name": name, "region": request.region}
+
+    def follow(self, request: SageMakerRequest, handle: dict, *, out: IO[str], interrupted) -> JobState | None:
+        from compiler.targets.sagemaker import submit
+
+        final = submit.follow(handle["job_name"], _session(handle["region"]), out=out, interrupted=interrupted)
+        return None if final is None else self.status(handle)
+
+    def status(self, handle: dict) -> JobState:
+        from compiler.targets.sagemaker import submit
+
+        job = submit.describe(handle["job_name"], _session(handle["region"]))
+        secondary = job.get("SecondaryStatus", "")
+        status = STATES.get(job["TrainingJobStatus"], CANCELLED)
+        if status == RUNNING and secondary in WAITING:
+            status = PENDING
+        reason = f": {job['FailureReason']}" if job.get("FailureReason") else ""
+        return JobState(
+            status=status,
+            detail=f"{job['TrainingJobStatus']} ({secondary}){reason}",
+            metrics=job_metrics(job),
+        )
+
+    def logs(self, handle: dict, out: IO[str]) -> None:
+        from compiler.targets.sagemaker import submit
+
+        submit.print_new_log_lines(_session(handle["region"]).client("logs"), handle["job_name"], {}, out)
+
+    def stop(self, handle: dict) -> None:
+        from compiler.targets.sagemaker import submit
+
+        submit.stop(handle["job_name"], _session(handle["region"]))
+
+
+def job_metrics(job: dict) -> dict[str, float]:
+    """A job's final metrics as SageMaker reports them (named as `translate.metric_definitions` names them)."""
+    return {m["MetricName"]: m["Value"] for m in job.get("FinalMetricDataList", [])}
+
+
+def _session(region: str):
+    import boto3
+
+    return boto3.Session(region_name=region)
+
+
+TARGET = SageMakerTarget()
