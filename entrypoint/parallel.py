@@ -61,7 +61,7 @@ def tensor_parallel(blocks: Iterable[nn.Module], model: ModelConfig, mesh: Devic
 
 
 class TorchEngine:
-    """One optimizer step = grad_accum micro batches through `forward_backward`, then `step`."""
+    """One optimizer step = `forward_backward` over the step's grad_accum micro batches, then `step`."""
 
     def __init__(self, plan: Plan, model: Decoder, device: torch.device) -> None:
         self.plan, self.device = plan, device

@@ -53,8 +53,8 @@ def builds_on_meta(plan: Plan) -> bool:
     the meta device and materialised after sharding (per stage): each rank then only ever holds its shards.
     (This draws other random numbers than building the whole model, so small models, and every test, build
     whole.)"""
-    fsdp = plan.parallelism.strategy in (Strategy.fsdp, Strategy.fsdp_hybrid) or plan.layout.pp > 1
-    return fsdp and plan.instance.has_gpus and plan.parameters * 4 > plan.instance.gpu_memory_gib * 2**30 / 4
+    sharded = plan.parallelism.strategy in (Strategy.fsdp, Strategy.fsdp_hybrid) or plan.layout.pp > 1
+    return sharded and plan.instance.has_gpus and plan.parameters * 4 > plan.instance.gpu_memory_gib * 2**30 / 4
 
 
 def make_engine(plan: Plan, device: torch.device):

@@ -5,10 +5,15 @@ stopped after a checkpoint and restarted ends where an uninterrupted one ends, a
 the unpipelined parameter names and values.
 """
 
+import subprocess
+import sys
+
+import numpy as np
 import pytest
 import torch
 
-from tests.entrypoint_support import losses, metrics, tiny_plan, train
+from entrypoint.model import Decoder
+from tests.entrypoint_support import REPO, entrypoint_env, free_port, losses, metrics, tiny_plan, train, write_plan
 
 UNTIED = "model.tied_embeddings=false"  # the embedding and the head are different weights
 PIPELINE_TOLERANCE = 1e-5
@@ -37,6 +42,52 @@ PIPELINES = {
     ),
 }
 """Each with global_batch=8, like the reference: 4 micro batches of 2 (2 of 2 per replica at dp=2)."""
+
+
+META_STAGES = """
+import sys, torch, torch.distributed as dist
+from compiler.spec import Plan
+from entrypoint.data import Batches, make_source
+from entrypoint.pipeline import PipelineEngine
+
+plan = Plan.from_json(open(sys.argv[1]).read())
+dist.init_process_group("gloo")
+engine = PipelineEngine(plan, torch.device("cpu"), on_meta=True)
+held = sorted({name.split(".")[0] + ("." + name.split(".")[1] if name.startswith("blocks") else "")
+               for part in engine.parts for name, _ in part.named_parameters()})
+source = Batches(make_source(plan, None), plan, engine.place.dp)
+loss = engine.forward_backward([source.micro_batch(0, m) for m in range(plan.batch.grad_accum)])
+full = engine.full_state_dict()
+print("HELD", dist.get_rank(), " ".join(held), flush=True)
+if dist.get_rank() == 0:
+    up, down = full["blocks.3.mlp.up.weight"], full["blocks.3.mlp.down.weight"]
+    print("RESULT", len(full), up.std().item(), down.std().item(), flush=True)
+if engine.last:
+    print("LOSS", loss.item() / plan.batch.grad_accum, flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_stages_built_on_meta_hold_only_their_layers(tmp_path):
+    """The path large models take (`train.builds_on_meta`): each rank builds its stages on the meta device and
+    materialises and initialises only those (Llama style: RoPE tables, no biases, tied embeddings)."""
+    llama = ("model.position=rope", "model.activation=swiglu", "model.norm=rmsnorm", "model.bias=false")
+    plan = pipeline_plan("1f1b", *llama, "model.tied_embeddings=true")
+    (tmp_path / "meta_stages.py").write_text(META_STAGES)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={free_port()}"]
+    command += [str(tmp_path / "meta_stages.py"), str(write_plan(plan, tmp_path))]
+    env = entrypoint_env(tmp_path)
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    held = {line.split()[1]: line.split()[2:] for line in lines if line.startswith("HELD")}
+    assert held == {"0": ["blocks.0", "blocks.1", "embed"], "1": ["blocks.2", "blocks.3", "embed", "norm"]}
+    count, std, residual_std = map(float, next(line for line in lines if line.startswith("RESULT")).split()[1:])
+    assert count == len(Decoder(plan.model).state_dict())  # every stage's weights, the tied embedding once
+    assert std == pytest.approx(0.02, rel=0.1)
+    assert residual_std == pytest.approx(0.02 / (2 * plan.model.layers) ** 0.5, rel=0.1)
+    loss = float(next(line for line in lines if line.startswith("LOSS")).split()[1])
+    assert abs(loss - np.log(plan.model.vocab)) < 0.2  # an initialised model predicts about uniformly
 
 
 def pipeline_plan(name: str, *extra: str):
