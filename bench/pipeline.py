@@ -14,7 +14,8 @@ the output head) and stretches the slowest rank's share by the schedule's bubble
 measured bubble is 1 − T₁ × slowest share / measured step: everything a rank does besides its own
 compute (waiting for its neighbour, sending activations, the schedule's bookkeeping) counts as bubble.
 Step times are medians of the steps after the first two, the least of `--repeat` runs (the run least
-disturbed by other work on the machine). A control row runs the same step as DDP over two
+disturbed by other work on the machine). T₁ is measured again right before each row, so that a row's
+ratio compares runs taken under the same load. A control row runs the same step as DDP over two
 processes (half the micro batches each, no pipeline, predicted T₁ / 2): its ratio is what two processes
 get from this machine at all (cores shared with other work, the gradient all-reduce), so the schedules'
 ratios are read against it. The report gives the machine's cores and load.
@@ -99,19 +100,20 @@ def main() -> None:
     common = (*MODEL, f"trainer.steps={args.steps}", "parallelism.global_batch=-1")
     skip = 2
     reference = plan_for((*common, "hardware.processes_per_node=1", f"parallelism.grad_accum={args.microbatches}"))
-    whole = step_seconds(reference, skip, args.repeat)
     rows = [
         f"CPU, {os.cpu_count()} cores (load {os.getloadavg()[0]:.1f}), one thread per process; "
         f"{reference.parameters:,} parameters, "
         f"{args.microbatches} micro batches of {reference.batch.micro_batch} × {reference.batch.seq_len} tokens; "
-        f"unpipelined step T₁ = {whole:.3f} s; least of {args.repeat} runs",
+        f"each time the least of {args.repeat} runs",
         "",
-        "| schedule | bubble predicted | bubble measured | step predicted (s) | step measured (s) | ratio |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| schedule | T₁ (s) | bubble predicted | bubble measured | step predicted (s) | step measured (s) | ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     control = plan_for((*common, "hardware.processes_per_node=2", f"parallelism.grad_accum={args.microbatches // 2}"))
-    measured = step_seconds(control, skip, args.repeat)
-    rows.append(f"| ddp × 2 (control) | – | – | {whole / 2:.3f} | {measured:.3f} | {measured / (whole / 2):.2f} |")
+    whole, measured = step_seconds(reference, skip, args.repeat), step_seconds(control, skip, args.repeat)
+    rows.append(
+        f"| ddp × 2 (control) | {whole:.3f} | – | – | {whole / 2:.3f} | {measured:.3f} | {measured / (whole / 2):.2f} |"
+    )
     print(rows[-1], flush=True)
     for schedule in PIPELINE_SCHEDULES:
         plan = plan_for(
@@ -124,13 +126,14 @@ def main() -> None:
                 "parallelism.grad_accum=-1",
             )
         )
+        whole = step_seconds(reference, skip, args.repeat)
         busy = whole * slowest_share(plan)
         bubble = bubble_fraction(plan.layout.pp, plan.batch.grad_accum, schedule)
         predicted = busy / (1 - bubble)
         measured = step_seconds(plan, skip, args.repeat)
+        bubbles = f"{bubble:.1%} | {1 - busy / measured:.1%}"
         rows.append(
-            f"| {schedule} | {bubble:.1%} | {1 - busy / measured:.1%} | {predicted:.3f} | {measured:.3f} | "
-            f"{measured / predicted:.2f} |"
+            f"| {schedule} | {whole:.3f} | {bubbles} | {predicted:.3f} | {measured:.3f} | {measured / predicted:.2f} |"
         )
         print(rows[-1], flush=True)
     text = "\n".join(rows) + "\n"

@@ -192,10 +192,9 @@ class PipelineEngine:
 
     def step(self, lr: float) -> float:
         """Clip over every stage's gradients, update, clear; the norm before clipping."""
-        layout = self.plan.layout
         if self.tied is not None:
             dist.all_reduce(self.tied.grad.to_local(), group=self.tied_group)
-        norm = grad_norm(self.counted, layout.world_size // layout.pp)
+        norm = grad_norm(self.counted, self.plan.layout.ranks_per_stage)
         scale_gradients(self.params, self.plan.trainer.grad_clip, norm)
         for optimizer in self.optimizers:
             set_lr(optimizer, lr)

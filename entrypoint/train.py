@@ -189,7 +189,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         norm = engine.step(lr)
         done_steps = step + 1
         if done_steps % trainer.log_interval == 0 or done_steps in (start + 1, trainer.steps):
-            mean_loss = global_mean(loss / accum, plan.layout.loss_ranks)
+            mean_loss = global_mean(loss / accum, plan.layout.ranks_per_stage)
             now = time.perf_counter()
             if log:
                 tokens_per_s = plan.batch.tokens_per_step * (done_steps - last_step) / (now - last_time)

@@ -42,7 +42,8 @@ def test_interleaved_ranks_loop_over_the_stages():
     assert grid.stages == 4
     assert grid.stages_of(0) == (0, 2) and grid.stages_of(1) == (1, 3)
     assert [list(grid.layers_of(stage)) for stage in range(4)] == [[0, 1], [2, 3, 4], [5, 6, 7], [8, 9]]
-    assert grid.loss_ranks == 1
+    assert grid.ranks_per_stage == 1
+    assert layout(dp=2, tp=2, pp=2).ranks_per_stage == 4
 
 
 def test_uneven_split_spares_the_stages_with_embeddings_and_head():

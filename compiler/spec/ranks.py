@@ -65,9 +65,10 @@ class Layout:
         return range(start, start + self.layers_per_stage[stage])
 
     @property
-    def loss_ranks(self) -> int:
-        """Ranks that compute the loss: all but the pipeline's earlier stages."""
-        return self.world_size // self.pp
+    def ranks_per_stage(self) -> int:
+        """Ranks that run one pipeline stage (dp × tp; the world without a pipeline): those of the last stage
+        compute the loss, and a stage's parameters live on its ranks only."""
+        return self.dp * self.tp
 
     @property
     def replicated(self) -> bool:
