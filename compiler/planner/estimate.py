@@ -159,7 +159,7 @@ def activation_bytes_per_token(model: schema.ModelConfig, par: schema.Parallelis
 def _autocast(par: schema.ParallelismConfig) -> bool:
     """DDP and smddp keep fp32 weights and compute in bf16/fp16 under autocast; FSDP and DeepSpeed cast
     the weights themselves."""
-    ddp = par.strategy in (schema.Strategy.ddp, schema.Strategy.smddp)
+    ddp = par.strategy in (schema.Strategy.ddp, schema.Strategy.smddp) and par.pp == 1  # pipelines: FSDP2
     return ddp and par.mixed_precision is not schema.Precision.fp32
 
 
@@ -240,12 +240,17 @@ def _communication_bytes(
     DDP has none of its own: the gradients are views into its buckets. FSDP keeps the root module
     (embeddings, head, final norm) gathered from the forward to its backward and, per layer, gathers
     this layer and the next and reduce-scatters one layer's fp32 gradients. DeepSpeed keeps its reduce
-    bucket; ZeRO-3 gathers the running layer and prefetches the next bucket.
+    bucket; ZeRO-3 gathers the running layer and prefetches the next bucket. A pipeline stage (FSDP2, sharded
+    or with shard groups of one) stays gathered from its first backward to the step's last, and accumulates
+    its unsharded gradients until then: twice the stage's parameters.
     """
     strategy, element = par.strategy, 4 if par.mixed_precision is schema.Precision.fp32 else 2
+    layer = layer_parameters(model) / layout.tp
+    if layout.pp > 1:
+        stage = parameter_count(model, share) - share.layers * layer_parameters(model) + share.layers * layer
+        return 2 * stage * element, 0
     if strategy in (schema.Strategy.ddp, schema.Strategy.smddp):
         return 0, 0
-    layer = layer_parameters(model) / layout.tp
     if strategy.is_deepspeed:
         buckets = deepspeed_buckets(model)
         gathered = (layer + buckets["stage3_prefetch_bucket_size"]) * element if strategy.shards_parameters else 0
@@ -337,9 +342,10 @@ def pipeline_seconds(
 
 def _reductions_per_step(par: schema.ParallelismConfig, batch: Batch) -> int:
     """Sharded gradients are reduced (and ZeRO-3/FSDP parameters gathered) for every micro batch; DDP and
-    ZeRO-1 accumulate locally and reduce once per optimizer step."""
+    ZeRO-1 accumulate locally and reduce once per optimizer step, and so does a pipeline stage (the schedule
+    holds FSDP's reduction back until the last micro batch)."""
     once = (schema.Strategy.ddp, schema.Strategy.smddp, schema.Strategy.zero1)
-    return 1 if par.strategy in once else batch.grad_accum
+    return 1 if par.strategy in once or par.pp > 1 else batch.grad_accum
 
 
 RECOMPUTE_FLOPS = {
