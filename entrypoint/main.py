@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"dockyard-entrypoint: warning: {warning}", file=sys.stderr)
     try:
         if launch.account is not None:
-            hand_over(launch.paths, launch.channels, launch.account)
+            hand_over(launch.paths, launch.channels, plan_path, launch.account)
         else:
             check_writable(launch.paths)
     except PathError as error:

@@ -45,13 +45,13 @@ def written(paths: Paths) -> tuple[Path, ...]:
 
 
 def read(paths: Paths, channels: tuple[str, ...]) -> tuple[Path, ...]:
-    """What training reads: the contract files and each channel's folder (not the data inside)."""
+    """The folders training reads: the contract files' and each channel's (not the data inside)."""
     return (paths.input, paths.config, paths.input / "data", *(paths.channel(name) for name in channels))
 
 
-def hand_over(paths: Paths, channels: tuple[str, ...], account: Account) -> None:
+def hand_over(paths: Paths, channels: tuple[str, ...], plan: Path, account: Account) -> None:
     """As root: the written paths (and what is in them, such as an earlier attempt's checkpoints) become
-    the account's; the folders read and the contract files become readable by everyone."""
+    the account's; the folders read, the contract files and the plan become readable by everyone."""
     for folder in written(paths):
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -66,6 +66,8 @@ def hand_over(paths: Paths, channels: tuple[str, ...], account: Account) -> None
         if folder == paths.config:
             for file in folder.iterdir():
                 _allow_others(file, stat.S_IROTH)
+    _allow_others(plan.parent, stat.S_IROTH | stat.S_IXOTH)
+    _allow_others(plan, stat.S_IROTH)
 
 
 def _allow_others(path: Path, bits: int) -> None:
