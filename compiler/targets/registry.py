@@ -13,6 +13,8 @@ from compiler.targets.base import Target
 MODULES = {
     "local": "compiler.targets.local",
     "sagemaker": "compiler.targets.sagemaker",
+    "kubernetes": "compiler.targets.kubernetes",
+    "slurm": "compiler.targets.slurm",
 }
 """Target kind -> the package whose `TARGET` implements `compiler.targets.base.Target`."""
 
