@@ -1,7 +1,7 @@
 """A script written for a SageMaker estimator (tests/estimator/train.py) runs unchanged in dockyard's image:
-on two local container nodes through `dockyard launch`, and under the SageMaker Python SDK's local mode
-with instance_count=2 — the real external client of SageMaker's container contract, which mounts /opt/ml
-from root-owned 0700 folders. Both runs check every SM_* variable the script read against what the
+on two local container nodes and on two Slurm nodes through `dockyard launch`, and under the SageMaker
+Python SDK's local mode with instance_count=2 — the real external client of SageMaker's container
+contract, which mounts /opt/ml from root-owned 0700 folders. Both runs check every SM_* variable the script read against what the
 training toolkit would have given it, and the model it wrote where SageMaker uploads it from."""
 
 import json
@@ -68,8 +68,16 @@ def reports(output_data: list[Path]) -> list[dict]:
     return sorted(found, key=lambda report: report["rank"])
 
 
-def check_run(found: list[dict], model: dict, hosts: list[str], hyperparameters: dict) -> None:
-    """What each process read is what the training toolkit gives a script on SageMaker, and it trained."""
+def check_run(
+    found: list[dict],
+    model: dict,
+    hosts: list[str],
+    hyperparameters: dict,
+    instance_type: str = "local",
+    interface: str | None = "eth0",
+) -> None:
+    """What each process read is what the training toolkit gives a script on SageMaker, and it trained.
+    `interface` None: the host's own network (Slurm's containers), whatever it names its interface."""
     arguments = [part for key, value in sorted(hyperparameters.items()) for part in (f"--{key}", str(value))]
     assert [report["rank"] for report in found] == list(range(len(hosts) * PROCESSES_PER_NODE))
     for report in found:
@@ -81,8 +89,8 @@ def check_run(found: list[dict], model: dict, hosts: list[str], hyperparameters:
         assert env["SM_CURRENT_HOST_RANK"] == str(node_rank)
         assert env["SM_HOST_COUNT"] == str(len(hosts))
         assert env["SM_MASTER_ADDR"] == hosts[0] and int(env["SM_MASTER_PORT"]) > 0
-        assert env["SM_CURRENT_INSTANCE_TYPE"] == "local"
-        assert env["SM_NETWORK_INTERFACE_NAME"] == "eth0"
+        assert env["SM_CURRENT_INSTANCE_TYPE"] == instance_type
+        assert env["SM_NETWORK_INTERFACE_NAME"] == (interface or env["SM_NETWORK_INTERFACE_NAME"] or "(none)")
         assert env["SM_NUM_GPUS"] == "0" and int(env["SM_NUM_CPUS"]) >= 1
         assert (env["SM_MODEL_DIR"], env["SM_INPUT_DIR"], env["SM_INPUT_CONFIG_DIR"]) == (
             "/opt/ml/model",
@@ -118,6 +126,15 @@ def test_estimator_script_trains_on_two_local_container_nodes(engine, tmp_path, 
     found = reports([run / "nodes" / host / "output/data" for host in ("algo-1", "algo-2")])
     model = json.loads((run / "model/model.json").read_text())
     check_run(found, model, ["algo-1", "algo-2"], PLAN_HYPERPARAMETERS)
+
+
+def test_estimator_script_trains_on_two_slurm_nodes(engine, slurm_cluster, tmp_path, points):
+    """Slurm has no contract files: the hosts are its node list, the channels the folders under input/data,
+    and the instance type the plan's."""
+    dockyard("launch", *overrides(points), "target=slurm", "hydra.run.dir=run", cwd=tmp_path)
+    run = tmp_path / "run"
+    model = json.loads((run / "model/model.json").read_text())
+    check_run(reports([run / "output/data"]), model, ["n1", "n2"], PLAN_HYPERPARAMETERS, "cpu", interface=None)
 
 
 def compose_available() -> None:
