@@ -1,9 +1,11 @@
 """A script written for a SageMaker estimator (tests/estimator/train.py) runs unchanged in dockyard's image:
-on two local container nodes and on two Slurm nodes through `dockyard launch`, and under the SageMaker
-Python SDK's local mode with instance_count=2 — the real external client of SageMaker's container
-contract, which mounts /opt/ml from root-owned 0700 folders. Both runs check every SM_* variable the script read against what the
-training toolkit would have given it, and the model it wrote where SageMaker uploads it from."""
+on two local container nodes and on two Slurm nodes through `dockyard launch`, on two emulated Kubernetes
+pods, and under the SageMaker Python SDK's local mode with instance_count=2 — the real external client of
+SageMaker's container contract, which mounts /opt/ml from root-owned 0700 folders. Every run checks each
+SM_* variable the script read against what the training toolkit would have given it, and the model it
+wrote where SageMaker uploads it from."""
 
+import io
 import json
 import os
 import random
@@ -135,6 +137,30 @@ def test_estimator_script_trains_on_two_slurm_nodes(engine, slurm_cluster, tmp_p
     run = tmp_path / "run"
     model = json.loads((run / "model/model.json").read_text())
     check_run(reports([run / "output/data"]), model, ["n1", "n2"], PLAN_HYPERPARAMETERS, "cpu", interface=None)
+
+
+def test_estimator_script_trains_on_two_emulated_kubernetes_pods(engine, tmp_path, points):
+    """The JobSet's pods, started as local containers by tests.kubelet_emulation (no API server or kubelet
+    can run here): the data arrives as a claim, the hosts are the pods' DNS names."""
+    from compiler.images.build import build_image, ensure_base_image
+    from compiler.targets.kubernetes import translate
+    from tests.helpers import plan_for
+    from tests.kubelet_emulation import Emulation
+
+    script = [o for o in overrides(points) if not o.startswith("data.")]
+    data = ["data.source=efs", "data.file_system_id=fs-0123456789abcdef0", "data.claim=points", "data.path=/"]
+    plan = plan_for(*script, *data, "target=kubernetes", "target.claim=runs")
+    ensure_base_image(engine, plan.image, sys.stdout)
+    image = build_image(plan, engine, cwd=Path.cwd()).reference
+    request = translate.to_request(plan, image, run_id="estimator-script")
+    out = io.StringIO()
+    claims = {"runs": tmp_path / "claim", "points": points}
+    statuses = Emulation(request.manifests, tmp_path / "kubelet", claims, client=engine).run(out)
+    assert set(statuses.values()) == {0}, out.getvalue()[-4000:]
+    found = reports(sorted((tmp_path / "kubelet/pods").glob("*/emptydir/output/data")))  # each pod's emptyDir
+    model = json.loads((tmp_path / "claim/estimator-script/model/model.json").read_text())
+    hosts = list(translate.hostnames(plan, "estimator-script"))
+    check_run(found, model, hosts, PLAN_HYPERPARAMETERS, "cpu")
 
 
 def compose_available() -> None:
