@@ -56,7 +56,7 @@ class Launch:
         if self.account is not None:
             return f"{self.account.name} (uid {self.account.uid}), dropped to from root after preparing the paths"
         if os.getuid() == 0:
-            return f"root: this machine has no user {RUN_AS_USER} to drop to"
+            return f"root: no user {RUN_AS_USER} that root can become here"
         return f"uid {os.getuid()}, as started"
 
 

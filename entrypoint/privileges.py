@@ -26,10 +26,17 @@ class Account:
     home: str
 
 
-def find_account(name: str) -> Account | None:
+def find_account(name: str, uid_map: Path = Path("/proc/self/uid_map")) -> Account | None:
+    """The image's user, where root can become it: not where root is the only user of a user namespace
+    (enroot with root remapped, rootless Docker), which could neither chown to it nor switch to it."""
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
+        return None
+    if uid_map.is_file() and not any(
+        int(inside) <= entry.pw_uid < int(inside) + int(count)
+        for inside, _, count in (line.split() for line in uid_map.read_text().splitlines() if line.strip())
+    ):
         return None
     return Account(entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir)
 

@@ -12,6 +12,7 @@ import pytest
 from compiler.images.build import BuiltImage, build_image, ensure_base_image
 from compiler.spec.contract import PLAN_CHANNEL, PLAN_PATH
 from entrypoint.main import USER_ERROR
+from entrypoint.privileges import find_account
 from tests.entrypoint_support import tiny_plan, write_plan
 
 STRANGER = "4321:4321"
@@ -98,3 +99,14 @@ def test_a_stranger_trains_as_itself_where_it_may_write(engine, image, tmp_path)
     assert status == 0, log[-3000:]
     assert "user        uid 4321, as started" in log
     assert (tmp_path / "ml/model.pt").stat().st_uid == 4321
+
+
+def test_root_of_a_user_namespace_keeps_root(tmp_path):
+    """Where root is the only user mapped (enroot's remapped root, rootless Docker), there is no one to drop
+    to: training stays root there rather than fail on chown."""
+    uid_map = tmp_path / "uid_map"
+    uid_map.write_text("         0       1000          1\n")
+    assert find_account("nobody", uid_map) is None
+    uid_map.write_text("         0          0 4294967295\n")
+    assert find_account("nobody", uid_map).uid == 65534
+    assert find_account("no-such-user", uid_map) is None
