@@ -84,8 +84,8 @@ INVALID = [
     (["data=s3", "data.uri=https://bucket/x"], "data.uri", "is not an S3 URI"),
     (["data=s3", "data.uri=s3://My_Bucket/x"], "data.uri", "is not an S3 URI"),
     (["data=s3", "data.uri=s3://a..b/x"], "data.uri", "is not an S3 URI"),
-    (["data=s3", "data.uri=s3://bucket/x", "data.channel=my channel"], "data.channel", "not a SageMaker channel"),
-    ([SM, f"data.channel={'c' * 65}"], "data.channel", "not a SageMaker channel name"),
+    (["data=s3", "data.uri=s3://bucket/x", "data.channel=my channel"], "data.channel", "is not a channel name"),
+    ([SM, f"data.channel={'c' * 65}"], "data.channel", "is not a channel name"),
     (["data=local"], "data.path", "is missing"),
     ([SM, "data=local", "data.path=/data"], "data.source", "a host folder cannot reach target=sagemaker"),
     ([SM, "data=fsx", "data.path=/fsx/tokens"], "data.file_system_id", "is missing"),
@@ -143,7 +143,7 @@ INVALID = [
     (["+target.environment.BAD-NAME=x"], "target.environment.BAD-NAME", "not an environment variable name"),
     ([*P5, "target=kubernetes"], "target", "target=kubernetes is not supported yet"),
     # images
-    (["image.name=Dockyard/Smoke"], "image.name", "is not a Docker repository name"),
+    (["image.name=Dockyard/Smoke"], "image.name", "is not a repository name"),
     (["image.push=true"], "image.registry", "image.push=true needs a registry"),
     (["image.python_packages=[numpy]"], "image.python_packages", "'numpy' is not pinned"),
     # trainer
