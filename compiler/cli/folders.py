@@ -89,6 +89,13 @@ def _mkdir_new(wanted: Path) -> Path:
     raise AssertionError("unreachable")
 
 
+def expect(run_dir: str) -> None:
+    """A run folder the user names: Hydra will create it and any parents missing now, which are then this
+    invocation's to remove if they stay empty."""
+    missing = [p for p in [Path(run_dir), *Path(run_dir).parents] if not p.exists()]
+    _current.created += reversed(missing)
+
+
 def register() -> None:
     OmegaConf.register_new_resolver(RESOLVER, fresh_dir, replace=True)
 
@@ -107,6 +114,7 @@ def results_in(run_dir: Path, *, keep: bool = True) -> Iterator[Path]:
         raise
     if keep:
         _promote(stage, run_dir)
+    shutil.rmtree(stage, ignore_errors=True)
     discard()
 
 

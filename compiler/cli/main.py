@@ -78,6 +78,9 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
     user_wants_traceback = "HYDRA_FULL_ERROR" in os.environ
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
     folders.start()
+    for override in overrides:
+        if override.startswith("hydra.run.dir="):
+            folders.expect(override.partition("=")[2])
     sys.argv = [PROG, *overrides, *_staging(overrides)]
     try:
         reject_numbers_for_strings([o for o in overrides if "=" in o and not o.startswith("-")])
