@@ -204,7 +204,11 @@ def main(argv: list[str] | None = None) -> None:
     if not plan_path.is_file():
         _exit(f"no plan at {plan_path}; pass --plan PATH or set DOCKYARD_PLAN")
     try:
-        plan = Plan.from_json(plan_path.read_text())
+        text = plan_path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        _exit(f"plan: cannot read {plan_path} ({error}); recompile it with `dockyard plan`")
+    try:
+        plan = Plan.from_json(text)
         # the plan's target.environment counts as the user's, also where the target did not pass it in
         environ = {**plan.target.environment, **os.environ}
         timeout = args.timeout or float(environ.get("DOCKYARD_TIMEOUT", DEFAULT_TIMEOUT_S))

@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler.cli import folders
+from compiler.config.compose import CONF_DIR
 from compiler.images.render import TEMPLATES, render_dockerfile
 from compiler.planner.compile import compile_plan
 from compiler.spec import Plan, schema
@@ -129,6 +131,30 @@ def test_the_canary_never_reaches_a_plan_a_request_or_a_message(tmp_path):
         outcome = invoke(args, tmp_path)
         assert_clean(outcome, dry_run="--dry-run" in args)
     assert_canary_nowhere(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "key"),
+    [("model/tiny.yaml", "name: tiny\nlayers: [1\n", "model"), ("config.yaml", "defaults:\n: : x\n", "config")],
+)
+def test_a_yaml_error_in_a_config_folder_is_one_line(tmp_path, file, text, key):
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    (conf / file).write_text(text)
+    outcome = invoke(["plan", "-cp", str(conf)], tmp_path)
+    assert outcome.status == 2 and outcome.error_keys == [key], outcome.stderr
+    assert f"{conf / file} line " in outcome.stderr
+    assert not outcome.created and not outcome.removed
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe", b"{bad", b"[]", b""])
+def test_the_entrypoint_reports_an_unreadable_plan_in_one_line(tmp_path, content):
+    plan = tmp_path / "plan.json"
+    plan.write_bytes(content)
+    entrypoint = str(Path(sys.executable).parent / "dockyard-entrypoint")
+    result = subprocess.run([entrypoint, "--plan", str(plan), "--explain"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("dockyard-entrypoint: error: plan: ") and result.stderr.count("\n") == 1
 
 
 SAGEMAKER = "experiment=gpt2-124m-p4d"

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
@@ -108,7 +109,7 @@ def compose_in_context(overrides: Sequence[str]) -> schema.Config:
     reject_numbers_for_strings(overrides)
     try:
         cfg = compose(CONFIG_NAME, overrides=list(overrides))
-    except (ConfigCompositionException, OverrideParseException, ValueError) as exc:
+    except (ConfigCompositionException, OverrideParseException, ValueError, yaml.YAMLError) as exc:
         raise as_config_error(exc) from None
     return to_config(cfg)
 
@@ -166,6 +167,8 @@ def as_config_error(exc: BaseException) -> ConfigError:
     if inner is not None:  # a resolver's: the key is the innermost value being resolved
         keys = [e.full_key for e in chain if isinstance(e, OmegaConfBaseException) and e.full_key]
         return ConfigError(keys[-1], inner.message, inner.fix) if inner.key == "oc.env" and keys else inner
+    if isinstance(exc, yaml.YAMLError):
+        return _yaml_error(exc)
     if isinstance(exc, MissingConfigException) and exc.options is not None and exc.missing_cfg_file:
         group, _, option = exc.missing_cfg_file.rpartition("/")
         return UnknownNameError(group or "config", f"{group or 'config'} option", option, exc.options)
@@ -179,6 +182,17 @@ def as_config_error(exc: BaseException) -> ConfigError:
         parse_error = ": ".join(str(exc).splitlines()[:2])
         return ConfigError("overrides", parse_error, "see Hydra's override grammar (`dockyard plan --help`)")
     return ConfigError("overrides", _first_line(str(exc)), "see `dockyard plan --help` for the override syntax")
+
+
+def _yaml_error(exc: yaml.YAMLError) -> ConfigError:
+    """A YAML file that does not parse: named by its config group (the folder it lies in)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if mark is None:
+        return ConfigError("config", f"a YAML file does not parse: {problem}", "fix the file's syntax")
+    path = Path(mark.name)
+    group = path.parent.name if path.parent.name and path.name != f"{CONFIG_NAME}.yaml" else "config"
+    return ConfigError(group, f"{path} line {mark.line + 1}: {problem}", "fix the file's YAML syntax")
 
 
 def _chain(exc: BaseException | None) -> list[BaseException]:
