@@ -16,6 +16,8 @@ from compiler.spec.errors import ConfigError, UnknownNameError
 
 SUBNET, SECURITY_GROUP = re.compile(r"subnet-[0-9a-f]{8,17}"), re.compile(r"sg-[0-9a-f]{8,17}")
 MAX_RUN_HOURS = 28 * 24
+LOOPBACK_REGISTRY = re.compile(r"(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|localhost)(:\d{1,5})?")
+"""A registry on this machine, which only a SageMaker emulator (moto, in the tests) can pull from."""
 RESERVED_ENVIRONMENT = 2
 """DOCKYARD_PLAN and DOCKYARD_RUN_ID, which every request adds to the config's environment."""
 
@@ -66,7 +68,7 @@ def check(plan: Plan) -> list[str]:
     check_shape("target.volume_size_gb", "OptionalVolumeSizeInGB", target.volume_size_gb)
     check_shape("target.max_run_hours", "MaxRuntimeInSeconds", round(target.max_run_hours * 3600))
     registry = plan.image.registry
-    if registry is not None and not ECR_REGISTRY.fullmatch(registry):
+    if registry is not None and not (ECR_REGISTRY.fullmatch(registry) or LOOPBACK_REGISTRY.fullmatch(registry)):
         raise ConfigError(
             "image.registry",
             f"{shown(registry)} is not an ECR registry, and SageMaker pulls training images only from ECR",
