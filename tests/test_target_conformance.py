@@ -3,12 +3,14 @@
 
 - The target is what the registry says it is, with its capabilities declared.
 - `to_request` is pure: the same plan, image and run id give the same text, whatever the environment and
-  the working folder, and `str(request)` is `request.to_json()`, the text `submit` sends.
+  the working folder; `str(request)` is the text `submit` sends (JSON, or Kubernetes' YAML manifests), and
+  `request.to_json()` the same request as JSON (what a sweep's dry run keeps).
 - `launch --dry-run` prints exactly that request (for the run id and folder it chose) and leaves nothing
   behind.
 - A plan that this target cannot run is a `ConfigError` naming the key, at compile time or in `to_request`.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -34,6 +36,7 @@ VALID = {
         "image.push=true",
         f"image.registry={ECR}",
     ),
+    "kubernetes": ("experiment=llama3-8b-p5x4", "target=kubernetes", "image.push=true", f"image.registry={ECR}"),
 }
 """Overrides of a plan each target runs; a new target adds its line."""
 INVALID = {
@@ -42,6 +45,7 @@ INVALID = {
         "data.source",
     ),
     "sagemaker": ((*VALID["sagemaker"], "target.max_retries=31"), "target.max_retries"),
+    "kubernetes": ((*VALID["kubernetes"], "target.namespace=Training"), "target.namespace"),
 }
 """Overrides of a plan each target refuses, and the key its error names."""
 DOCKYARD = str(Path(sys.executable).with_name("dockyard"))
@@ -69,7 +73,8 @@ def test_the_request_is_pure_and_renders_what_is_sent(kind, tmp_path, monkeypatc
     monkeypatch.setenv("DOCKYARD_CONFORMANCE", "must not matter")
     monkeypatch.setenv("AWS_REGION", "eu-west-3")
     second = target.to_request(plan, image, run_id="conformance-1", run_dir=tmp_path / "run")
-    assert str(first) == str(second) == first.to_json()
+    assert str(first) == str(second) and first.to_json() == second.to_json()
+    assert isinstance(json.loads(first.to_json()), dict)
     assert first.run_id == "conformance-1" and first.image == image
     assert "must not matter" not in str(first)
     assert not any(tmp_path.iterdir()), "to_request wrote files"

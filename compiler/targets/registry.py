@@ -13,6 +13,7 @@ from compiler.targets.base import Target
 MODULES = {
     "local": "compiler.targets.local",
     "sagemaker": "compiler.targets.sagemaker",
+    "kubernetes": "compiler.targets.kubernetes",
 }
 """Target kind -> the package whose `TARGET` implements `compiler.targets.base.Target`."""
 
