@@ -63,7 +63,7 @@ def build_task(cfg: DictConfig) -> None:
 
     run_dir = run_folder()
     with folders.results_in(run_dir) as stage:
-        build_and_record(compile_into(cfg, stage, run_dir), stage, cwd=Path.cwd())
+        build_and_record(compile_into(cfg, stage, run_dir), run_dir, cwd=Path.cwd(), stage=stage)
 
 
 def launch_task(cfg: DictConfig) -> None:
@@ -73,7 +73,7 @@ def launch_task(cfg: DictConfig) -> None:
     run_dir = run_folder()
     with folders.results_in(run_dir) as stage:
         plan = compile_into(cfg, stage, run_dir)
-        built = build_and_record(plan, stage, cwd=Path.cwd())
+        built = build_and_record(plan, run_dir, cwd=Path.cwd(), stage=stage)
         run_id = runs.run_id_for(plan, datetime.now(UTC))
         request = runs.translate(plan, built.digest or built.reference, run_id, run_dir)
     record = runs.new_record(plan, request, run_dir, request.image)
