@@ -24,6 +24,7 @@ from compiler.planner.compile import compile_plan
 from compiler.spec import Plan, schema
 from compiler.spec.errors import ConfigError
 from tests.hostile import CANARY, CANARY_VARIABLE, assert_canary_nowhere, assert_clean, invoke
+from tests.test_target_conformance import VALID
 
 CORPUS = Path(__file__).parent / "data" / "hostile.txt"
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
@@ -205,7 +206,7 @@ VALUES = st.one_of(
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
-    base=st.sampled_from([[], [SAGEMAKER], [SAGEMAKER, ROLE]]),
+    base=st.sampled_from([[], [SAGEMAKER], *(list(overrides) for overrides in VALID.values())]),
     verb=st.sampled_from(["plan", "dry-run"]),
     overrides=st.lists(st.tuples(st.sampled_from(KEYS), VALUES), min_size=1, max_size=3),
 )
