@@ -288,6 +288,8 @@ def read_plan(path: Path) -> str:
         raise PathError(f"cannot read the plan at {path} as uid {os.getuid()}: permission denied") from None
     except OSError as error:
         raise PathError(f"cannot read the plan at {path}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise PathError(f"the plan at {path} is not text; recompile it with `dockyard plan`") from None
 
 
 def _exit(message: str) -> None:

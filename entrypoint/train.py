@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import signal
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -29,6 +28,7 @@ from entrypoint.metrics import MetricsLog, memory_gib, mfu
 from entrypoint.model import Decoder
 from entrypoint.optim import lr_at
 from entrypoint.s3 import download_s3
+from entrypoint.teardown import leave
 
 
 def init_distributed(plan: Plan, timeout_s: float) -> torch.device:
@@ -222,12 +222,7 @@ def main(argv: list[str] | None = None) -> None:
         float(os.environ.get("DOCKYARD_TIMEOUT", DEFAULT_TIMEOUT_S)),
         int(stop) if stop else None,
     )
-    # Every rank has passed the final barrier with its files closed. Leave without tearing the process
-    # group and the interpreter down: gloo's worker threads, destroyed at teardown, intermittently abort a
-    # finished rank ("terminate called without an active exception", seen with torch 2.13 on CPU).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave(0)  # every rank has passed the final barrier with its files closed
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from compiler.spec import Plan
+from entrypoint.teardown import leave
 from entrypoint.train import make_engine
 
 
@@ -31,7 +32,7 @@ def main() -> None:
     counted["optimizer"] = sum(local_bytes(t) for state in states for name, t in state.items() if name != "step")
     if dist.get_rank() == 0:
         Path(sys.argv[2]).write_text(json.dumps(counted))
-    dist.destroy_process_group()
+    leave()
 
 
 if __name__ == "__main__":

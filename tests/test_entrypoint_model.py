@@ -20,6 +20,7 @@ from compiler.spec import Plan
 from entrypoint.model import Decoder
 from entrypoint.parallel import TorchEngine
 from entrypoint.data import Batches, make_source
+from entrypoint.teardown import leave
 
 plan = Plan.from_json(open(sys.argv[1]).read())
 dist.init_process_group("gloo")
@@ -31,7 +32,7 @@ inputs, targets = Batches(make_source(plan, None), plan, dist.get_rank()).micro_
 loss = engine.forward_backward([(inputs, targets)]).item()
 if dist.get_rank() == 0:
     print("RESULT", loss, full["blocks.0.mlp.up.weight"].std().item(), full["blocks.0.mlp.down.weight"].std().item())
-dist.destroy_process_group()
+leave()
 """
 
 

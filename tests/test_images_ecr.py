@@ -8,7 +8,7 @@ ACCOUNT, REGION = "123456789012", "us-west-2"
 
 
 def test_ecr_registry_names_are_recognised() -> None:
-    match = ECR_REGISTRY.match(f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com")
+    match = ECR_REGISTRY.fullmatch(f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com")
     assert (match["account"], match["region"]) == (ACCOUNT, REGION)
     assert ECR_REGISTRY.match("127.0.0.1:5000") is None
 

@@ -97,8 +97,8 @@ INVALID = [
     (["data=s3", "data.uri=https://bucket/x"], "data.uri", "is not an S3 URI"),
     (["data=s3", "data.uri=s3://My_Bucket/x"], "data.uri", "is not an S3 URI"),
     (["data=s3", "data.uri=s3://a..b/x"], "data.uri", "is not an S3 URI"),
-    (["data=s3", "data.uri=s3://bucket/x", "data.channel=my channel"], "data.channel", "not a SageMaker channel"),
-    ([SM, f"data.channel={'c' * 65}"], "data.channel", "not a SageMaker channel name"),
+    (["data=s3", "data.uri=s3://bucket/x", "data.channel=my channel"], "data.channel", "is not a channel name"),
+    ([SM, f"data.channel={'c' * 65}"], "data.channel", "is not a channel name"),
     (["data=local"], "data.path", "is missing"),
     ([SM, "data=local", "data.path=/data"], "data.source", "a host folder cannot reach target=sagemaker"),
     ([SM, "data=fsx", "data.path=/fsx/tokens"], "data.file_system_id", "is missing"),
@@ -127,8 +127,8 @@ INVALID = [
     ([SM, "data.token_dtype=int8"], "data.token_dtype", "is not a token type"),
     # targets
     ([SM, "target.max_run_hours=700"], "target.max_run_hours", "SageMaker stops jobs after 28 days"),
-    ([SM, "target.role_arn=my-role"], "target.role_arn", "is not an IAM role ARN"),
-    ([SM, "target.region=mars-1"], "target.region", "is not an AWS region"),
+    ([SM, "target.role_arn=my-role"], "target.role_arn", "SageMaker takes 20 to 2048 characters"),
+    ([SM, "target.region=mars-1"], "target.region", "unknown SageMaker region"),
     ([SM, "target.output_uri=/tmp/out"], "target.output_uri", "is not an S3 URI"),
     ([SM, "target.spot=true"], "target.max_wait_hours", "managed spot needs a wait"),
     (
@@ -137,14 +137,14 @@ INVALID = [
         "warm pools do not work with managed spot",
     ),
     ([SM, "target.max_wait_hours=48"], "target.max_wait_hours", "applies only to managed spot"),
-    ([SM, "target.keep_alive_seconds=7200"], "target.keep_alive_seconds", "between 0 and 3600"),
+    ([SM, "target.keep_alive_seconds=21601"], "target.keep_alive_seconds", "SageMaker takes 0 to 21600"),
     ([SM, "target.subnets=[subnet-0123456789abcdef0]"], "target.security_groups", "needs both"),
     (
         [SM, "target.subnets=[subnet-1]", "target.security_groups=[sg-0123456789abcdef0]"],
         "target.subnets",
         "is not a subnet id",
     ),
-    ([SM, "target.max_retries=31"], "target.max_retries", "SageMaker retries a job at most 30 times"),
+    ([SM, "target.max_retries=31"], "target.max_retries", "SageMaker takes 1 to 30"),
     (["target.max_retries=-1"], "target.max_retries", "cannot be negative"),
     (["target.max_run_hours=0"], "target.max_run_hours", "must be positive"),
     (
@@ -155,7 +155,7 @@ INVALID = [
     (["+target.environment.1BAD=x"], "overrides", "Error parsing override '+target.environment.1BAD=x'"),
     (["+target.environment.BAD-NAME=x"], "target.environment.BAD-NAME", "not an environment variable name"),
     # images
-    (["image.name=Dockyard/Smoke"], "image.name", "is not a Docker repository name"),
+    (["image.name=Dockyard/Smoke"], "image.name", "is not a repository name"),
     (["image.push=true"], "image.registry", "image.push=true needs a registry"),
     (["image.python_packages=[numpy]"], "image.python_packages", "'numpy' is not pinned"),
     # trainer

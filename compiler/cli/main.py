@@ -10,17 +10,19 @@ import sys
 from collections.abc import Callable
 
 import hydra
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from compiler.cli import runs, tasks
-from compiler.config.compose import CONF_DIR, CONFIG_NAME, as_config_error
+from compiler.cli import folders, runs, tasks
+from compiler.config.compose import CONF_DIR, CONFIG_NAME, as_config_error, reject_numbers_for_strings
 from compiler.spec.errors import ConfigError, UnknownNameError
 from compiler.sweep.launcher import InvalidSweepError, PointFailedError
 
+folders.register()
 PROG = "dockyard"
 USER_ERROR = 2
 VERBS: dict[str, Callable[[DictConfig], None]] = {
@@ -76,22 +78,37 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
     app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=CONFIG_NAME)(guarded)
     user_wants_traceback = "HYDRA_FULL_ERROR" in os.environ
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
-    sys.argv = [PROG, *overrides]
+    folders.start()
+    for override in overrides:
+        if override.startswith("hydra.run.dir="):
+            folders.expect(override.partition("=")[2])
+    sys.argv = [PROG, *overrides, *_staging(overrides)]
     try:
+        reject_numbers_for_strings([o for o in overrides if "=" in o and not o.startswith("-")])
         app()
     except PointFailedError as exc:  # a sweep's job failed: the others ran, the summary says how
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         sys.exit(1)
-    except (HydraException, OmegaConfBaseException, ValueError, ConfigError) as exc:
+    except (HydraException, OmegaConfBaseException, ValueError, ConfigError, yaml.YAMLError) as exc:
         if user_wants_traceback or task_failed:  # a bug in dockyard, not a user's mistake
             raise
         error = as_config_error(exc)
         errors += [error.one_line(), *(error.points if isinstance(error, InvalidSweepError) else ())]
     finally:
+        folders.discard()
         if not user_wants_traceback:
             del os.environ["HYDRA_FULL_ERROR"]
     if errors:
         _fail(*errors)
+
+
+def _staging(overrides: list[str]) -> list[str]:
+    """Hydra's `.hydra` files go to this invocation's staging folder (see `compiler.cli.folders`); a sweep
+    writes each point's own, and a user's `hydra.output_subdir` is theirs."""
+    sweep = {"-m", "--multirun"} & set(overrides) or any(o.startswith("hydra.mode=") for o in overrides)
+    if sweep or any(o.lstrip("+").startswith("hydra.output_subdir=") for o in overrides):
+        return []
+    return [folders.staging_override()]
 
 
 def _fail(*errors: str) -> None:

@@ -1,19 +1,19 @@
 """The Hydra tasks behind the verbs: each gets the composed config and works in Hydra's run folder.
 
-A `ConfigError` anywhere in a task removes what the run wrote (Hydra's .hydra folder, the plan, report
-and image record, then the folders left empty), so a user's mistake leaves nothing half-written.
+A task writes into this invocation's staging folder and its results move into the run folder only when
+it succeeds (`compiler.cli.folders`), so a user's mistake leaves nothing half-written and removes nothing
+that another command, or the user, put there.
 """
 
 import shutil
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from compiler.cli import folders
 from compiler.config.compose import to_config
 from compiler.planner.compile import compile_plan
 from compiler.planner.summary import report_markdown, summary_lines
@@ -30,42 +30,31 @@ def run_folder() -> Path:
     return Path(HydraConfig.get().runtime.output_dir).resolve()
 
 
-@contextmanager
-def discarded_on_error(run_dir: Path) -> Iterator[None]:
-    try:
-        yield
-    except ConfigError:
-        discard(run_dir)
-        raise
-
-
 def discard(run_dir: Path) -> None:
-    """Remove what this run wrote, then the folders it leaves empty up to the working directory."""
+    """Remove an empty sweep folder Hydra made (its .hydra folder, then the folders left empty) up to the
+    working directory."""
     shutil.rmtree(run_dir / ".hydra", ignore_errors=True)
-    for name in RUN_FILES:
-        (run_dir / name).unlink(missing_ok=True)
     cwd, folder = Path.cwd().resolve(), run_dir
     while folder != cwd and cwd in folder.parents and not any(folder.iterdir()):
         folder.rmdir()
         folder = folder.parent
 
 
-def compile_into(cfg: DictConfig, run_dir: Path) -> Plan:
-    """Compile, print the summary, and write plan.json and report.md into the run folder."""
+def compile_into(cfg: DictConfig, stage: Path, run_dir: Path) -> Plan:
+    """Compile, print the summary, and write plan.json and report.md (into `stage`, bound for `run_dir`)."""
     plan = compile_plan(to_config(cfg))
-    path = run_dir / PLAN_FILE
-    path.write_text(plan.to_json(indent=2) + "\n")
-    (run_dir / REPORT_FILE).write_text(report_markdown(plan))
+    (stage / PLAN_FILE).write_text(plan.to_json(indent=2) + "\n")
+    (stage / REPORT_FILE).write_text(report_markdown(plan))
     print("\n".join(summary_lines(plan)))
-    print(f"wrote     {path} and {REPORT_FILE}")
+    print(f"wrote     {run_dir / PLAN_FILE} and {REPORT_FILE}")
     return plan
 
 
 def plan_task(cfg: DictConfig) -> None:
     """Compile the config into a plan, print its summary, write plan.json and report.md to the run folder."""
     run_dir = run_folder()
-    with discarded_on_error(run_dir):
-        compile_into(cfg, run_dir)
+    with folders.results_in(run_dir) as stage:
+        compile_into(cfg, stage, run_dir)
 
 
 def build_task(cfg: DictConfig) -> None:
@@ -73,8 +62,8 @@ def build_task(cfg: DictConfig) -> None:
     from compiler.images.workflow import build_and_record  # the Docker SDK only for these verbs
 
     run_dir = run_folder()
-    with discarded_on_error(run_dir):
-        build_and_record(compile_into(cfg, run_dir), run_dir, cwd=Path.cwd())
+    with folders.results_in(run_dir) as stage:
+        build_and_record(compile_into(cfg, stage, run_dir), run_dir, cwd=Path.cwd(), stage=stage)
 
 
 def launch_task(cfg: DictConfig) -> None:
@@ -82,13 +71,17 @@ def launch_task(cfg: DictConfig) -> None:
     from compiler.images.workflow import build_and_record
 
     run_dir = run_folder()
-    with discarded_on_error(run_dir):
-        plan = compile_into(cfg, run_dir)
-        built = build_and_record(plan, run_dir, cwd=Path.cwd())
+    with folders.results_in(run_dir) as stage:
+        plan = compile_into(cfg, stage, run_dir)
+        built = build_and_record(plan, run_dir, cwd=Path.cwd(), stage=stage)
         run_id = runs.run_id_for(plan, datetime.now(UTC))
         request = runs.translate(plan, built.digest or built.reference, run_id, run_dir)
-        record = runs.new_record(plan, request, run_dir, request.image)
+    record = runs.new_record(plan, request, run_dir, request.image)
+    try:
         record = runs.execute(record, plan, request)  # a missing role or bucket is found before anything starts
+    except ConfigError:
+        folders.discard(fresh_too=True)  # a folder the user named keeps the plan that replaced theirs
+        raise
     if record.status in records.OPEN_STATUSES:
         return  # a detached remote job
     runs.print_results(record)
@@ -101,11 +94,9 @@ def dry_run_task(cfg: DictConfig) -> None:
     from compiler.images.build import planned_reference
 
     run_dir = run_folder()
-    try:
+    with folders.results_in(run_dir, keep=False):
         plan = compile_plan(to_config(cfg))
         image = runs.dry_run_image(plan, planned_reference(plan, cwd=Path.cwd()))
         print(runs.translate(plan, image, runs.run_id_for(plan, datetime.now(UTC)), run_dir), end="")
         if plan.image.push:
             print(f"dockyard: {image} is built and pushed at launch, which pins it by digest", file=sys.stderr)
-    finally:
-        discard(run_dir)

@@ -3,14 +3,26 @@
 Hydra rejects unknown keys, wrong types and unknown options while it composes, with several lines that
 name the key somewhere in the middle. `as_config_error` turns those exceptions into the same one-line
 `ConfigError` dockyard's own checks raise, so every user mistake reads the same way.
+
+Two rules hold for every value, whatever its key:
+- The environment is not read into a config (`${oc.env:...}` is refused): plans, reports, requests and
+  run records are stored and shared, so a secret copied into one leaks. Credentials reach a job through
+  the target's own mechanism (an IAM role, the engine's credential chain), never through the config.
+- Numbers are finite and fit in 64 bits: NaN and infinity cannot be trained with or submitted, and strict
+  JSON (plan.json) has no spelling for them.
 """
 
 import dataclasses
 import difflib
+import math
+import typing
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
@@ -23,18 +35,52 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 CONFIG_NAME = "config"
 
 store.register()
+MAX_INT = 2**63 - 1
+
+
+def _refuse_environment(variable: str, default: object = None) -> None:
+    raise ConfigError(
+        "oc.env",
+        f"reads the environment variable {variable}, and plans and requests are stored and shared",
+        "write the value itself; pass credentials through the target (an IAM role), never the config",
+    )
+
+
+OmegaConf.register_new_resolver("oc.env", _refuse_environment, replace=True)
 
 
 def to_config(cfg: DictConfig) -> schema.Config:
     """The typed config, every interpolation resolved; a missing value or an added key is a ConfigError."""
-    missing = sorted(OmegaConf.missing_keys(cfg))
-    if missing:
-        raise ConfigError(missing[0], "is missing", f"set it on the command line ({missing[0]}=...)")
-    _reject_added_keys(cfg)
     try:
-        return OmegaConf.to_object(cfg)
+        missing = sorted(OmegaConf.missing_keys(cfg))
+        if missing:
+            raise ConfigError(missing[0], "is missing", f"set it on the command line ({missing[0]}=...)")
+        _reject_added_keys(cfg)
+        config = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as exc:
         raise as_config_error(exc) from None
+    _reject_unrepresentable_numbers(config)
+    return config
+
+
+def _reject_unrepresentable_numbers(value: object, key: str = "") -> None:
+    """NaN, infinity and integers past 64 bits, in any field, list or map of the config."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(key, f"is {value}, not a finite number", "give a finite number")
+    if isinstance(value, int) and not -MAX_INT <= value <= MAX_INT:
+        raise ConfigError(key, f"has {len(str(abs(value)))} digits, more than 64 bits hold", "give a smaller number")
+    prefix = f"{key}." if key else ""
+    if dataclasses.is_dataclass(value):
+        for field in dataclasses.fields(value):
+            _reject_unrepresentable_numbers(getattr(value, field.name), prefix + field.name)
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            _reject_unrepresentable_numbers(item, f"{prefix}{name}")
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _reject_unrepresentable_numbers(item, key)
 
 
 def _reject_added_keys(node: DictConfig, path: str = "") -> None:
@@ -60,17 +106,69 @@ def compose_config(overrides: Sequence[str] = (), config_dir: Path = CONF_DIR) -
 
 def compose_in_context(overrides: Sequence[str]) -> schema.Config:
     """Compose inside an already initialized Hydra context (many configs, one initialization)."""
+    reject_numbers_for_strings(overrides)
     try:
         cfg = compose(CONFIG_NAME, overrides=list(overrides))
-    except (ConfigCompositionException, OverrideParseException, ValueError) as exc:
+    except (ConfigCompositionException, OverrideParseException, ValueError, yaml.YAMLError) as exc:
         raise as_config_error(exc) from None
     return to_config(cfg)
+
+
+def reject_numbers_for_strings(overrides: Sequence[str]) -> None:
+    """`image.torch=2.10` would arrive as the float 2.1 and `name=1e3` as '1000.0': a float given for a
+    string field (versions, names, environment values) is refused with the quoting that keeps it."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except OverrideParseException:
+        return  # Hydra reports it while composing
+    for override in parsed:
+        if override.is_delete() or override.is_sweep_override() or not isinstance(override.value(), float):
+            continue
+        if str in _field_types(override.key_or_group.split(".")):
+            raw = override.input_line.partition("=")[2]
+            raise ConfigError(
+                override.key_or_group,
+                f"is a text field, but {raw} reads as the number {override.value()}",
+                f"quote it: {override.key_or_group.lstrip('+~')}='{raw}'",
+            )
+
+
+def _field_types(path: list[str]) -> set[type]:
+    """The types a dotted config key may hold (several below `target`, whose schema the option picks)."""
+    classes: list[type] = [schema.Config]
+    for name in path[:-1]:
+        next_classes = []
+        for cls in classes:
+            hint = typing.get_type_hints(cls).get(name) if dataclasses.is_dataclass(cls) else None
+            if hint is Any and name == "target":
+                next_classes += [cls for cls in _subclasses(schema.TargetConfig)]
+            elif dataclasses.is_dataclass(hint):
+                next_classes.append(hint)
+            elif typing.get_origin(hint) is dict:
+                next_classes.append(typing.get_args(hint)[1])
+        classes = next_classes
+    types: set[type] = set()
+    for cls in classes:
+        hint = typing.get_type_hints(cls).get(path[-1]) if dataclasses.is_dataclass(cls) else cls
+        types.update(typing.get_args(hint) or (hint,))
+    return types
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [cls, *(sub for child in cls.__subclasses__() for sub in _subclasses(child))]
 
 
 def as_config_error(exc: BaseException) -> ConfigError:
     """The one-line ConfigError for an exception Hydra or OmegaConf raised over a user's config."""
     if isinstance(exc, ConfigError):
         return exc
+    chain = _chain(exc)
+    inner = next((e for e in chain if isinstance(e, ConfigError)), None)
+    if inner is not None:  # a resolver's: the key is the innermost value being resolved
+        keys = [e.full_key for e in chain if isinstance(e, OmegaConfBaseException) and e.full_key]
+        return ConfigError(keys[-1], inner.message, inner.fix) if inner.key == "oc.env" and keys else inner
+    if isinstance(exc, yaml.YAMLError):
+        return _yaml_error(exc)
     if isinstance(exc, MissingConfigException) and exc.options is not None and exc.missing_cfg_file:
         group, _, option = exc.missing_cfg_file.rpartition("/")
         return UnknownNameError(group or "config", f"{group or 'config'} option", option, exc.options)
@@ -84,6 +182,26 @@ def as_config_error(exc: BaseException) -> ConfigError:
         parse_error = ": ".join(str(exc).splitlines()[:2])
         return ConfigError("overrides", parse_error, "see Hydra's override grammar (`dockyard plan --help`)")
     return ConfigError("overrides", _first_line(str(exc)), "see `dockyard plan --help` for the override syntax")
+
+
+def _yaml_error(exc: yaml.YAMLError) -> ConfigError:
+    """A YAML file that does not parse: named by its config group (the folder it lies in)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if mark is None:
+        return ConfigError("config", f"a YAML file does not parse: {problem}", "fix the file's syntax")
+    path = Path(mark.name)
+    group = path.parent.name if path.parent.name and path.name != f"{CONFIG_NAME}.yaml" else "config"
+    return ConfigError(group, f"{path} line {mark.line + 1}: {problem}", "fix the file's YAML syntax")
+
+
+def _chain(exc: BaseException | None) -> list[BaseException]:
+    """`exc` and the exceptions it was raised from, outermost first (OmegaConf and Hydra wrap them)."""
+    chain: list[BaseException] = []
+    while exc is not None and exc not in chain:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return chain
 
 
 def _first_line(text: str) -> str:

@@ -82,7 +82,14 @@ def build_context(plan: Plan, *, cwd: Path, base_id: str = "") -> BuildContext:
         wheel = find_torch_wheel(plan.image, wheelhouse_folders(plan.image))
         files[f"wheelhouse/{wheel.name}"] = wheel
     if has_user_code(plan):
-        files.update(user_code_files(cwd / plan.trainer.source_dir))
+        code = user_code_files(cwd / plan.trainer.source_dir)
+        if f"code/{plan.trainer.script}" not in code:
+            raise ConfigError(
+                "trainer.script",
+                f"'{plan.trainer.script}' is not a file in {plan.trainer.source_dir} (or .dockerignore leaves it out)",
+                "give its path relative to trainer.source_dir",
+            )
+        files.update(code)
     return BuildContext(render_dockerfile(plan), files, base_id)
 
 

@@ -15,7 +15,7 @@ import docker
 from compiler.images.build import BuildError, BuiltImage
 from compiler.spec import schema
 
-ECR_REGISTRY = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr(-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
+ECR_REGISTRY = re.compile(r"(?P<account>\d{12})\.dkr\.ecr(-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?")
 
 
 def push_image(
@@ -29,7 +29,7 @@ def push_image(
     if known:
         return known[0]
     local.tag(repository, tag)
-    match = ECR_REGISTRY.match(image.registry or "")
+    match = ECR_REGISTRY.fullmatch(image.registry or "")
     auth = ecr_login(image.name, match["account"], match["region"]) if match else None
     digest = None
     for chunk in client.api.push(repository, tag, stream=True, decode=True, auth_config=auth):

@@ -17,7 +17,11 @@ from compiler.spec import Plan
 IMAGE_FILE = "image.json"
 
 
-def build_and_record(plan: Plan, run_dir: Path, *, cwd: Path, out: IO[str] = sys.stdout) -> BuiltImage:
+def build_and_record(
+    plan: Plan, run_dir: Path, *, cwd: Path, out: IO[str] = sys.stdout, stage: Path | None = None
+) -> BuiltImage:
+    """Build (or find) and push the plan's image; image.json is written into `stage` (a command's staging
+    folder, see `compiler.cli.folders`) when given, bound for `run_dir`."""
     start = time.monotonic()
     client = docker_client()
     built = build_image(plan, client, cwd=cwd, out=out)
@@ -30,7 +34,6 @@ def build_and_record(plan: Plan, run_dir: Path, *, cwd: Path, out: IO[str] = sys
     if plan.image.push:
         built = dataclasses.replace(built, digest=push_image(client, built, plan.image, out))
         print(f"pushed    {built.digest}", file=out)
-    path = run_dir / IMAGE_FILE
-    path.write_text(built.to_json() + "\n")
-    print(f"wrote     {path}", file=out)
+    ((stage or run_dir) / IMAGE_FILE).write_text(built.to_json() + "\n")
+    print(f"wrote     {run_dir / IMAGE_FILE}", file=out)
     return built

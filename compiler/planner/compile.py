@@ -8,7 +8,7 @@ resolved into `Plan.derived`, so the image does not carry the planner.
 
 import dataclasses
 
-from compiler.planner import catalog, estimate, fit, rules
+from compiler.planner import catalog, estimate, fit, grammar, rules
 from compiler.planner.layout import resolve_batch, resolve_layout
 from compiler.spec import Batch, Derived, Estimate, Layout, Plan, schema
 from compiler.targets import registry
@@ -20,6 +20,7 @@ def compile_plan(config: schema.Config) -> Plan:
     The plan holds the parallelism section with every -1 and `auto` resolved, so two configs that mean
     the same layout (dp=-1 and dp=4 on four ranks) have the same plan and the same hash.
     """
+    grammar.check_name(config.name)
     instance = catalog.instance_type(config.hardware.instance_type)
     warnings = list(rules.check_hardware(config, instance))
     warnings += rules.check_model(config.model)

@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from compiler.planner import grammar
 from compiler.planner.catalog import InstanceType
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError
@@ -18,12 +19,6 @@ from compiler.spec.errors import ConfigError
 if TYPE_CHECKING:
     from compiler.planner.layout import Layout
 
-IMAGE_REPOSITORY = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
-REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(:\d{1,5})?$")
-PINNED_REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9_,.-]+\])?==[A-Za-z0-9.+!_-]+$")
-APT_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+:~_-]+)?$")
-VERSION = re.compile(r"^\d+(\.\d+)+$")
-NCCL_VERSION = re.compile(r"^\d+\.\d+\.\d+-\d+$")
 CUDA_BASE_TAG = re.compile(
     r"cuda:(?P<major>\d+)\.(?P<minor>\d+)(\.\d+)?-(cudnn\d*-)?(?P<flavour>base|runtime|devel)(-ubuntu(?P<ubuntu>[\d.]+))?"
 )
@@ -44,32 +39,17 @@ def check_image(config: schema.Config, instance: InstanceType, layout: Layout) -
         )
     if image.family is not schema.ImageFamily.cpu_local and not instance.has_gpus:
         raise ConfigError("image.family", f"the {image.family.value} image needs GPUs", "use image=cpu-local")
-    if not IMAGE_REPOSITORY.match(image.name):
-        raise ConfigError(
-            "image.name",
-            f"'{image.name}' is not a Docker repository name",
-            "use lower-case letters, digits, '.', '_', '-' and '/'",
-        )
+    if image.name != f"dockyard/{config.name}":  # the default follows `name`, which has its own rule
+        grammar.check_repository("image.name", image.name)
+    grammar.check_image_reference("image.base", image.base)
     if image.push and not image.registry:
         raise ConfigError("image.registry", "image.push=true needs a registry", "set image.registry=host[:port]")
-    if image.registry is not None and not REGISTRY.match(image.registry):
-        raise ConfigError("image.registry", f"'{image.registry}' is not a registry host", "use host[:port]")
+    if image.registry is not None:
+        grammar.check_registry("image.registry", image.registry)
     for requirement in image.python_packages:
-        if "==" not in requirement:
-            raise ConfigError(
-                "image.python_packages",
-                f"'{requirement}' is not pinned",
-                "pin every package as name==version so the image is reproducible",
-            )
-        if not PINNED_REQUIREMENT.match(requirement):
-            raise ConfigError(
-                "image.python_packages", f"'{requirement}' is not a requirement line", "use name[extras]==version"
-            )
+        grammar.check_pinned_requirement("image.python_packages", requirement)
     for package in image.system_packages:
-        if not APT_PACKAGE.match(package):
-            raise ConfigError(
-                "image.system_packages", f"'{package}' is not a Debian package name", "use name or name=version"
-            )
+        grammar.check_debian_pin("image.system_packages", package)
     _check_image_versions(image)
     if image.family is schema.ImageFamily.cuda:
         _check_cuda_base(image)
@@ -90,10 +70,9 @@ def _check_image_versions(image: schema.ImageConfig) -> None:
             raise ConfigError(f"image.{name}", f"does not apply to the {family} image", f"set image.{name}=null")
     for name in ("torch", "deepspeed", "boto3", *CUDA_STACK):
         value = getattr(image, name)
-        pattern = NCCL_VERSION if name == "nccl" else VERSION
-        if value is not None and not pattern.match(str(value)):
-            example = "2.27.7-1" if name == "nccl" else "1.2.3"
-            raise ConfigError(f"image.{name}", f"'{value}' is not a version", f"use a release number like {example}")
+        if value is not None:
+            check = grammar.check_debian_version if name == "nccl" else grammar.check_release
+            check(f"image.{name}", value)
 
 
 def _check_cuda_base(image: schema.ImageConfig) -> None:

@@ -12,9 +12,11 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from compiler.planner import grammar
 from compiler.planner.catalog import INSTANCE_TYPES
 from compiler.planner.image_rules import check_image
 from compiler.spec import InstanceType, schema
+from compiler.spec.contract import PLAN_CHANNEL
 from compiler.spec.errors import ConfigError, UnsupportedError
 from compiler.targets import registry
 from compiler.targets.base import Capabilities
@@ -22,11 +24,16 @@ from compiler.targets.base import Capabilities
 if TYPE_CHECKING:
     from compiler.spec import Layout
 
-S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?$")
-CHANNEL_NAME = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
-FILE_SYSTEM_ID = re.compile(r"^fs-[0-9a-f]{8,40}$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+S3_URI = re.compile(r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?P<key>/[\x21-\x7e]*)?")
+"""A bucket and a key of printable ASCII characters (no spaces or control characters)."""
+CHANNEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.\-_]{0,63}")
+"""SageMaker's channel names, less '.' and '..', which would escape /opt/ml/input/data."""
+FILE_SYSTEM_ID = re.compile(r"fs-[0-9a-f]{8,40}")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SECRET_NAME = re.compile(r"(SECRET|PASSWORD|TOKEN|API_KEY|ACCESS_KEY|CREDENTIAL)", re.IGNORECASE)
+ABSOLUTE_PATH = re.compile(r"/[\x21-\x7e]*")
+"""An absolute path of printable ASCII characters: no spaces, newlines or other control characters."""
+RELATIVE_PATH = re.compile(r"[\w.+@=,-][\w./+@=,-]*")
 UINT16_VOCAB = 2**16
 
 
@@ -150,12 +157,14 @@ def check_strategy(config: schema.Config, instance: InstanceType, layout: Layout
 def check_data(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:
     data, target = config.data, config.target.kind
     source = data.source
-    if not CHANNEL_NAME.match(data.channel):
+    if not CHANNEL_NAME.fullmatch(data.channel):
         raise ConfigError(
             "data.channel",
-            f"'{data.channel}' is not a SageMaker channel name",
-            "use 1-64 letters, digits, '.', '-' or '_'",
+            f"{grammar.shown(data.channel)} is not a channel name",
+            "use 1-64 letters, digits, '.', '-' or '_', starting with a letter or digit",
         )
+    if data.channel == PLAN_CHANNEL:
+        raise ConfigError("data.channel", f"'{PLAN_CHANNEL}' is the channel of the plan itself", "name it train")
     if source is schema.DataSource.s3:
         check_s3_uri("data.uri", data.uri)
     if source is schema.DataSource.local:
@@ -185,15 +194,15 @@ def _check_file_system(config: schema.Config) -> None:
     data, target = config.data, config.target
     if data.file_system_id is None:
         raise ConfigError("data.file_system_id", "is missing", "set data.file_system_id=fs-...")
-    if not FILE_SYSTEM_ID.match(data.file_system_id):
+    if not FILE_SYSTEM_ID.fullmatch(data.file_system_id):
         raise ConfigError(
             "data.file_system_id",
-            f"'{data.file_system_id}' is not a file system id",
+            f"{grammar.shown(data.file_system_id)} is not a file system id",
             "use the id from the FSx or EFS console, like fs-0123456789abcdef0",
         )
-    if not data.path or not data.path.startswith("/"):
+    if not data.path or not ABSOLUTE_PATH.fullmatch(data.path) or ".." in data.path.split("/"):
         raise ConfigError(
-            "data.path", f"'{data.path}' is not an absolute path inside the file system", "start it with /"
+            "data.path", f"{grammar.shown(data.path)} is not an absolute path inside the file system", "start it with /"
         )
     mounting = [kind for kind in registry.kinds() if data.source in registry.get(kind).capabilities.file_systems]
     if data.source not in capabilities(config).file_systems:
@@ -211,9 +220,11 @@ def _check_file_system(config: schema.Config) -> None:
 def check_s3_uri(key: str, uri: str | None) -> None:
     if uri is None:
         raise ConfigError(key, "is missing", f"set {key}=s3://bucket/prefix")
-    match = S3_URI.match(uri or "")
+    match = S3_URI.fullmatch(uri) if isinstance(uri, str) else None
     if not match or ".." in match["bucket"]:
-        raise ConfigError(key, f"'{uri}' is not an S3 URI", "use s3://bucket/prefix with a lower-case bucket name")
+        raise ConfigError(
+            key, f"{grammar.shown(uri)} is not an S3 URI", "use s3://bucket/prefix with a lower-case bucket name"
+        )
 
 
 def check_target(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:
@@ -223,7 +234,7 @@ def check_target(config: schema.Config, instance: InstanceType, layout: Layout) 
     if target.max_run_hours <= 0:
         raise ConfigError("target.max_run_hours", "must be positive")
     for name in target.environment:
-        if not ENV_NAME.match(name):
+        if not ENV_NAME.fullmatch(name):
             raise ConfigError(
                 f"target.environment.{name}",
                 "is not an environment variable name",
@@ -261,6 +272,7 @@ def check_trainer(config: schema.Config, instance: InstanceType, layout: Layout)
                     "is missing for trainer.entry=script",
                     "use trainer=script trainer.source_dir=PATH trainer.script=FILE",
                 )
+        _check_script_path(trainer.script)
     else:
         for name in ("source_dir", "script", "hyperparameters"):
             if getattr(trainer, name):
@@ -271,6 +283,17 @@ def check_trainer(config: schema.Config, instance: InstanceType, layout: Layout)
         yield f"trainer.checkpoint_interval={trainer.checkpoint_interval} is past the last step: no checkpoint"
     if trainer.compile and not instance.has_gpus:
         yield "trainer.compile=true on CPU needs a C++ compiler in the image and mostly adds start-up time"
+
+
+def _check_script_path(script: str) -> None:
+    """The script torchrun starts lies inside `source_dir`, the only folder the image holds."""
+    parts = script.split("/")
+    if not RELATIVE_PATH.fullmatch(script) or ".." in parts or "." in parts:
+        raise ConfigError(
+            "trainer.script",
+            f"{grammar.shown(script)} is not a file inside trainer.source_dir",
+            "give its path relative to trainer.source_dir, without '..'",
+        )
 
 
 CROSS_FIELD_CHECKS = (check_strategy, check_data, check_target, check_image, check_trainer)

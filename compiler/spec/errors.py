@@ -18,8 +18,11 @@ class ConfigError(Exception):
         super().__init__(self.one_line())
 
     def one_line(self) -> str:
+        """The error in one line: control characters a value brought into the message (a newline in an
+        override) are shown escaped, so they can neither break the line nor forge another."""
         text = f"{self.key}: {self.message}"
-        return f"{text}; {self.fix}" if self.fix else text
+        text = f"{text}; {self.fix}" if self.fix else text
+        return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class UnknownNameError(ConfigError):

@@ -9,6 +9,7 @@ from typing import IO
 
 from compiler.spec import Plan
 from compiler.targets.base import COMPLETED, FAILED, RUNNING, STOPPED, Capabilities, JobState
+from compiler.targets.local import rules
 from compiler.targets.local.translate import LocalRequest, to_request
 
 
@@ -18,7 +19,7 @@ class LocalTarget:
     attached = True
 
     def check(self, plan: Plan) -> list[str]:
-        return []
+        return rules.check(plan)
 
     def to_request(self, plan: Plan, image: str, *, run_id: str, run_dir: Path) -> LocalRequest:
         return to_request(plan, image, run_id=run_id, run_dir=run_dir)

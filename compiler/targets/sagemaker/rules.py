@@ -1,22 +1,57 @@
 """SageMaker's own rules: the limits of CreateTrainingJob that botocore's `validate_parameters` does not
-check (it checks minimums only), and what SageMaker needs that other targets do not."""
+check (it checks minimums only), read from botocore's own service model, and what SageMaker needs that
+other targets do not."""
 
+import functools
+import json
 import re
 
+import botocore.session
+
+from compiler.images.push import ECR_REGISTRY
+from compiler.planner.grammar import shown
 from compiler.planner.rules import check_s3_uri
 from compiler.spec import DataSource, Plan, SageMakerTarget
-from compiler.spec.errors import ConfigError
+from compiler.spec.errors import ConfigError, UnknownNameError
 
-ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}")
-REGION = re.compile(r"[a-z]{2}(-gov)?-[a-z]+-\d")
 SUBNET, SECURITY_GROUP = re.compile(r"subnet-[0-9a-f]{8,17}"), re.compile(r"sg-[0-9a-f]{8,17}")
 MAX_RUN_HOURS = 28 * 24
-MAX_RETRIES = 30
-MAX_KEEP_ALIVE_SECONDS = 3600
-MAX_HYPERPARAMETERS = 100
-MAX_HYPERPARAMETER_KEY = 256
-MAX_HYPERPARAMETER_VALUE = 2500
-MAX_ENVIRONMENT = 100
+LOOPBACK_REGISTRY = re.compile(r"(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|localhost)(:\d{1,5})?")
+"""A registry on this machine, which only a SageMaker emulator (moto, in the tests) can pull from."""
+RESERVED_ENVIRONMENT = 2
+"""DOCKYARD_PLAN and DOCKYARD_RUN_ID, which every request adds to the config's environment."""
+
+
+@functools.cache
+def _model():
+    return botocore.session.get_session().get_service_model("sagemaker")
+
+
+def limit(shape: str, name: str):
+    """A constraint (`min`, `max`, `pattern`) of a shape in botocore's model of SageMaker."""
+    return _model().shape_for(shape).metadata.get(name)
+
+
+@functools.cache
+def regions() -> frozenset[str]:
+    session = botocore.session.get_session()
+    return frozenset(
+        region
+        for partition in session.get_available_partitions()
+        for region in session.get_available_regions("sagemaker", partition_name=partition)
+    )
+
+
+def check_shape(key: str, shape: str, value) -> None:
+    """`value` within the shape's length or range, and (a string) matching its whole pattern."""
+    low, high, pattern = limit(shape, "min"), limit(shape, "max"), limit(shape, "pattern")
+    size = value if isinstance(value, int) else len(value)
+    what = "" if isinstance(value, int) else " characters" if isinstance(value, str) else " entries"
+    if (low is not None and size < low) or (high is not None and size > high):
+        bounds = f"{low}" if high is None else f"{low or 0} to {high}"
+        raise ConfigError(key, f"SageMaker takes {bounds}{what} here (got {size}{what})")
+    if isinstance(value, str) and pattern and "\\p" not in pattern and not re.fullmatch(pattern, value):
+        raise ConfigError(key, f"{shown(value)} does not match SageMaker's pattern {pattern}")
 
 
 def check(plan: Plan) -> list[str]:
@@ -24,9 +59,20 @@ def check(plan: Plan) -> list[str]:
     target = plan.target
     if not isinstance(target, SageMakerTarget):
         raise ConfigError("target", f"plan is for target {target.kind.value}, not sagemaker", "use target=sagemaker")
-    if not 0 <= target.max_retries <= MAX_RETRIES:
+    if target.max_retries:
+        check_shape("target.max_retries", "MaximumRetryAttempts", target.max_retries)
+    elif target.max_retries < 0:
+        raise ConfigError("target.max_retries", f"cannot be negative (got {target.max_retries})")
+    if target.region not in regions():
+        raise UnknownNameError("target.region", "SageMaker region", target.region, regions())
+    check_shape("target.volume_size_gb", "OptionalVolumeSizeInGB", target.volume_size_gb)
+    check_shape("target.max_run_hours", "MaxRuntimeInSeconds", round(target.max_run_hours * 3600))
+    registry = plan.image.registry
+    if registry is not None and not (ECR_REGISTRY.fullmatch(registry) or LOOPBACK_REGISTRY.fullmatch(registry)):
         raise ConfigError(
-            "target.max_retries", f"SageMaker retries a job at most {MAX_RETRIES} times (got {target.max_retries})"
+            "image.registry",
+            f"{shown(registry)} is not an ECR registry, and SageMaker pulls training images only from ECR",
+            "push to <account>.dkr.ecr.<region>.amazonaws.com",
         )
     if plan.data.source in (DataSource.fsx, DataSource.efs) and not (target.subnets and target.security_groups):
         raise ConfigError(
@@ -40,15 +86,12 @@ def check(plan: Plan) -> list[str]:
             f"SageMaker stops jobs after 28 days ({MAX_RUN_HOURS} h)",
             "checkpoint and continue in a new job for longer runs",
         )
-    if not REGION.fullmatch(target.region):
-        raise ConfigError("target.region", f"'{target.region}' is not an AWS region", "use a name like us-east-1")
-    if target.role_arn is not None and not ROLE_ARN.fullmatch(target.role_arn):
-        raise ConfigError(
-            "target.role_arn", f"'{target.role_arn}' is not an IAM role ARN", "use arn:aws:iam::<account>:role/<name>"
-        )
+    if target.role_arn is not None:
+        check_shape("target.role_arn", "RoleArn", target.role_arn)
     for key in ("output_uri", "checkpoint_uri"):
         if getattr(target, key) is not None:
             check_s3_uri(f"target.{key}", getattr(target, key))
+            check_shape(f"target.{key}", "S3Uri", getattr(target, key))
     if target.spot:
         if target.max_wait_hours is None or target.max_wait_hours < target.max_run_hours:
             raise ConfigError(
@@ -64,44 +107,45 @@ def check(plan: Plan) -> list[str]:
             )
     elif target.max_wait_hours is not None:
         raise ConfigError("target.max_wait_hours", "applies only to managed spot", "set target.spot=true or remove it")
-    if not 0 <= target.keep_alive_seconds <= MAX_KEEP_ALIVE_SECONDS:
-        raise ConfigError("target.keep_alive_seconds", f"must be between 0 and {MAX_KEEP_ALIVE_SECONDS}")
+    check_shape("target.keep_alive_seconds", "KeepAlivePeriodInSeconds", target.keep_alive_seconds)
     if bool(target.subnets) != bool(target.security_groups):
         raise ConfigError(
             "target.security_groups" if target.subnets else "target.subnets",
             "a VPC config needs both subnets and security groups",
             "set both, or neither",
         )
-    for key, pattern, ids in (
-        ("subnets", SUBNET, target.subnets),
-        ("security_groups", SECURITY_GROUP, target.security_groups),
+    for key, pattern, shape, ids in (
+        ("subnets", SUBNET, "Subnets", target.subnets),
+        ("security_groups", SECURITY_GROUP, "VpcSecurityGroupIds", target.security_groups),
     ):
+        if ids:
+            check_shape(f"target.{key}", shape, ids)
         for value in ids:
             if not pattern.fullmatch(value):
-                raise ConfigError(f"target.{key}", f"'{value}' is not a {key[:-1].replace('_', ' ')} id")
-    if len(target.environment) > MAX_ENVIRONMENT:
-        raise ConfigError("target.environment", f"SageMaker takes at most {MAX_ENVIRONMENT} variables")
+                raise ConfigError(f"target.{key}", f"{shown(value)} is not a {key[:-1].replace('_', ' ')} id")
+    _check_environment(target.environment)
     _check_hyperparameters(plan.trainer.hyperparameters)
     return []
 
 
+def _check_environment(environment: dict[str, str]) -> None:
+    most = limit("EnvironmentMap", "max") - RESERVED_ENVIRONMENT
+    if len(environment) > most:
+        raise ConfigError("target.environment", f"SageMaker takes at most {most} variables from the config")
+    for name, value in environment.items():
+        check_shape(f"target.environment.{name}", "TrainingEnvironmentKey", name)
+        check_shape(f"target.environment.{name}", "TrainingEnvironmentValue", value)
+
+
 def _check_hyperparameters(hyperparameters: dict) -> None:
-    if len(hyperparameters) > MAX_HYPERPARAMETERS:
+    most = limit("HyperParameters", "max")
+    if len(hyperparameters) > most:
         raise ConfigError(
             "trainer.hyperparameters",
-            f"SageMaker takes at most {MAX_HYPERPARAMETERS}, got {len(hyperparameters)}",
+            f"SageMaker takes at most {most}, got {len(hyperparameters)}",
             "pass the rest in a config file in trainer.source_dir",
         )
     for name, value in hyperparameters.items():
-        if len(name) > MAX_HYPERPARAMETER_KEY:
-            raise ConfigError(
-                f"trainer.hyperparameters.{name[:40]}...",
-                f"SageMaker limits names to {MAX_HYPERPARAMETER_KEY} characters",
-                "use a shorter name",
-            )
-        if len(str(value)) > MAX_HYPERPARAMETER_VALUE:
-            raise ConfigError(
-                f"trainer.hyperparameters.{name}",
-                f"SageMaker limits values to {MAX_HYPERPARAMETER_VALUE} characters",
-                "put long values in a file in trainer.source_dir",
-            )
+        key = f"trainer.hyperparameters.{name}"
+        check_shape(key if len(name) < 80 else "trainer.hyperparameters", "HyperParameterKey", name)
+        check_shape(key, "HyperParameterValue", json.dumps(value))

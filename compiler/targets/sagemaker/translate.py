@@ -142,4 +142,26 @@ def check_with_botocore(parameters: dict) -> None:
     try:
         validate_parameters(parameters, model.operation_model("CreateTrainingJob").input_shape)
     except ParamValidationError as error:
-        raise ConfigError("target", f"SageMaker would reject the job: {error.kwargs['report']}") from None
+        report = error.kwargs["report"]
+        key = next((key for field, key in REQUEST_KEYS.items() if f"parameter {field}" in report), "target")
+        raise ConfigError(key, f"SageMaker would reject the job: {report.splitlines()[0]}") from None
+
+
+REQUEST_KEYS = {
+    "TrainingJobName": "name",
+    "RoleArn": "target.role_arn",
+    "ResourceConfig.VolumeSizeInGB": "target.volume_size_gb",
+    "ResourceConfig.KeepAlivePeriodInSeconds": "target.keep_alive_seconds",
+    "ResourceConfig.InstanceCount": "hardware.nodes",
+    "StoppingCondition.MaxRuntimeInSeconds": "target.max_run_hours",
+    "StoppingCondition.MaxWaitTimeInSeconds": "target.max_wait_hours",
+    "RetryStrategy": "target.max_retries",
+    "VpcConfig.Subnets": "target.subnets",
+    "VpcConfig.SecurityGroupIds": "target.security_groups",
+    "Environment": "target.environment",
+    "HyperParameters": "trainer.hyperparameters",
+    "OutputDataConfig": "target.output_uri",
+    "CheckpointConfig": "target.checkpoint_uri",
+    "InputDataConfig": "data",
+}
+"""The config key behind each part of the request, for botocore's reports."""

@@ -1,0 +1,146 @@
+"""Run folders no two commands share, and results that appear only when a command succeeds.
+
+Hydra names a run folder by the second, so two commands started together would share one. The default
+`hydra.run.dir` therefore goes through the `dockyard.fresh_dir` resolver: the first resolution in an
+invocation creates a new folder with `os.mkdir` (adding `-1`, `-2`... to a name that exists), and every
+later one returns that folder. A folder the user names (`hydra.run.dir=.`) may hold files already: there a
+command writes into a staging folder of its own (Hydra's `.hydra` too, see `STAGING_OVERRIDE`) and moves
+its results into place with `os.replace` once it succeeds. On an error, only what this invocation created
+is removed, and a file it did not create is never touched.
+"""
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from itertools import count
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from compiler.config.compose import as_config_error
+from compiler.planner.grammar import check_name
+from compiler.spec.errors import ConfigError
+
+RESOLVER = "dockyard.fresh_dir"
+HYDRA_SUBDIR = ".hydra"
+
+
+class Invocation:
+    """What this invocation created: its staging folder's name, and the fresh run folder with the parents
+    it had to create (outermost first), so that an error can take back exactly those."""
+
+    def __init__(self) -> None:
+        self.staging = f".dockyard-{uuid.uuid4().hex}"
+        self.fresh: Path | None = None
+        self.created: list[Path] = []
+
+
+_current = Invocation()
+
+
+def start() -> Invocation:
+    """A new invocation (every `dockyard VERB`, also when tests call it in-process)."""
+    global _current
+    _current = Invocation()
+    return _current
+
+
+def staging_override() -> str:
+    """The override that makes Hydra write its `.hydra` files into this invocation's staging folder."""
+    return f"hydra.output_subdir={_current.staging}/{HYDRA_SUBDIR}"
+
+
+def fresh_dir(root: str, name_key: str, stamp: str, *, _root_: DictConfig) -> str:
+    """The resolver: `root/<name>/stamp`, a folder this invocation created, the same on every resolution.
+    It reads the name itself (`name_key`), so that a mistake there is reported as the name's."""
+    if _current.fresh is None:
+        try:
+            name = _root_[name_key]
+        except OmegaConfBaseException as error:
+            raise as_config_error(error) from None
+        check_name(name)
+        wanted = Path(root, name, stamp)
+        try:
+            for parent in reversed([p for p in wanted.parents if not p.exists()]):
+                os.mkdir(parent)  # a concurrent command may make it first: then it is not ours to remove
+                _current.created.append(parent)
+            folder = _mkdir_new(wanted)
+        except (FileExistsError, FileNotFoundError):  # a concurrent command made or removed a parent
+            return fresh_dir(root, name_key, stamp, _root_=_root_)
+        except OSError as error:
+            message = f"cannot create '{wanted}': {error.strerror}"
+            raise ConfigError("hydra.run.dir", message, "name another folder") from None
+        _current.created.append(folder)
+        _current.fresh = folder.resolve()
+    return str(_current.fresh)
+
+
+def _mkdir_new(wanted: Path) -> Path:
+    for n in count():
+        folder = wanted if n == 0 else wanted.with_name(f"{wanted.name}-{n}")
+        try:
+            os.mkdir(folder)
+            return folder
+        except FileExistsError:
+            continue
+    raise AssertionError("unreachable")
+
+
+def expect(run_dir: str) -> None:
+    """A run folder the user names: Hydra will create it and any parents missing now, which are then this
+    invocation's to remove if they stay empty."""
+    missing = [p for p in [Path(run_dir), *Path(run_dir).parents] if not p.exists()]
+    _current.created += reversed(missing)
+
+
+def register() -> None:
+    OmegaConf.register_new_resolver(RESOLVER, fresh_dir, replace=True)
+
+
+@contextmanager
+def results_in(run_dir: Path, *, keep: bool = True) -> Iterator[Path]:
+    """The folder a task writes into. On success its files move into `run_dir` (`keep`) or are dropped (a
+    dry run); on any exception everything this invocation created is removed and the exception goes on."""
+    stage = run_dir / _current.staging
+    stage.mkdir(exist_ok=True)
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        discard()
+        raise
+    if keep:
+        _promote(stage, run_dir)
+    shutil.rmtree(stage, ignore_errors=True)
+    discard()
+
+
+def discard(*, fresh_too: bool = False) -> None:
+    """Remove the folders this invocation created that nothing else was written into (the fresh run
+    folder whatever it holds with `fresh_too`: no other command writes there)."""
+    if _current.fresh is not None:
+        shutil.rmtree(_current.fresh / _current.staging, ignore_errors=True)
+        if fresh_too:
+            shutil.rmtree(_current.fresh, ignore_errors=True)
+    for folder in reversed(_current.created):
+        try:
+            folder.rmdir()  # only when empty
+        except OSError:
+            continue
+
+
+def is_fresh(run_dir: Path) -> bool:
+    return _current.fresh is not None and run_dir.resolve() == _current.fresh
+
+
+def _promote(stage: Path, run_dir: Path) -> None:
+    """Move every file of `stage` to the same place under `run_dir`, each with one atomic `os.replace`."""
+    for source in sorted(stage.rglob("*")):
+        if source.is_file():
+            target = run_dir / source.relative_to(stage)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(source, target)
+    shutil.rmtree(stage)

@@ -1,0 +1,101 @@
+"""Full-match grammars for every config value that reaches a Dockerfile, a shell line or a request.
+
+Each check matches the whole value (`re.fullmatch`; `$` would let a trailing newline through) and raises a
+`ConfigError` naming the key. Images follow the OCI distribution reference grammar, Python packages PEP 508
+(through `packaging`, pinned with `==`), apt pins Debian's version syntax.
+"""
+
+import re
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
+from compiler.spec.errors import ConfigError
+
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+DOMAIN = re.compile(rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]{{1,5}})?")
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+REPOSITORY = re.compile(rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*")
+TAG = r"[\w][\w.-]{0,127}"
+DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+IMAGE_REFERENCE = re.compile(
+    rf"(?:(?P<domain>{DOMAIN.pattern})/)?(?P<repository>{REPOSITORY.pattern})(?::(?P<tag>{TAG}))?(?:@(?P<digest>{DIGEST}))?"
+)
+MAX_REPOSITORY = 255
+NAME = re.compile(_PATH_COMPONENT)
+MAX_NAME = 63
+"""The run's name is a component of the image's repository, a Docker network's and container's name, and a
+SageMaker tag; the run id and the job name derive from it."""
+RELEASE = re.compile(r"\d+(?:\.\d+)+")
+DEBIAN_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
+DEBIAN_VERSION = re.compile(r"(?:\d+:)?[0-9][A-Za-z0-9.+~]*(?:-[A-Za-z0-9.+~]+)*")
+
+
+def check(key: str, value: str, pattern: re.Pattern, what: str, fix: str) -> None:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise ConfigError(key, f"{shown(value)} is not {what}", fix)
+
+
+def shown(value: object) -> str:
+    """A value as a message shows it: quoted, escapes visible, long ones cut."""
+    text = repr(str(value))
+    return text if len(text) <= 80 else f"{text[:60]}...' ({len(str(value))} characters)"
+
+
+def check_name(value: str) -> None:
+    fix = f"use up to {MAX_NAME} lower-case letters and digits, joined by single '.', '_' or '-'"
+    check("name", value, NAME, "a run name", fix)
+    if len(value) > MAX_NAME:
+        raise ConfigError("name", f"is {len(value)} characters long", fix)
+
+
+def check_image_reference(key: str, value: str) -> re.Match:
+    match = IMAGE_REFERENCE.fullmatch(value) if isinstance(value, str) else None
+    if match is None or len(match["repository"]) + len(match["domain"] or "") > MAX_REPOSITORY:
+        raise ConfigError(key, f"{shown(value)} is not an image reference", "use [registry/]repository[:tag][@digest]")
+    return match
+
+
+def check_repository(key: str, value: str) -> None:
+    check(key, value, REPOSITORY, "a repository name", "use lower-case letters, digits, '.', '_', '-' and '/'")
+    if len(value) > MAX_REPOSITORY:
+        raise ConfigError(key, f"is longer than {MAX_REPOSITORY} characters")
+
+
+def check_registry(key: str, value: str) -> None:
+    check(key, value, DOMAIN, "a registry host", "use host[:port], like 123456789012.dkr.ecr.us-east-1.amazonaws.com")
+
+
+def check_release(key: str, value: str) -> None:
+    check(key, value, RELEASE, "a release number", "use digits and dots, like 1.2.3 (quote it: key='2.10')")
+
+
+def check_debian_pin(key: str, value: str) -> None:
+    """An apt package, `name` or `name=version`."""
+    name, _, version = value.partition("=")
+    check(key, name, DEBIAN_PACKAGE, "a Debian package name", "use name or name=version")
+    if version:
+        check(key, version, DEBIAN_VERSION, "a Debian version", "use [epoch:]upstream[-revision], like 1.2-3")
+
+
+def check_debian_version(key: str, value: str) -> None:
+    check(key, value, DEBIAN_VERSION, "a Debian version", "use [epoch:]upstream[-revision], like 2.27.7-1")
+
+
+def check_pinned_requirement(key: str, line: str) -> None:
+    """A PEP 508 requirement pinned to one version (`name[extras]==version`), no URL and no markers."""
+    try:
+        requirement = Requirement(line)
+    except InvalidRequirement:
+        raise ConfigError(key, f"{shown(line)} is not a requirement line", "use name[extras]==version") from None
+    pins = list(requirement.specifier)
+    if requirement.url or requirement.marker or len(pins) != 1 or pins[0].operator != "==" or "*" in pins[0].version:
+        raise ConfigError(
+            key, f"{shown(line)} is not pinned", "pin every package as name==version so the image is reproducible"
+        )
+    if line != line.strip() or any(c.isspace() and c != " " for c in line):
+        raise ConfigError(key, f"{shown(line)} holds control characters", "use name[extras]==version")
+    try:
+        Version(pins[0].version)
+    except InvalidVersion:
+        raise ConfigError(key, f"{shown(line)} pins no valid version", "use name==1.2.3") from None
