@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test plan build docker lint bench bench-build clean
+.PHONY: run test plan build docker slurm lint bench bench-build clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV) || { apt-get update -qq && apt-get install -y -qq python3-venv && python3 -m venv $(VENV); }
@@ -21,8 +21,14 @@ run: $(STAMP) docker  ## the main job: plan, image, and training on two local co
 docker:
 	scripts/ensure-docker
 
+# A two-node Slurm cluster on this host (n1, n2): Debian's slurm and munge installed and the daemons
+# started when missing (as root). The Slurm tests share it; without it they skip, except in CI.
+slurm:
+	scripts/ensure-slurm
+
 test: $(STAMP)
 	@scripts/ensure-docker || [ "$${CI:-}" != true ]
+	@scripts/ensure-slurm || [ "$${CI:-}" != true ]
 	$(BIN)/pytest -q
 
 plan: $(STAMP)  ## make plan ARGS="experiment=llama3-8b-p5x4 parallelism.tp=2"

@@ -4,6 +4,7 @@
 import contextlib
 import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from moto.server import ThreadedMotoServer
 from tests.local_server import free_port, serving
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
+CRD_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "k8s" / "crds"
+"""Published Kubernetes CRDs kept beside the repository as data (../shared/k8s/README.md)."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -61,6 +64,30 @@ def engine():
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI runs the Docker tests on a real engine: {error.one_line()}")
         pytest.skip(f"no Docker engine: {error.one_line()}")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> None:
+    """The two-node Slurm cluster of scripts/ensure-slurm (n1, n2 on this host), started once per test run.
+    Where it cannot start (not root, no Debian), tests that need it skip locally and fail in CI (CI=true)."""
+    script = Path(__file__).parent.parent / "scripts" / "ensure-slurm"
+    result = subprocess.run([script], capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        message = f"scripts/ensure-slurm failed: {result.stderr.strip()[-2000:]}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI runs the Slurm tests on a real cluster: {message}")
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def crds() -> dict[str, dict]:
+    """The published CRDs (JobSet, PyTorchJob) by kind; missing, they skip a test locally and fail it in CI."""
+    if not CRD_DIR.is_dir():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI checks custom resources against the CRDs in {CRD_DIR}, which is missing")
+        pytest.skip(f"no CRDs at {CRD_DIR}")
+    loaded = (yaml.load(path.read_text(), Loader=yaml.CSafeLoader) for path in sorted(CRD_DIR.glob("*.yaml")))
+    return {crd["spec"]["names"]["kind"]: crd for crd in loaded}
 
 
 @pytest.fixture(scope="session")

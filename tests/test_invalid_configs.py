@@ -154,7 +154,6 @@ INVALID = [
     ),
     (["+target.environment.1BAD=x"], "overrides", "Error parsing override '+target.environment.1BAD=x'"),
     (["+target.environment.BAD-NAME=x"], "target.environment.BAD-NAME", "not an environment variable name"),
-    ([*P5, "target=kubernetes"], "target", "target=kubernetes is not supported yet"),
     # images
     (["image.name=Dockyard/Smoke"], "image.name", "is not a Docker repository name"),
     (["image.push=true"], "image.registry", "image.push=true needs a registry"),

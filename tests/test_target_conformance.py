@@ -3,12 +3,14 @@
 
 - The target is what the registry says it is, with its capabilities declared.
 - `to_request` is pure: the same plan, image and run id give the same text, whatever the environment and
-  the working folder, and `str(request)` is `request.to_json()`, the text `submit` sends.
+  the working folder; `str(request)` is the text `submit` sends (JSON, Kubernetes' YAML manifests, or
+  Slurm's sbatch script), and `request.to_json()` the same request as JSON (what a sweep's dry run keeps).
 - `launch --dry-run` prints exactly that request (for the run id and folder it chose) and leaves nothing
   behind.
 - A plan that this target cannot run is a `ConfigError` naming the key, at compile time or in `to_request`.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from compiler.images.build import planned_reference
+from compiler.spec import TargetKind
 from compiler.spec.errors import ConfigError
 from compiler.targets import registry, runs
 from compiler.targets.base import Capabilities
@@ -34,6 +37,8 @@ VALID = {
         "image.push=true",
         f"image.registry={ECR}",
     ),
+    "kubernetes": ("experiment=llama3-8b-p5x4", "target=kubernetes", "image.push=true", f"image.registry={ECR}"),
+    "slurm": ("experiment=smoke", "target=slurm"),
 }
 """Overrides of a plan each target runs; a new target adds its line."""
 INVALID = {
@@ -42,6 +47,8 @@ INVALID = {
         "data.source",
     ),
     "sagemaker": ((*VALID["sagemaker"], "target.max_retries=31"), "target.max_retries"),
+    "kubernetes": ((*VALID["kubernetes"], "target.namespace=Training"), "target.namespace"),
+    "slurm": ((*VALID["slurm"], "target.partition=gpu p5"), "target.partition"),
 }
 """Overrides of a plan each target refuses, and the key its error names."""
 DOCKYARD = str(Path(sys.executable).with_name("dockyard"))
@@ -51,6 +58,13 @@ DOCKYARD = str(Path(sys.executable).with_name("dockyard"))
 def kind(request) -> str:
     assert request.param in VALID and request.param in INVALID, f"add target {request.param} to VALID and INVALID"
     return request.param
+
+
+def test_every_target_kind_of_the_config_language_is_registered():
+    assert set(registry.kinds()) == {kind.value for kind in TargetKind}
+    with pytest.raises(ConfigError) as error:
+        registry.get("mainframe")
+    assert error.value.key == "target"
 
 
 def test_the_registry_serves_the_kind_with_its_capabilities(kind):
@@ -69,7 +83,8 @@ def test_the_request_is_pure_and_renders_what_is_sent(kind, tmp_path, monkeypatc
     monkeypatch.setenv("DOCKYARD_CONFORMANCE", "must not matter")
     monkeypatch.setenv("AWS_REGION", "eu-west-3")
     second = target.to_request(plan, image, run_id="conformance-1", run_dir=tmp_path / "run")
-    assert str(first) == str(second) == first.to_json()
+    assert str(first) == str(second) and first.to_json() == second.to_json()
+    assert isinstance(json.loads(first.to_json()), dict)
     assert first.run_id == "conformance-1" and first.image == image
     assert "must not matter" not in str(first)
     assert not any(tmp_path.iterdir()), "to_request wrote files"

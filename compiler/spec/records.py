@@ -22,6 +22,9 @@ class InstanceType:
     gpu_link_gbps: float
     """GPU-to-GPU bandwidth inside a node, one direction: NVLink, or PCIe 4.0 x16 where there is none."""
     efa_devices: int
+    vcpus: int
+    memory_gib: float
+    """Host memory; with `vcpus`, what a Kubernetes pod that fills the node requests."""
     network_gbps: float
     price_per_hour: float
     smddp: bool

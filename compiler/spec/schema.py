@@ -183,6 +183,8 @@ class DataConfig:
     """s3: File (downloaded before training) or FastFile (streamed on read), as SageMaker names them."""
     file_system_id: str | None = None
     """fsx (fs-...) or efs (fs-...) file system id."""
+    claim: str | None = None
+    """fsx/efs on Kubernetes: the PersistentVolumeClaim that mounts the file system (`path` is inside it)."""
     token_dtype: str = "uint16"
     """Element type of the token files: uint16 (vocab < 65,536) or uint32."""
 
@@ -287,14 +289,50 @@ class SageMakerTarget(TargetConfig):
     """VPC security group ids, with `subnets`."""
 
 
+class JobKind(Enum):
+    jobset = "jobset"
+    """JobSet (jobset.x-k8s.io/v1alpha2): one replicated job of `nodes` pods, restarted as a group."""
+    pytorchjob = "pytorchjob"
+    """Kubeflow's PyTorchJob (kubeflow.org/v1): a Master and `nodes - 1` Workers."""
+    indexed_job = "indexed_job"
+    """A plain Indexed Job and a headless Service, for clusters with neither operator."""
+
+
 @dataclass
 class KubernetesTarget(TargetConfig):
     kind: TargetKind = TargetKind.kubernetes
     """kubernetes: a job on a Kubernetes cluster."""
+    kind_of_job: JobKind = JobKind.jobset
+    """What the job is made of: jobset, pytorchjob or indexed_job (see JobKind)."""
     namespace: str = "default"
     """Namespace the job's objects are created in."""
     service_account: str | None = None
-    """Service account the pods run as (for IAM roles for service accounts); null for the default."""
+    """Service account the pods run as (for IAM roles for service accounts: the role that reads S3 data);
+    null for the default."""
+    image_pull_secrets: list[str] = field(default_factory=list)
+    """Secrets the nodes pull the image with (none on EKS with ECR, where the nodes' role pulls)."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """Added to the job and its pods."""
+    annotations: dict[str, str] = field(default_factory=dict)
+    """Added to the job and its pods."""
+    queue: str | None = None
+    """Kueue's LocalQueue: the job is labelled kueue.x-k8s.io/queue-name and waits there for quota."""
+    scheduler_name: str | None = None
+    """A scheduler other than the cluster's default (a gang scheduler); null for the default."""
+    priority_class: str | None = None
+    """The pods' PriorityClass; null for the cluster's default."""
+    claim: str | None = None
+    """A ReadWriteMany PersistentVolumeClaim (FSx for Lustre, EFS) keeping each run's checkpoints and model
+    under `<run id>/`; without one they live in the pods and go with them."""
+
+
+class ContainerRuntime(Enum):
+    pyxis = "pyxis"
+    """NVIDIA's SPANK plugin: `srun --container-image`, enroot underneath (GPU clusters' usual choice)."""
+    docker = "docker"
+    """`docker run --network host --init` on each node, started by the srun task."""
+    apptainer = "apptainer"
+    """`apptainer exec docker://...` on each node."""
 
 
 @dataclass
@@ -305,6 +343,8 @@ class SlurmTarget(TargetConfig):
     """Slurm partition (--partition); null for the cluster's default."""
     account: str | None = None
     """Slurm account charged (--account); null for the user's default."""
+    container_runtime: ContainerRuntime | None = None
+    """How each node starts the image: pyxis for GPU plans and docker for CPU plans when unset."""
 
 
 class Entry(Enum):

@@ -169,7 +169,7 @@ class Sweep:
         for point in points:
             point.run_dir.mkdir(parents=True, exist_ok=True)
             path = point.run_dir / REQUEST_FILE
-            path.write_text(str(point.request))
+            path.write_text(point.request.to_json())
             point.record = records.save(self._record(point, DRY_RUN))
             target = point.plan.target.kind.value
             print(f"#{point.num:<4} {' '.join(point.overrides)}  -> {target} request {path}", file=self.out)

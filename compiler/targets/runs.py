@@ -106,18 +106,23 @@ def stop(record: RunRecord) -> RunRecord:
     return records.update(record, status=STOPPED)
 
 
-METRICS_GLOB = "nodes/*/output/data/metrics.jsonl"
-"""The trainer's metrics where the nodes' outputs land in the run folder (the local target), one JSON
-object per logged step; the first node's are the job's."""
+METRICS_GLOBS = ("nodes/*/output/data/metrics.jsonl", "output/data/metrics.jsonl")
+"""The trainer's metrics (one JSON object per logged step, written by the first rank) where the nodes'
+outputs land in the run folder: one folder per node (the local target) or one the nodes share (Slurm)."""
+
+
+def metrics_file(run_dir: Path) -> Path | None:
+    found = [path for pattern in METRICS_GLOBS for path in sorted(run_dir.glob(pattern))]
+    return found[0] if found else None
 
 
 def loss_curve(run_dir: Path) -> list[dict]:
     import json
 
-    files = sorted(run_dir.glob(METRICS_GLOB))
-    if not files:
+    path = metrics_file(run_dir)
+    if path is None:
         return []
-    return [json.loads(line) for line in files[0].read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def final_metrics(run_dir: Path) -> dict:
@@ -133,9 +138,8 @@ def print_results(record: RunRecord, out: IO[str] = sys.stdout) -> None:
     print(f"run       {record.run_id} {outcome}", file=out)
     print(f"results   {record.run_dir}", file=out)
     run_dir = Path(record.run_dir)
-    metrics = sorted(run_dir.glob(METRICS_GLOB))
     for label, path in (
-        ("metrics", metrics[0] if metrics else None),
+        ("metrics", metrics_file(run_dir)),
         ("logs", run_dir / "logs"),
         ("checkpoints", run_dir / "checkpoints"),
         ("model", run_dir / "model"),

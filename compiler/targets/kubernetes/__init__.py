@@ -1,0 +1,62 @@
+"""The Kubernetes target: the plan as a JobSet, a PyTorchJob or an Indexed Job (see `translate`), created and
+followed with the official `kubernetes` client (see `cluster`).
+
+The cluster runs the job (not `attached`): Ctrl-C while following detaches, and `dockyard status|logs|stop`
+reach it later through the same kubeconfig. The client is imported only where a job is submitted or
+followed, so planning and dry runs need no cluster.
+"""
+
+from pathlib import Path
+from typing import IO
+
+from compiler.spec import DataSource, Plan
+from compiler.targets.base import Capabilities, JobState
+from compiler.targets.kubernetes import rules
+from compiler.targets.kubernetes.translate import KubernetesRequest, to_request
+
+
+class KubernetesTarget:
+    kind = "kubernetes"
+    capabilities = Capabilities(cpu_plans=True, host_folders=False, file_systems=(DataSource.fsx, DataSource.efs))
+    attached = False
+
+    def check(self, plan: Plan) -> list[str]:
+        return rules.check(plan)
+
+    def to_request(self, plan: Plan, image: str, *, run_id: str, run_dir: Path) -> KubernetesRequest:
+        return to_request(plan, image, run_id=run_id)
+
+    def image_reference(self, plan: Plan, planned: str) -> str:
+        """The pushed `registry/name:tag` when the image is pushed; else the local tag the nodes must have."""
+        return f"{plan.image.registry}/{planned}" if plan.image.push else planned
+
+    def submit(self, request: KubernetesRequest, plan_json: str, *, out: IO[str]) -> dict:
+        """`plan_json` is already in the request's ConfigMap (what `--dry-run` prints is all that is sent)."""
+        from compiler.targets.kubernetes import cluster
+
+        handle = cluster.submit(request, cluster.connect())
+        print(f"created {handle['kind']} {handle['name']} in namespace {handle['namespace']}", file=out)
+        return handle
+
+    def follow(self, request: KubernetesRequest, handle: dict, *, out: IO[str], interrupted) -> JobState | None:
+        from compiler.targets.kubernetes import cluster
+
+        return cluster.follow(cluster.connect(), handle, out=out, interrupted=interrupted)
+
+    def status(self, handle: dict) -> JobState:
+        from compiler.targets.kubernetes import cluster
+
+        return cluster.status(cluster.connect(), handle)
+
+    def logs(self, handle: dict, out: IO[str]) -> None:
+        from compiler.targets.kubernetes import cluster
+
+        cluster.logs(cluster.connect(), handle, out)
+
+    def stop(self, handle: dict) -> None:
+        from compiler.targets.kubernetes import cluster
+
+        cluster.stop(cluster.connect(), handle)
+
+
+TARGET = KubernetesTarget()

@@ -1,0 +1,44 @@
+"""The Slurm target: one sbatch script per run (`translate`), submitted and followed with Slurm's own
+commands on the login node (`jobs`), checked by its own rules (`rules`)."""
+
+from pathlib import Path
+from typing import IO
+
+from compiler.spec import Plan
+from compiler.targets.base import Capabilities, JobState
+from compiler.targets.slurm import jobs, rules, translate
+from compiler.targets.slurm.translate import SlurmRequest
+
+
+class SlurmTarget:
+    kind = "slurm"
+    capabilities = Capabilities(cpu_plans=True, host_folders=True)
+    """CPU partitions exist; a host folder is one on the file system the nodes share."""
+    attached = False
+
+    def check(self, plan: Plan) -> list[str]:
+        return rules.check(plan)
+
+    def to_request(self, plan: Plan, image: str, *, run_id: str, run_dir: Path) -> SlurmRequest:
+        return translate.to_request(plan, image, run_id=run_id, run_dir=run_dir)
+
+    def image_reference(self, plan: Plan, planned: str) -> str:
+        return f"{plan.image.registry}/{planned}" if plan.image.push and plan.image.registry else planned
+
+    def submit(self, request: SlurmRequest, plan_json: str, *, out: IO[str]) -> dict:
+        return jobs.submit(request, plan_json, out=out)
+
+    def follow(self, request: SlurmRequest, handle: dict, *, out: IO[str], interrupted) -> JobState | None:
+        return jobs.follow(handle, out=out, interrupted=interrupted)
+
+    def status(self, handle: dict) -> JobState:
+        return jobs.status(handle)
+
+    def logs(self, handle: dict, out: IO[str]) -> None:
+        jobs.logs(handle, out)
+
+    def stop(self, handle: dict) -> None:
+        jobs.stop(handle)
+
+
+TARGET = SlurmTarget()

@@ -1,0 +1,281 @@
+"""The Kubernetes target's I/O (`compiler.targets.kubernetes.cluster`) through the official client, over HTTP,
+against `tests.kube_api_server` (a stand-in for the API server speaking the paths the module uses; the test
+plays the controllers by writing pods, logs and job statuses)."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from compiler.spec.errors import ConfigError
+from compiler.targets import registry
+from compiler.targets.base import COMPLETED, FAILED, PENDING, RUNNING, STOPPED
+from compiler.targets.kubernetes import cluster, translate
+from tests.helpers import plan_for
+from tests.kube_api_server import FakeApiServer
+
+RUN = "smoke-20261123-040715"
+DOCKYARD = str(Path(sys.executable).with_name("dockyard"))
+
+
+def crd_names(crds: dict[str, dict]) -> dict[str, dict]:
+    return {crd["metadata"]["name"]: crd for crd in crds.values()}
+
+
+@pytest.fixture
+def server(crds):
+    with FakeApiServer(crd_names(crds)) as server:
+        yield server
+
+
+def api_for(server: FakeApiServer) -> k8s.ApiClient:
+    return k8s.ApiClient(k8s.Configuration(host=server.url))
+
+
+def request_for(*overrides: str) -> translate.KubernetesRequest:
+    plan = plan_for("experiment=smoke", "target=kubernetes", "target.namespace=training", *overrides)
+    return translate.to_request(plan, "dockyard/smoke:0123", run_id=RUN)
+
+
+def pod(server: FakeApiServer, index: int, phase: str) -> None:
+    name = f"{RUN}-node-0-{index}"
+    server.put(
+        "pods",
+        "training",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{name}-x7k2p", "namespace": "training", "labels": {"dockyard/run-id": RUN}},
+            "spec": {"hostname": name, "containers": [{"name": "pytorch", "image": "dockyard/smoke:0123"}]},
+            "status": {"phase": phase},
+        },
+    )
+
+
+def test_submit_creates_the_plan_and_the_job_which_owns_it(server):
+    handle = cluster.submit(request_for(), api_for(server))
+
+    jobset = server.get("jobsets", "training", RUN)
+    config_map = server.get("configmaps", "training", f"{RUN}-plan")
+    assert '"name": "smoke"' in config_map["data"]["plan.json"]
+    assert config_map["metadata"]["ownerReferences"] == [
+        {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": RUN, "uid": jobset["metadata"]["uid"]}
+    ]
+    assert [method for method, _ in server.requests] == ["GET", "POST", "POST", "PATCH"]
+    assert server.requests[0][1] == "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/jobsets.jobset.x-k8s.io"
+    assert handle == {
+        "run_id": RUN,
+        "namespace": "training",
+        "kind": "JobSet",
+        "group": "jobset.x-k8s.io",
+        "version": "v1alpha2",
+        "name": RUN,
+        "service": False,
+    }
+
+
+def test_a_cluster_without_the_operator_gets_nothing(crds):
+    with FakeApiServer({}) as server, pytest.raises(ConfigError) as error:
+        cluster.submit(request_for("target.kind_of_job=pytorchjob"), api_for(server))
+    assert error.value.key == "target.kind_of_job"
+    assert "training-operator" in error.value.fix
+    assert [method for method, _ in server.requests] == ["GET"]
+
+
+def test_an_indexed_job_brings_its_service_and_both_go_on_stop(server):
+    api = api_for(server)
+    handle = cluster.submit(request_for("target.kind_of_job=indexed_job"), api)
+    assert server.get("services", "training", RUN)["spec"]["clusterIP"] == "None"
+    assert server.get("jobs", "training", RUN)["spec"]["completionMode"] == "Indexed"
+
+    cluster.stop(api, handle)
+
+    assert server.objects == {}
+    method, path = server.requests[-1]
+    assert (method, path) == ("DELETE", f"/apis/batch/v1/namespaces/training/jobs/{RUN}")
+
+
+def test_stop_deletes_in_the_foreground_and_status_then_says_stopped(server):
+    api = api_for(server)
+    handle = cluster.submit(request_for(), api)
+    cluster.stop(api, handle)
+    assert server.objects == {}
+    assert server.deletions[-1]["propagationPolicy"] == "Foreground"
+    assert cluster.status(api, handle).status == STOPPED
+    cluster.stop(api, handle)  # a second stop finds nothing and says nothing
+
+
+def test_follow_prints_phases_and_every_pods_log_until_the_job_ends(server):
+    api = api_for(server)
+    handle = cluster.submit(request_for(), api)
+    pod(server, 0, "Pending")
+    pod(server, 1, "Pending")
+    steps = iter(range(3))
+
+    def controllers(_seconds: float) -> None:
+        """What the cluster does between two polls."""
+        step = next(steps)
+        if step == 0:
+            for index in (0, 1):
+                pod(server, index, "Running")
+                server.logs[f"{RUN}-node-0-{index}-x7k2p"] = f"world size 4\nstep 1 on node {index}\n"
+        elif step == 1:
+            jobset = server.get("jobsets", "training", RUN)
+            jobset["status"] = {"conditions": [{"type": "Completed", "status": "True", "message": "jobset completed"}]}
+
+    out = io.StringIO()
+    state = cluster.follow(api, handle, out=out, interrupted=threading.Event(), poll_s=0, sleep=controllers)
+
+    assert (state.status, state.detail, state.attempts) == (COMPLETED, "jobset completed", 1)
+    lines = out.getvalue().splitlines()
+    assert f"dockyard: pod {RUN}-node-0-0-x7k2p Pending" in lines
+    assert f"dockyard: pod {RUN}-node-0-1-x7k2p Running" in lines
+    assert f"{RUN}-node-0-1 | step 1 on node 1" in lines
+    assert f"{RUN}-node-0-0 | world size 4" in lines
+
+
+def test_follow_returns_none_when_interrupted(server):
+    api = api_for(server)
+    handle = cluster.submit(request_for(), api)
+    interrupted = threading.Event()
+    interrupted.set()
+    assert cluster.follow(api, handle, out=io.StringIO(), interrupted=interrupted) is None
+    assert server.get("jobsets", "training", RUN) is not None  # detaching leaves the job running
+
+
+def test_logs_prints_each_pods_log_by_host(server):
+    api = api_for(server)
+    handle = cluster.submit(request_for(), api)
+    pod(server, 0, "Succeeded")
+    server.logs[f"{RUN}-node-0-0-x7k2p"] = "done\n"
+    out = io.StringIO()
+    cluster.logs(api, handle, out)
+    assert out.getvalue() == f"{RUN}-node-0-0 | done\n"
+
+
+def test_the_target_reaches_the_cluster_named_by_kubeconfig(server, tmp_path, monkeypatch):
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {"server": server.url}}],
+        "users": [{"name": "test", "user": {"token": "not-a-secret"}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+        "current-context": "test",
+    }
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    target = registry.get("kubernetes")
+    out = io.StringIO()
+    handle = target.submit(request_for(), "", out=out)
+    assert out.getvalue() == f"created JobSet {RUN} in namespace training\n"
+    assert target.status(handle).status == PENDING
+    target.stop(handle)
+    assert server.objects == {}
+
+
+def condition(kind: str, **status) -> dict:
+    return {"status": {"conditions": [{"type": kind, "status": "True", "message": kind.lower()}], **status}}
+
+
+@pytest.mark.parametrize(
+    ("job", "expected"),
+    [
+        (condition("Completed", restarts=2), (COMPLETED, 3)),  # JobSet
+        (condition("Failed", restarts=3), (FAILED, 4)),
+        (condition("Complete"), (COMPLETED, 1)),  # Job
+        (condition("Succeeded"), (COMPLETED, 1)),  # PyTorchJob
+        (condition("Suspended"), (PENDING, 1)),  # waiting in Kueue
+        ({"status": {}}, (RUNNING, 1)),
+    ],
+)
+def test_job_states_map_to_the_shared_statuses(job, expected):
+    running = k8s.V1Pod(status=k8s.V1PodStatus(phase="Running"))
+    state = cluster.job_state(job, [running])
+    assert (state.status, state.attempts) == expected
+
+
+def test_a_job_with_pending_pods_is_pending():
+    pending = k8s.V1Pod(status=k8s.V1PodStatus(phase="Pending"))
+    assert cluster.job_state({"status": {}}, [pending]).status == PENDING
+    assert cluster.job_state({"status": {}}, []).status == PENDING
+
+
+def test_no_cluster_configured_is_a_config_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(ConfigError) as error:
+        cluster.connect()
+    assert error.value.key == "target"
+
+
+def test_launch_status_logs_and_stop_through_the_cli(engine, server, tmp_path):
+    """`dockyard launch target=kubernetes` builds, creates the objects, follows the pods (here written by the
+    test, as the JobSet controller and kubelet would) to the end; then status, logs and stop reach the run."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "test", "cluster": {"server": server.url}}],
+                "users": [{"name": "test", "user": {}}],
+                "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test", "namespace": "x"}}],
+                "current-context": "test",
+            }
+        )
+    )
+
+    def cluster_side() -> None:
+        while not (jobsets := [key for key in list(server.objects) if key[0] == "jobsets"]):
+            time.sleep(0.1)
+        _, namespace, name = jobsets[0]
+        for index in (0, 1):
+            pod_name = f"{name}-node-0-{index}-abcde"
+            server.put(
+                "pods",
+                namespace,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": pod_name, "namespace": namespace, "labels": {"dockyard/run-id": name}},
+                    "spec": {"hostname": f"{name}-node-0-{index}", "containers": [{"name": "pytorch", "image": "i"}]},
+                    "status": {"phase": "Running"},
+                },
+            )
+            server.logs[pod_name] = f"trained on node {index}\n"
+        server.get("jobsets", namespace, name)["status"] = {"conditions": [{"type": "Completed", "status": "True"}]}
+
+    threading.Thread(target=cluster_side, daemon=True).start()
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    launch = subprocess.run(
+        [DOCKYARD, "launch", "experiment=smoke", "target=kubernetes", "hydra.run.dir=run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert launch.returncode == 0, launch.stdout[-3000:] + launch.stderr[-3000:]
+    run_id = json.loads((tmp_path / "run" / "run.json").read_text())["run_id"]
+    assert f"created JobSet {run_id} in namespace default" in launch.stdout
+    assert f"{run_id}-node-0-1 | trained on node 1" in launch.stdout
+    assert f"run       {run_id} completed" in launch.stdout
+
+    def verb(*args: str) -> str:
+        result = subprocess.run([DOCKYARD, *args, run_id], cwd=tmp_path, capture_output=True, text=True, env=env)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    assert f"{run_id}-node-0-0 | trained on node 0" in verb("logs")
+    assert "completed" in verb("status")
+    verb("stop")
+    assert server.objects.keys() == {("pods", "default", f"{run_id}-node-0-{i}-abcde") for i in (0, 1)}
+    assert server.deletions[-1]["propagationPolicy"] == "Foreground"

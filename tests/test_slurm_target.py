@@ -1,0 +1,321 @@
+"""The Slurm target: golden sbatch scripts per container runtime, the values a script cannot hold, and
+(with the cluster fixture) real jobs on the two-node Slurm cluster that scripts/ensure-slurm starts."""
+
+import io
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compiler.images.build import build_image, ensure_base_image
+from compiler.spec.errors import ConfigError
+from compiler.targets.base import COMPLETED, FAILED, PENDING, RUNNING, STOPPED, JobState
+from compiler.targets.slurm import TARGET, translate
+from tests.helpers import plan_for
+
+DOCKYARD = str(Path(sys.executable).with_name("dockyard"))
+
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/dockyard/golden:0123456789abcdef0123"
+RUN_DIR = Path("/fsx/runs/golden")
+
+
+def script(*overrides: str, image: str = IMAGE, run_dir: Path = RUN_DIR) -> str:
+    return str(translate.to_request(plan_for(*overrides), image, run_id="golden-run", run_dir=run_dir))
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides"),
+    [
+        ("smoke-docker", ["experiment=smoke", "target=slurm"]),
+        ("llama3-8b-p5x4-pyxis", ["experiment=llama3-8b-p5x4", "target=slurm"]),
+        (
+            "llama3-8b-p5x4-docker",
+            [
+                "experiment=llama3-8b-p5x4",
+                "target=slurm",
+                "target.container_runtime=docker",
+                "target.partition=p5",
+                "target.account=ml-research",
+                "target.max_retries=2",
+                "target.max_run_hours=72.5",
+                "+target.environment.NCCL_DEBUG=INFO",
+            ],
+        ),
+        (
+            "llama3-8b-p5x4-apptainer",
+            ["experiment=llama3-8b-p5x4", "target=slurm", "target.container_runtime=apptainer"],
+        ),
+    ],
+)
+def test_sbatch_script_matches_golden(name, overrides, golden):
+    golden.check(f"slurm/{name}.sh", script(*overrides))
+
+
+def test_dry_run_prints_the_sbatch_script_for_4_nodes_of_8_gpus(tmp_path):
+    result = subprocess.run(
+        [DOCKYARD, "launch", "experiment=llama3-8b-p5x4", "target=slurm", "--dry-run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("#!/bin/bash\n")
+    assert "#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=8\n" in result.stdout
+    assert "--container-image=dockyard/llama3-8b-p5x4:" in result.stdout
+    assert not any(tmp_path.iterdir())
+
+
+def test_gpu_plans_default_to_pyxis_and_cpu_plans_to_docker():
+    assert translate.runtime(plan_for("experiment=llama3-8b-p5x4", "target=slurm")).value == "pyxis"
+    assert translate.runtime(plan_for("experiment=smoke", "target=slurm")).value == "docker"
+
+
+@pytest.mark.parametrize(
+    ("reference", "pyxis"),
+    [
+        (IMAGE, "123456789012.dkr.ecr.us-east-1.amazonaws.com#dockyard/golden:0123456789abcdef0123"),
+        ("localhost:5000/dockyard/x:1", "localhost:5000#dockyard/x:1"),
+        ("dockyard/smoke:abc", "dockyard/smoke:abc"),
+    ],
+)
+def test_pyxis_names_the_registry_with_a_hash(reference, pyxis):
+    assert translate.runtime_image(translate.ContainerRuntime.pyxis, reference) == pyxis
+
+
+@pytest.mark.parametrize(("hours", "limit"), [(24, "1-00:00:00"), (0.5, "0-00:30:00"), (72.51, "3-00:31:00")])
+def test_time_limit_rounds_up_to_the_minute(hours, limit):
+    assert translate.time_limit(hours) == limit
+
+
+@pytest.mark.parametrize(
+    ("overrides", "run_dir", "key"),
+    [
+        (["target.partition=gpu p5"], RUN_DIR, "target.partition"),
+        (["target.account=team/ml"], RUN_DIR, "target.account"),
+        (["+target.environment.BAD-NAME=1"], RUN_DIR, "target.environment.BAD-NAME"),
+        ([], Path("/runs/with space"), "hydra.run.dir"),
+        ([], Path("/runs/a:b"), "hydra.run.dir"),
+        (["data=local", "data.path='/data/tokens,extra'"], RUN_DIR, "data.path"),
+    ],
+)
+def test_values_an_sbatch_script_cannot_hold_are_config_errors(overrides, run_dir, key):
+    with pytest.raises(ConfigError) as error:
+        script("experiment=smoke", "target=slurm", *overrides, run_dir=run_dir)
+    assert error.value.key == key
+
+
+def test_shell_values_are_quoted():
+    text = script("experiment=smoke", "target=slurm", '+target.environment.GREETING="it\'s $(reboot)"')
+    assert "export GREETING='it'\"'\"'s $(reboot)'\n" in text
+
+
+# --- real jobs on the two-node cluster of scripts/ensure-slurm -------------------------------------------
+
+SHORT = [
+    "experiment=smoke",
+    "target=slurm",
+    "trainer.steps=20",
+    "trainer.warmup_steps=2",
+    "trainer.log_interval=2",
+    "trainer.checkpoint_interval=10",
+]
+
+
+def test_tasks_find_their_rank_and_master_from_slurms_variables(slurm_cluster):
+    """What srun sets for one task per node is what the entrypoint's discovery reads."""
+    code = (
+        "import os; from entrypoint.cluster import discover; n = discover(os.environ); "
+        "print(n.source, n.node_rank, n.nnodes, n.master_addr, ','.join(n.hosts))"
+    )
+    result = subprocess.run(
+        ["srun", "--nodes=2", "--ntasks-per-node=1", "--label", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["0: slurm 0 2 n1 n1,n2", "1: slurm 1 2 n1 n1,n2"]
+
+
+@pytest.fixture(scope="module")
+def slurm_image(engine, slurm_cluster) -> str:
+    plan = plan_for(*SHORT)
+    ensure_base_image(engine, plan.image, sys.stdout)
+    return build_image(plan, engine, cwd=Path.cwd()).reference
+
+
+def submit(plan, image: str, run_dir: Path, run_id: str) -> dict:
+    request = TARGET.to_request(plan, image, run_id=run_id, run_dir=run_dir)
+    return TARGET.submit(request, plan.to_json(), out=io.StringIO())
+
+
+def follow(handle: dict, timeout: float) -> tuple[JobState, str]:
+    """Follow the job to its end (or fail the test after `timeout` seconds): its final state and output."""
+    out, interrupted = io.StringIO(), threading.Event()
+    timer = threading.Timer(timeout, interrupted.set)
+    timer.start()
+    try:
+        state = TARGET.follow(None, handle, out=out, interrupted=interrupted)
+    finally:
+        timer.cancel()
+    assert state is not None, f"the job did not end within {timeout} s:\n{out.getvalue()[-3000:]}"
+    return state, out.getvalue()
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "output/data/metrics.jsonl").read_text().splitlines()]
+
+
+def containers(engine, handle: dict) -> list:
+    return engine.containers.list(all=True, filters={"name": f"dockyard-{handle['job_id']}-"})
+
+
+def wait_for_checkpoint(run_dir: Path, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not any((run_dir / "checkpoints").glob("step-*/dockyard.json")):
+        assert time.monotonic() < deadline, "no checkpoint was written"
+        time.sleep(0.5)
+
+
+def test_smoke_job_trains_through_sbatch_on_two_nodes(engine, slurm_cluster, tmp_path):
+    """The done criterion: `dockyard launch experiment=smoke target=slurm`, then status and logs by run id."""
+    result = subprocess.run(
+        [DOCKYARD, "launch", "experiment=smoke", "target=slurm", "hydra.run.dir=run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    record = json.loads((run_dir / "run.json").read_text())
+    assert (record["status"], record["exit_status"], record["attempts"]) == ("completed", 0, 1)
+    assert record["final"]["step"] == 60
+    losses = [row["loss"] for row in metrics(run_dir)]
+    assert losses[-1] < losses[0] * 0.8
+    assert (run_dir / "model/model.pt").exists()
+    assert "n1 | cluster     slurm: node 0 of 2 (n1)" in result.stdout
+    assert "n2 | cluster     slurm: node 1 of 2 (n2)" in result.stdout
+    assert f"metrics     {run_dir.resolve()}/output/data/metrics.jsonl" in result.stdout
+    assert containers(engine, record["handle"]) == []
+
+    status = subprocess.run([DOCKYARD, "status", record["run_id"]], cwd=tmp_path, capture_output=True, text=True)
+    assert "status    completed: COMPLETED after 1 attempt(s), exit status 0" in status.stdout, status.stdout
+    logs = subprocess.run([DOCKYARD, "logs", "run"], cwd=tmp_path, capture_output=True, text=True)
+    assert logs.stdout.startswith(f"dockyard: job {record['handle']['job_id']}, attempt 1 of 1, on n[1-2]\n")
+    assert '"step": 60' in logs.stdout and "n2 | plan        smoke" in logs.stdout
+
+
+def test_failed_node_fails_the_job(engine, slurm_image, tmp_path):
+    run_dir = tmp_path / "run"
+    plan = plan_for(*SHORT, "trainer.steps=400", "trainer.checkpoint_interval=5")
+    handle = submit(plan, slurm_image, run_dir, "slurm-fault-test")
+    wait_for_checkpoint(run_dir)
+    engine.containers.get(f"dockyard-{handle['job_id']}-n2").kill()
+    killed = time.monotonic()
+    state, output = follow(handle, timeout=120)
+    assert time.monotonic() - killed < 60
+    assert state.status == FAILED and state.exit_status != 0, output[-3000:]
+    assert "n2: task 1: Exited with exit code 137" in output
+    assert containers(engine, handle) == []
+
+
+def test_retry_requeues_the_job_and_resumes_from_the_last_checkpoint(engine, slurm_image, tmp_path):
+    run_dir = tmp_path / "run"
+    plan = plan_for(*SHORT, "trainer.steps=30", "trainer.checkpoint_interval=5", "target.max_retries=1")
+    handle = submit(plan, slurm_image, run_dir, "slurm-retry-test")
+    wait_for_checkpoint(run_dir)
+    engine.containers.get(f"dockyard-{handle['job_id']}-n2").kill()
+    state, output = follow(handle, timeout=400)
+    assert (state.status, state.attempts) == (COMPLETED, 2), output[-3000:]
+    assert "dockyard: attempt 1 failed with exit status 1" in output and "; requeued, to resume" in output
+    assert f"dockyard: job {handle['job_id']}, attempt 2 of 2" in output
+    assert "(resumed)" in output
+    assert metrics(run_dir)[-1]["step"] == 30
+
+
+def test_stop_cancels_the_job_and_leaves_no_container(engine, slurm_image, tmp_path):
+    launch = subprocess.Popen(
+        [DOCKYARD, "launch", *SHORT, "trainer.steps=400", "hydra.run.dir=run"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "run/run.json").exists() or "handle" not in (tmp_path / "run/run.json").read_text():
+            assert time.monotonic() < deadline and launch.poll() is None, "the job was not submitted"
+            time.sleep(0.5)
+        handle = json.loads((tmp_path / "run/run.json").read_text())["handle"]
+        while len(containers(engine, handle)) < 2:
+            assert time.monotonic() < deadline, "the containers did not start"
+            time.sleep(0.5)
+        stop = subprocess.run([DOCKYARD, "stop", "run"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert stop.returncode == 0, stop.stderr
+        assert TARGET.status(handle).status == STOPPED
+        assert containers(engine, handle) == []
+        output, _ = launch.communicate(timeout=60)
+        assert "run       " in output and " stopped" in output, output[-2000:]
+    finally:
+        launch.kill()
+
+
+def test_s3_channel_is_copied_to_the_shared_run_folder_and_read_by_every_node(engine, slurm_image, aws, tmp_path):
+    tokens = (np.arange(40_000) * 7919 % 2048).astype(np.uint16)
+    aws.client("s3").put_object(Bucket="dockyard-example-data", Key="tokens/part-000.bin", Body=tokens.tobytes())
+    plan = plan_for(
+        *SHORT,
+        "trainer.steps=4",
+        "trainer.checkpoint_interval=0",
+        "data=s3",
+        "data.uri=s3://dockyard-example-data/tokens/",
+    )
+    run_dir = tmp_path / "run"
+    state, output = follow(submit(plan, slurm_image, run_dir, "slurm-s3-test"), timeout=300)
+    assert state.status == COMPLETED, output[-3000:]
+    assert (run_dir / "data/train/part-000.bin").read_bytes() == tokens.tobytes()
+    assert metrics(run_dir)[-1]["step"] == 4
+
+
+def test_a_partition_the_cluster_lacks_is_one_line_naming_the_key(slurm_image, tmp_path):
+    result = subprocess.run(
+        [DOCKYARD, "launch", *SHORT, "target.partition=nosuch", "hydra.run.dir=run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert result.stderr == (
+        "dockyard: error: target.partition: sbatch refused the job: invalid partition specified: nosuch; "
+        "see what the cluster has with `sinfo`\n"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_pending_job_shows_slurms_reason(slurm_image, tmp_path):
+    blocker = subprocess.run(
+        ["sbatch", "--parsable", "--nodes=2", "--exclusive", "--output=/dev/null", "--wrap=sleep 300"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    try:
+        handle = submit(plan_for(*SHORT), slurm_image, tmp_path / "run", "slurm-pending-test")
+        out, interrupted = io.StringIO(), threading.Event()
+        threading.Timer(3, interrupted.set).start()
+        assert TARGET.follow(None, handle, out=out, interrupted=interrupted) is None
+        state = TARGET.status(handle)
+        assert (state.status, state.detail) == (PENDING, "PENDING: Resources")
+        assert f"slurm     job {handle['job_id']} pending (PENDING: Resources)\n" in out.getvalue()
+        TARGET.stop(handle)
+        assert TARGET.status(handle).status not in (PENDING, RUNNING)
+    finally:
+        subprocess.run(["scancel", blocker], check=True)
