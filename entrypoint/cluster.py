@@ -13,10 +13,12 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+
+from compiler.spec.contract import CODE_DIR, CONTAINER_ROOT
 
 DEFAULT_PORT = 29500
-SAGEMAKER_ROOT = Path("/opt/ml")
+SAGEMAKER_ROOT = Path(CONTAINER_ROOT)
 
 
 class ClusterError(RuntimeError):
@@ -34,6 +36,20 @@ class Paths:
     root: Path
 
     @property
+    def code(self) -> Path:
+        """`trainer.source_dir` in the image (contract.CODE_DIR under /opt/ml)."""
+        return self.root / PurePosixPath(CODE_DIR).relative_to(CONTAINER_ROOT)
+
+    @property
+    def input(self) -> Path:
+        return self.root / "input"
+
+    @property
+    def config(self) -> Path:
+        """SageMaker's contract files: resourceconfig.json, inputdataconfig.json, hyperparameters.json."""
+        return self.root / "input" / "config"
+
+    @property
     def model(self) -> Path:
         return self.root / "model"
 
@@ -42,8 +58,17 @@ class Paths:
         return self.root / "checkpoints"
 
     @property
+    def output_dir(self) -> Path:
+        """Where the failure file lies; SageMaker uploads its data/ folder."""
+        return self.root / "output"
+
+    @property
     def output(self) -> Path:
         return self.root / "output" / "data"
+
+    @property
+    def intermediate(self) -> Path:
+        return self.root / "output" / "intermediate"
 
     @property
     def failure(self) -> Path:
@@ -66,13 +91,22 @@ class Node:
     network_interface: str | None = None
     """The interface the cluster says nodes talk over (SageMaker names it); None to detect it."""
     hyperparameters: Mapping[str, str] | None = None
-    """SageMaker's hyperparameters.json: the job's values, passed on to a user script."""
+    """SageMaker's hyperparameters.json: the job's values, each JSON-encoded in a string."""
     channels: tuple[str, ...] = ()
     """SageMaker's input channels (inputdataconfig.json)."""
+    resource_config: Mapping[str, object] | None = None
+    """SageMaker's resourceconfig.json as it is; None on other clusters."""
+    input_data_config: Mapping[str, object] | None = None
+    """SageMaker's inputdataconfig.json as it is; None on other clusters."""
+
+    @property
+    def host_names(self) -> tuple[str, ...]:
+        """Every node's name, also where the scheduler names only the master (node-<rank> for each)."""
+        return self.hosts if len(self.hosts) == self.nnodes else tuple(f"node-{i}" for i in range(self.nnodes))
 
     @property
     def current_host(self) -> str:
-        return self.hosts[self.node_rank] if len(self.hosts) == self.nnodes else f"node-{self.node_rank}"
+        return self.host_names[self.node_rank]
 
 
 def _port(env: Mapping[str, str], *names: str) -> int:
@@ -112,7 +146,7 @@ def from_sagemaker(root: Path, env: Mapping[str, str]) -> Node | None:
     hyperparameters_file = config / "hyperparameters.json"
     hyperparameters = json.loads(hyperparameters_file.read_text()) if hyperparameters_file.is_file() else {}
     inputs_file = config / "inputdataconfig.json"
-    channels = tuple(sorted(json.loads(inputs_file.read_text()))) if inputs_file.is_file() else ()
+    inputs = json.loads(inputs_file.read_text()) if inputs_file.is_file() else {}
     return _from_host_list(
         "sagemaker",
         data["hosts"],
@@ -120,7 +154,9 @@ def from_sagemaker(root: Path, env: Mapping[str, str]) -> Node | None:
         _port(env, "DOCKYARD_MASTER_PORT"),
         network_interface=data.get("network_interface_name"),
         hyperparameters={str(k): str(v) for k, v in hyperparameters.items()},
-        channels=channels,
+        channels=tuple(sorted(inputs)),
+        resource_config=data,
+        input_data_config=inputs,
     )
 
 

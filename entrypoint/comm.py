@@ -214,21 +214,19 @@ def comm_env(
     node: Node, detected: Detected, backend: str, environ: Mapping[str, str], debug: bool = False
 ) -> list[EnvRow]:
     """The rows of every rule that applies, in table order; never a row that changes a user's value."""
-    interface = node.network_interface or _default_interface(detected.interfaces)
+    interface = node.network_interface or default_interface(detected.interfaces)
     facts = Facts(detected, backend, node.nnodes, interface, debug)
-    rows = []
-    for rule in RULES:
-        if not rule.when(facts):
-            continue
-        value = rule.value(facts)
-        if rule.name in environ:
-            rows.append(EnvRow(rule.name, environ[rule.name], f"set by the user (dockyard: {value})", False))
-        else:
-            rows.append(EnvRow(rule.name, value, rule.reason, True))
-    return rows
+    return [env_row(rule.name, rule.value(facts), rule.reason, environ) for rule in RULES if rule.when(facts)]
 
 
-def _default_interface(interfaces: tuple[str, ...]) -> str | None:
+def env_row(name: str, value: str, reason: str, environ: Mapping[str, str]) -> EnvRow:
+    """dockyard's value with its reason, or the value already in the environment, which is kept."""
+    if name in environ:
+        return EnvRow(name, environ[name], f"set by the user (dockyard: {value})", False)
+    return EnvRow(name, value, reason, True)
+
+
+def default_interface(interfaces: tuple[str, ...]) -> str | None:
     """eth0 where it exists (containers, SageMaker), else the first ENA-style ens/enp name."""
     if "eth0" in interfaces:
         return "eth0"

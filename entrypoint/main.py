@@ -1,8 +1,9 @@
 """`dockyard-entrypoint [train] [--plan PATH] [--explain]`: what every node of a job runs.
 
-It loads the plan, finds the cluster and this node's rank, sets the communication environment, picks
-the backend, and starts torchrun for the built-in trainer or the user's script. `--explain` prints all
-of that and starts nothing. It imports neither torch nor Hydra: start-up stays fast and it runs outside
+It loads the plan, finds the cluster and this node's rank, sets the communication environment and the
+SageMaker training toolkit's SM_* variables, picks the backend, prepares /opt/ml and drops root, and
+starts torchrun for the built-in trainer or the user's script. `--explain` prints all of that and starts
+nothing. It imports neither torch nor Hydra: start-up stays fast and it runs outside
 a container just the same. When training fails, the reason goes to the failure file (SageMaker shows
 /opt/ml/output/failure) and the exit status is non-zero.
 """
@@ -12,6 +13,7 @@ import collections
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,16 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compiler.spec import Plan
+from compiler.spec.contract import RUN_AS_USER
 from compiler.spec.errors import ConfigError
-from compiler.spec.schema import Entry
+from compiler.spec.schema import Entry, Launcher
+from entrypoint import toolkit
 from entrypoint.backend import Backend, BackendError, choose_backend, smddp_available
 from entrypoint.cluster import SAGEMAKER_ROOT, ClusterError, Node, Paths, discover, wait_for_hosts
-from entrypoint.comm import Detected, EnvRow, comm_env, detect
+from entrypoint.comm import Detected, EnvRow, comm_env, default_interface, detect
+from entrypoint.privileges import Account, PathError, check_writable, drop_to, find_account, hand_over
 
 DEFAULT_PLAN = Path("/opt/dockyard/plan.json")
 """Where images bake the plan; --plan or DOCKYARD_PLAN point elsewhere."""
-CODE_DIR = Path("/opt/dockyard/code")
-"""Where images put trainer.source_dir; DOCKYARD_CODE_DIR points elsewhere (outside a container)."""
 DEFAULT_TIMEOUT_S = 600.0
 USER_ERROR, TRAINING_FAILED = 2, 1
 TAIL_LINES = 80
@@ -44,6 +47,17 @@ class Launch:
     backend: Backend
     env: tuple[EnvRow, ...]
     command: tuple[str, ...]
+    channels: tuple[str, ...] = ()
+    account: Account | None = None
+    """The user training drops to; None to train as the user the entrypoint started as."""
+
+    @property
+    def user(self) -> str:
+        if self.account is not None:
+            return f"{self.account.name} (uid {self.account.uid}), dropped to from root after preparing the paths"
+        if os.getuid() == 0:
+            return f"root: no user {RUN_AS_USER} that root can become here"
+        return f"uid {os.getuid()}, as started"
 
 
 def prepare(
@@ -54,6 +68,8 @@ def prepare(
     sagemaker_root: Path,
     smddp: bool,
     timeout: float = DEFAULT_TIMEOUT_S,
+    machine: toolkit.Machine | None = None,
+    account: Account | None = None,
 ) -> Launch:
     """Everything the node will do, decided without side effects (the explain table prints this)."""
     node = discover(environ, sagemaker_root)
@@ -62,14 +78,27 @@ def prepare(
             f"the plan is for {plan.layout.nodes} nodes, but this {node.source} cluster has {node.nnodes}"
         )
     root = sagemaker_root if node.source == "sagemaker" else Path(environ.get("DOCKYARD_ROOT", str(SAGEMAKER_ROOT)))
+    paths = Paths(root)
     backend = choose_backend(plan, detected.gpus, smddp)
+    interface = node.network_interface or default_interface(detected.interfaces)
+    found = toolkit.found_channels(paths) if node.input_data_config is None else []
+    job = toolkit.job(plan, node, interface, found)
+    arguments = script_arguments(job.hyperparameters)
+    script = plan.trainer.script if plan.trainer.entry is Entry.script else None
     rows = comm_env(node, detected, backend.name, environ, debug=environ.get("DOCKYARD_DEBUG") == "1")
-    rows += trainer_env(backend.name, root, timeout, environ)
-    command = torchrun_command(plan, node, plan_path, environ)
-    return Launch(plan, node, Paths(root), detected, backend, tuple(rows), command)
+    rows += trainer_env(backend.name, root, timeout, environ, account)
+    machine = machine or toolkit.Machine(cpus=0, gpus=detected.gpus)
+    rows += toolkit.toolkit_env(job, node, paths, script, arguments, machine, environ)
+    command = launch_command(plan, node, paths, plan_path, arguments)
+    if account is not None:
+        command = (*drop_to(account), *command)
+    channels = tuple(sorted(job.input_data_config))
+    return Launch(plan, node, paths, detected, backend, tuple(rows), command, channels, account)
 
 
-def trainer_env(backend: str, root: Path, timeout: float, environ: Mapping[str, str]) -> list[EnvRow]:
+def trainer_env(
+    backend: str, root: Path, timeout: float, environ: Mapping[str, str], account: Account | None
+) -> list[EnvRow]:
     """What the trainer reads from the entrypoint (`entrypoint.train`), and unbuffered logs."""
     rows = [
         EnvRow("DOCKYARD_BACKEND", backend, "the process-group backend chosen above", True),
@@ -78,10 +107,17 @@ def trainer_env(backend: str, root: Path, timeout: float, environ: Mapping[str, 
     ]
     if "PYTHONUNBUFFERED" not in environ:
         rows.append(EnvRow("PYTHONUNBUFFERED", "1", "every rank's log lines appear as they are written", True))
+    if account is not None:
+        rows.append(EnvRow("HOME", account.home, f"training runs as {account.name}; root's home is not its", True))
     return rows
 
 
-def torchrun_command(plan: Plan, node: Node, plan_path: Path, environ: Mapping[str, str]) -> tuple[str, ...]:
+def launch_command(plan: Plan, node: Node, paths: Paths, plan_path: Path, arguments: list[str]) -> tuple[str, ...]:
+    """torchrun with a process per GPU (or CPU slot) for the built-in trainer or the script; for a script
+    with `trainer.launcher=per_node`, the script alone, once per node."""
+    trainer = plan.trainer
+    if trainer.entry is Entry.script and trainer.launcher is Launcher.per_node:
+        return ("python", str(paths.code / trainer.script), *arguments)
     launcher = (
         "python",
         "-m",
@@ -93,27 +129,14 @@ def torchrun_command(plan: Plan, node: Node, plan_path: Path, environ: Mapping[s
         f"--master-port={node.master_port}",
         "--max-restarts=0",
     )
-    trainer = plan.trainer
     if trainer.entry is Entry.builtin:
         return (*launcher, "-m", "entrypoint.train", f"--plan={plan_path}")
-    code = Path(environ.get("DOCKYARD_CODE_DIR", str(CODE_DIR)))
-    hyperparameters = {**trainer.hyperparameters, **_sagemaker_hyperparameters(node)}
-    arguments = [part for key, value in sorted(hyperparameters.items()) for part in (f"--{key}", _text(value))]
-    return (*launcher, str(code / trainer.script), *arguments)
+    return (*launcher, str(paths.code / trainer.script), *arguments)
 
 
-def _sagemaker_hyperparameters(node: Node) -> dict[str, object]:
-    """Values set on the SageMaker job itself win over the plan's; SageMaker's own sagemaker_* keys are not
-    the script's. SageMaker stores each value JSON-encoded in a string."""
-    values = {}
-    for key, raw in (node.hyperparameters or {}).items():
-        if key.startswith("sagemaker_"):
-            continue
-        try:
-            values[key] = json.loads(raw)
-        except ValueError:
-            values[key] = raw
-    return values
+def script_arguments(hyperparameters: Mapping[str, object]) -> list[str]:
+    """`--key value` per hyperparameter, in key order; lists, objects, booleans and null as JSON."""
+    return [part for key, value in sorted(hyperparameters.items()) for part in (f"--{key}", _text(value))]
 
 
 def _text(value: object) -> str:
@@ -133,11 +156,25 @@ def explain(launch: Launch) -> str:
         *(f"warning     {warning}" for warning in launch.backend.warnings),
         f"paths       model {launch.paths.model}, checkpoints {launch.paths.checkpoints}, "
         f"failure {launch.paths.failure}",
+        f"user        {launch.user}",
         f"command     {' '.join(launch.command)}",
         "environment",
-        *(f"  {row.name}={row.value}  # {row.reason}" for row in launch.env),
+        *(_line(row) for row in launch.env if not toolkit.is_toolkit(row)),
+        "SageMaker training toolkit",
+        *(_line(row, EXPLAIN_WIDTH) for row in launch.env if toolkit.is_toolkit(row)),
     ]
     return "\n".join(lines) + "\n"
+
+
+EXPLAIN_WIDTH = 100
+"""--explain shortens a toolkit value past this many characters (SM_TRAINING_ENV holds all the others)."""
+
+
+def _line(row: EnvRow, width: int | None = None) -> str:
+    value = row.value
+    if width is not None and len(value) > width:
+        value = f"{value[:width]}… ({len(row.value)} characters)"
+    return f"  {row.name}={value}  # {row.reason}"
 
 
 def child_environment(launch: Launch, environ: Mapping[str, str]) -> dict[str, str]:
@@ -201,22 +238,36 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
     plan_path = args.plan or Path(os.environ.get("DOCKYARD_PLAN", str(DEFAULT_PLAN)))
-    if not plan_path.is_file():
-        _exit(f"no plan at {plan_path}; pass --plan PATH or set DOCKYARD_PLAN")
     try:
-        plan = Plan.from_json(plan_path.read_text())
+        plan = Plan.from_json(read_plan(plan_path))
         # the plan's target.environment counts as the user's, also where the target did not pass it in
         environ = {**plan.target.environment, **os.environ}
         timeout = args.timeout or float(environ.get("DOCKYARD_TIMEOUT", DEFAULT_TIMEOUT_S))
         detected = detect(args.device_root)
-        launch = prepare(plan, plan_path, environ, detected, args.sagemaker_root, smddp_available(), timeout)
-    except (ConfigError, ClusterError, BackendError) as error:
+        machine = toolkit.Machine(
+            cpus=toolkit.cpus_online(args.device_root),
+            gpus=detected.gpus,
+            smddprun=shutil.which("smddprun") is not None,
+            smddpmprun=shutil.which("smddpmprun") is not None,
+        )
+        account = find_account(RUN_AS_USER) if os.getuid() == 0 else None
+        launch = prepare(
+            plan, plan_path, environ, detected, args.sagemaker_root, smddp_available(), timeout, machine, account
+        )
+    except (ConfigError, ClusterError, BackendError, PathError) as error:
         _exit(str(error))
     if args.explain:
         print(explain(launch), end="")
         return
     for warning in launch.backend.warnings:
         print(f"dockyard-entrypoint: warning: {warning}", file=sys.stderr)
+    try:
+        if launch.account is not None:
+            hand_over(launch.paths, launch.channels, plan_path, launch.account)
+        else:
+            check_writable(launch.paths)
+    except PathError as error:
+        _exit(str(error))
     try:
         wait_for_hosts(launch.node.hosts, timeout)
     except ClusterError as error:
@@ -225,6 +276,18 @@ def main(argv: list[str] | None = None) -> None:
     print(explain(launch), end="", flush=True)
     status = run(launch, child_environment(launch, environ))
     sys.exit(TRAINING_FAILED if status else 0)
+
+
+def read_plan(path: Path) -> str:
+    """The plan's text, or a PathError that names the path and what is wrong with it."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        raise PathError(f"no plan at {path}; pass --plan PATH or set DOCKYARD_PLAN") from None
+    except PermissionError:
+        raise PathError(f"cannot read the plan at {path} as uid {os.getuid()}: permission denied") from None
+    except OSError as error:
+        raise PathError(f"cannot read the plan at {path}: {error.strerror}") from None
 
 
 def _exit(message: str) -> None:

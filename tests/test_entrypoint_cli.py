@@ -4,8 +4,9 @@ import json
 import subprocess
 import sys
 
-from entrypoint.cluster import from_sagemaker
-from entrypoint.main import torchrun_command
+from entrypoint.cluster import Paths
+from entrypoint.comm import Detected
+from entrypoint.main import prepare
 from tests.entrypoint_support import (
     REPO,
     device_tree,
@@ -71,11 +72,12 @@ def test_plan_for_more_nodes_than_the_cluster_has(tmp_path):
 
 
 def script_plan(tmp_path, *overrides):
-    code = tmp_path / "code"
-    code.mkdir()
+    """The script lies where an image puts it: in the code folder under the entrypoint's root."""
+    code = Paths(tmp_path / "root").code
+    code.mkdir(parents=True)
     (code / "run.py").write_text(USER_SCRIPT)
     plan = tiny_plan("trainer=script", f"trainer.source_dir={code}", "trainer.script=run.py", *overrides)
-    return write_plan(plan, tmp_path), entrypoint_env(tmp_path / "root", DOCKYARD_CODE_DIR=str(code))
+    return write_plan(plan, tmp_path), entrypoint_env(tmp_path / "root")
 
 
 def test_user_script_gets_torchrun_and_its_hyperparameters(tmp_path):
@@ -108,9 +110,9 @@ def test_explain_counts_the_plans_environment_as_the_users(tmp_path):
 
 
 def test_script_arguments_merge_sagemaker_hyperparameters(tmp_path):
-    node = from_sagemaker(sagemaker_tree(tmp_path, ["algo-1"], "algo-1"), {})  # epochs=3, sagemaker_region
+    root = sagemaker_tree(tmp_path, ["algo-1"], "algo-1")  # epochs=3, sagemaker_region
     plan = tiny_plan(
         "trainer=script", "trainer.source_dir=src", "trainer.script=run.py", "+trainer.hyperparameters.epochs=1"
     )
-    command = torchrun_command(plan, node, tmp_path / "plan.json", {"DOCKYARD_CODE_DIR": "/code"})
-    assert command[-3:] == ("/code/run.py", "--epochs", "3")
+    launch = prepare(plan, tmp_path / "plan.json", {}, Detected(), root, False)
+    assert launch.command[-3:] == (str(root / "code/run.py"), "--epochs", "3")

@@ -127,6 +127,13 @@ def cluster(tmp_path: Path, source: str) -> tuple[dict[str, str], Path]:
     return dict(CLUSTER_ENVIRONMENTS[source]), tmp_path / "no-sagemaker"
 
 
+def communication(table: str) -> str:
+    """The table without the toolkit's rows (tests/test_entrypoint_toolkit.py) and the user, which is the
+    machine's running the tests."""
+    lines = table.split("SageMaker training toolkit\n")[0].splitlines(keepends=True)
+    return "".join(line for line in lines if not line.startswith("user "))
+
+
 @pytest.mark.parametrize("source", ["sagemaker", "kubeflow", "slurm", "skypilot"])
 def test_explain_golden(tmp_path, golden, source):
     environ, sagemaker_root = cluster(tmp_path, source)
@@ -136,6 +143,6 @@ def test_explain_golden(tmp_path, golden, source):
             devices = device_tree(tmp_path / f"{instance}-{stack}", instance, stack)
             launch = prepare(two_node_plan(instance), PLAN_PATH, environ, detect(devices), sagemaker_root, False)
             versions = f", aws-ofi-nccl {STACKS[stack][0]} / libfabric {STACKS[stack][1]}" if stack else ""
-            text = explain(launch).replace(str(sagemaker_root), "/opt/ml")
+            text = communication(explain(launch)).replace(str(sagemaker_root), "/opt/ml")
             sections.append(f"### {instance}{versions}\n{text}")
     golden.check(f"explain/{source}.txt", "\n".join(sections))

@@ -68,12 +68,13 @@ def run_in(engine: docker.DockerClient, reference: str, *command: str) -> str:
     return output.decode()
 
 
-def test_image_has_the_stack_and_runs_as_a_user(engine: docker.DockerClient, smoke: BuiltImage) -> None:
+def test_image_has_the_stack_and_a_user_to_drop_to(engine: docker.DockerClient, smoke: BuiltImage) -> None:
     probe = "import torch, deepspeed, boto3, entrypoint, os; print(torch.__version__, os.getuid())"
     version, uid = run_in(engine, smoke.reference, "python", "-c", probe).split()[-2:]
     assert version == "2.13.0+cpu"
-    assert uid != "0"
-    assert run_in(engine, smoke.reference, "whoami").strip() == "dockyard"
+    assert uid == "0", "the image starts as root, as SageMaker expects (tests/test_entrypoint_privileges.py)"
+    assert run_in(engine, smoke.reference, "id", "-un", "1000").strip() == "dockyard"
+    assert "setpriv from util-linux" in run_in(engine, smoke.reference, "setpriv", "--version")
     assert run_in(engine, smoke.reference, "ls", "-A", "/opt/ml/code").split() == [
         ".dockerignore",
         "pkg",

@@ -57,7 +57,8 @@ def test_layers_go_from_slowest_to_fastest_changing() -> None:
     ]
     assert order == sorted(order)
     assert lines[-1].startswith("COPY --chown=dockyard:dockyard code/"), "the user's code must be the last layer"
-    assert "USER dockyard" in lines and 'ENTRYPOINT ["dockyard-entrypoint"]' in lines
+    assert 'ENTRYPOINT ["dockyard-entrypoint"]' in lines
+    assert not any(line.startswith("USER ") for line in lines), "the image starts as root, as SageMaker expects"
 
 
 def test_cuda_image_installs_the_pinned_network_stack_without_cuda_compat() -> None:

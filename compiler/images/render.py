@@ -11,6 +11,7 @@ import jinja2
 
 from compiler.images import DOCKYARD_ROOT
 from compiler.spec import Plan, schema
+from compiler.spec.contract import CODE_DIR, RUN_AS_USER
 
 TEMPLATES_DIR = DOCKYARD_ROOT / "images"
 TEMPLATES = {
@@ -18,8 +19,6 @@ TEMPLATES = {
     schema.ImageFamily.cuda: "cuda.Dockerfile.j2",
     schema.ImageFamily.dlc: "dlc.Dockerfile.j2",
 }
-CODE_DIR = "/opt/ml/code"
-"""Where the user's code lands: SageMaker's convention, and the container's working directory."""
 RUNTIME_DIR = "/opt/dockyard"
 """Where dockyard's runtime (`compiler.images.context.RUNTIME_SOURCES`) lies in the image, on its PYTHONPATH."""
 BUILD_TOOLS = ("setuptools==80.9.0",)
@@ -36,6 +35,7 @@ def render_dockerfile(plan: Plan) -> str:
         image=image,
         code=has_user_code(plan),
         code_dir=CODE_DIR,
+        user=RUN_AS_USER,
         runtime_dir=RUNTIME_DIR,
         system_packages=image.system_packages,
         build_tools=BUILD_TOOLS,

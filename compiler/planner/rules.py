@@ -265,6 +265,8 @@ def check_trainer(config: schema.Config, instance: InstanceType, layout: Layout)
         for name in ("source_dir", "script", "hyperparameters"):
             if getattr(trainer, name):
                 raise ConfigError(f"trainer.{name}", "is only used with a user script", "use trainer=script")
+        if trainer.launcher is not schema.Launcher.torchrun:
+            raise ConfigError("trainer.launcher", "is only used with a user script", "use trainer=script")
     if trainer.checkpoint_interval > trainer.steps:
         yield f"trainer.checkpoint_interval={trainer.checkpoint_interval} is past the last step: no checkpoint"
     if trainer.compile and not instance.has_gpus:

@@ -352,6 +352,13 @@ class Entry(Enum):
     script = "script"
 
 
+class Launcher(Enum):
+    torchrun = "torchrun"
+    """One process per GPU (or CPU slot) under torchrun, as SageMaker's `torch_distributed` starts a script."""
+    per_node = "per_node"
+    """One process per node that starts its own workers, as SageMaker's plain estimator starts a script."""
+
+
 class LrSchedule(Enum):
     cosine = "cosine"
     linear = "linear"
@@ -387,7 +394,9 @@ class TrainerConfig:
     source_dir: str | None = None
     """entry=script: the folder with the user's code, baked into the image's last layer."""
     script: str | None = None
-    """entry=script: the file torchrun starts, relative to `source_dir`."""
+    """entry=script: the file to start, relative to `source_dir`."""
+    launcher: Launcher = Launcher.torchrun
+    """entry=script: torchrun (a process per GPU) or per_node (one process per node, managing its workers)."""
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     """entry=script: passed to the script as --key value arguments."""
 

@@ -39,7 +39,7 @@ def prepare_host_folders(request: LocalRequest, plan_json: str) -> None:
     (run_dir / "logs").mkdir(exist_ok=True)
     for folder in request.host_folders:
         Path(folder).mkdir(parents=True, exist_ok=True)
-        Path(folder).chmod(0o777)  # the image runs as a non-root user whose uid the host does not know
+        Path(folder).chmod(0o777)  # also writable for an image started as a user the host does not know
 
 
 def run(request: LocalRequest, *, client=None, out: IO[str] = sys.stdout, interrupted=None) -> tuple[int, int]:

@@ -47,7 +47,7 @@ class LocalRequest:
     max_retries: int
     containers: tuple[ContainerSpec, ...]
     host_folders: tuple[str, ...] = field(default=())
-    """Folders of the run the containers write to; created writable for the image's non-root user."""
+    """Folders of the run the containers write to; the entrypoint hands them to its user (or checks them)."""
     downloads: dict[str, str] = field(default_factory=dict)
     """S3 channels copied into the run before the containers start: host folder -> s3:// prefix."""
 

@@ -3,7 +3,7 @@ FROM 763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.7.1-gpu-py3
 
 USER root
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
-# System packages, and the unprivileged user the container runs as.
+# System packages, and the unprivileged user training runs as.
 RUN useradd --create-home --shell /bin/bash dockyard \
  && mkdir -p /opt/ml/code && chown dockyard:dockyard /opt/ml/code
 
@@ -17,7 +17,8 @@ ENV PYTHONPATH=/opt/dockyard
 RUN printf '#!/bin/sh\nexec python -m entrypoint "$@"\n' > /usr/local/bin/dockyard-entrypoint \
     && chmod 755 /usr/local/bin/dockyard-entrypoint
 
-USER dockyard
+# The container starts as root, as SageMaker (and its SDK's local mode) mounts /opt/ml from root-owned
+# folders: the entrypoint prepares those paths and starts training as dockyard (setpriv).
 WORKDIR /opt/ml/code
 # SageMaker starts the container with the argument `train`; the entrypoint accepts it.
 ENTRYPOINT ["dockyard-entrypoint"]

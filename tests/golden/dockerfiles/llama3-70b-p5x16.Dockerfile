@@ -1,7 +1,7 @@
 # Rendered by dockyard from images/cuda.Dockerfile.j2; the image's tag is a hash of this file and its context.
 FROM nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04
 
-# System packages, and the unprivileged user the container runs as.
+# System packages, and the unprivileged user training runs as.
 RUN useradd --create-home --shell /bin/bash dockyard \
  && mkdir -p /opt/ml/code && chown dockyard:dockyard /opt/ml/code
 
@@ -61,7 +61,8 @@ ENV PYTHONPATH=/opt/dockyard
 RUN printf '#!/bin/sh\nexec python -m entrypoint "$@"\n' > /usr/local/bin/dockyard-entrypoint \
     && chmod 755 /usr/local/bin/dockyard-entrypoint
 
-USER dockyard
+# The container starts as root, as SageMaker (and its SDK's local mode) mounts /opt/ml from root-owned
+# folders: the entrypoint prepares those paths and starts training as dockyard (setpriv).
 WORKDIR /opt/ml/code
 # SageMaker starts the container with the argument `train`; the entrypoint accepts it.
 ENTRYPOINT ["dockyard-entrypoint"]

@@ -1,0 +1,140 @@
+"""The SageMaker training toolkit's SM_* variables: from SageMaker's contract files, from other clusters,
+never over a value already set, and a golden --explain section. What a real script reads from them in a
+container is checked by tests/test_estimator_script.py."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from entrypoint.cluster import Paths
+from entrypoint.comm import Detected
+from entrypoint.main import explain, prepare
+from entrypoint.toolkit import Machine, cpus_online
+from tests.entrypoint_support import (
+    CLUSTER_ENVIRONMENTS,
+    REPO,
+    entrypoint_env,
+    sagemaker_tree,
+    tiny_plan,
+    write_plan,
+)
+
+MACHINE = Machine(cpus=96, gpus=0)
+SCRIPT = ("trainer=script", "trainer.source_dir=src", "trainer.script=train.py", "hardware.nodes=2")
+
+
+def variables(launch) -> dict[str, str]:
+    return {row.name: row.value for row in launch.env if row.name.startswith("SM_")}
+
+
+def sagemaker_job(tmp_path: Path, hyperparameters: dict[str, str]) -> Path:
+    root = sagemaker_tree(tmp_path / "opt-ml", ["algo-1", "algo-2"], "algo-2")
+    (root / "input/config/hyperparameters.json").write_text(json.dumps(hyperparameters))
+    return root
+
+
+def test_sagemaker_hyperparameters_are_decoded_and_split_as_the_toolkit_splits_them(tmp_path):
+    root = sagemaker_job(
+        tmp_path,
+        {
+            "epochs": "5",
+            "name": "plain text",  # not JSON: kept as text, as the toolkit keeps it
+            "layers": "[1, 2]",
+            "sagemaker_region": '"us-east-1"',
+            "sagemaker_container_log_level": "10",
+            "sagemaker_distributed_dataparallel_enabled": "true",
+        },
+    )
+    plan = tiny_plan(*SCRIPT, "+trainer.hyperparameters.epochs=1", "+trainer.hyperparameters.lr=0.1")
+    launch = prepare(plan, Path("/p.json"), {}, Detected(), root, False, machine=MACHINE)
+    env = variables(launch)
+    assert json.loads(env["SM_HPS"]) == {"epochs": 5, "layers": [1, 2], "lr": 0.1, "name": "plain text"}
+    assert (env["SM_HP_EPOCHS"], env["SM_HP_LAYERS"], env["SM_HP_NAME"]) == ("5", "[1,2]", "plain text")
+    arguments = ["--epochs", "5", "--layers", "[1, 2]", "--lr", "0.1", "--name", "plain text"]
+    assert json.loads(env["SM_USER_ARGS"]) == list(launch.command[-8:]) == arguments
+    assert json.loads(env["SM_FRAMEWORK_PARAMS"]) == {"sagemaker_distributed_dataparallel_enabled": True}
+    assert env["SM_LOG_LEVEL"] == "10"
+    training = json.loads(env["SM_TRAINING_ENV"])
+    assert training["distribution_instance_groups"] == ["homogeneousCluster"]
+    assert training["distribution_hosts"] == ["algo-1", "algo-2"] and training["master_hostname"] == "algo-1"
+    assert training["is_master"] is False and training["module_name"] == "train"
+    assert (env["SM_HOST_COUNT"], env["SM_CURRENT_HOST_RANK"], env["SM_CURRENT_HOST"]) == ("2", "1", "algo-2")
+    assert env["SM_CURRENT_INSTANCE_TYPE"] == "ml.p5.48xlarge"
+    assert env["SM_CHANNELS"] == '["train"]' and env["SM_CHANNEL_TRAIN"] == str(root / "input/data/train")
+    assert env["SM_MODULE_DIR"] == str(root / "code") and launch.command[-9] == str(root / "code/train.py")
+
+
+def test_a_value_already_set_is_kept(tmp_path):
+    root = sagemaker_job(tmp_path, {})
+    environ = {"SM_MODEL_DIR": "/mnt/model", "SM_NUM_GPUS": "4"}
+    launch = prepare(tiny_plan(*SCRIPT), Path("/p.json"), environ, Detected(), root, False, machine=MACHINE)
+    rows = {row.name: row for row in launch.env}
+    assert (rows["SM_MODEL_DIR"].value, rows["SM_MODEL_DIR"].set_here) == ("/mnt/model", False)
+    assert rows["SM_MODEL_DIR"].reason == f"set by the user (dockyard: {root / 'model'})"
+    assert (rows["SM_NUM_GPUS"].value, rows["SM_NUM_GPUS"].set_here) == ("4", False)
+    assert rows["SM_OUTPUT_DIR"].set_here
+
+
+def test_other_clusters_get_the_same_shapes(tmp_path):
+    """Slurm has no contract files: the resource config is built from the node list and the plan, and the
+    channels are the folders under input/data."""
+    root = tmp_path / "root"
+    (root / "input/data/train").mkdir(parents=True)
+    environ = {**CLUSTER_ENVIRONMENTS["slurm"], "DOCKYARD_ROOT": str(root)}
+    launch = prepare(tiny_plan(*SCRIPT), Path("/p.json"), environ, Detected(), tmp_path / "none", False)
+    env = variables(launch)
+    assert json.loads(env["SM_HOSTS"]) == ["p5-st-1", "p5-st-2"] and env["SM_CURRENT_HOST"] == "p5-st-2"
+    resources = json.loads(env["SM_RESOURCE_CONFIG"])
+    assert resources["instance_groups"][0]["hosts"] == ["p5-st-1", "p5-st-2"]
+    assert resources["current_instance_type"] == env["SM_CURRENT_INSTANCE_TYPE"] == "cpu"
+    assert json.loads(env["SM_INPUT_DATA_CONFIG"]) == {"train": {"TrainingInputMode": "File"}}
+    assert env["SM_CHANNEL_TRAIN"] == str(Paths(root).channel("train"))
+
+
+def test_a_scheduler_that_names_only_the_master(tmp_path):
+    environ = dict(CLUSTER_ENVIRONMENTS["kubeflow"])
+    launch = prepare(tiny_plan(*SCRIPT), Path("/p.json"), environ, Detected(), tmp_path, False)
+    env = variables(launch)
+    assert json.loads(env["SM_HOSTS"]) == ["node-0", "node-1"] and env["SM_CURRENT_HOST"] == "node-1"
+    assert env["SM_MASTER_ADDR"] == "llama-master-0" and env["SM_MASTER_PORT"] == "23456"
+
+
+def test_explain_golden(tmp_path, golden):
+    root = sagemaker_job(tmp_path, {"epochs": "5", "sagemaker_program": '"train.py"'})
+    launch = prepare(tiny_plan(*SCRIPT), Path("/p.json"), {}, Detected(), root, False, machine=MACHINE)
+    at_opt_ml = tuple(dataclasses.replace(row, value=row.value.replace(str(root), "/opt/ml")) for row in launch.env)
+    table = explain(dataclasses.replace(launch, env=at_opt_ml))
+    golden.check("explain/toolkit.txt", table.split("SageMaker training toolkit\n")[1])
+
+
+def test_cpus_online(tmp_path):
+    online = tmp_path / "sys/devices/system/cpu/online"
+    online.parent.mkdir(parents=True)
+    online.write_text("0-3,8-11,16\n")
+    assert cpus_online(tmp_path) == 9
+    assert cpus_online(tmp_path / "elsewhere") == 0
+
+
+PER_NODE_SCRIPT = """
+import json, os, sys
+print("SCRIPT", json.dumps({"rank": os.environ.get("RANK"), "node": os.environ["SM_CURRENT_HOST_RANK"],
+                            "argv": sys.argv[1:]}))
+"""
+
+
+def test_per_node_launcher_starts_the_script_once_without_torchrun(tmp_path):
+    code = Paths(tmp_path / "root").code
+    code.mkdir(parents=True)
+    (code / "train.py").write_text(PER_NODE_SCRIPT)
+    plan = tiny_plan(
+        "trainer=script", f"trainer.source_dir={code}", "trainer.script=train.py", "trainer.launcher=per_node"
+    )
+    plan_path = write_plan(plan, tmp_path)
+    command = [sys.executable, "-m", "entrypoint", "train", f"--plan={plan_path}"]
+    env = entrypoint_env(tmp_path / "root")
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    reports = [json.loads(line.split("SCRIPT ", 1)[1]) for line in result.stdout.splitlines() if "SCRIPT " in line]
+    assert reports == [{"rank": None, "node": "0", "argv": []}]
