@@ -152,7 +152,7 @@ def measure(plan: Plan, device_type: str) -> dict:
         for _ in range(STEPS[device_type]):
             tokens = torch.randint(0, plan.model.vocab, (plan.batch.micro_batch, plan.model.seq_len + 1), device=device)
             start = time.perf_counter()
-            engine.forward_backward(tokens[:, :-1], tokens[:, 1:], last_micro=True)
+            engine.forward_backward([(tokens[:, :-1], tokens[:, 1:])])
             engine.step(plan.trainer.lr)
             if on_cpu:
                 tracker.reset_mod_stats()

@@ -36,16 +36,19 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
-def grad_norm(params: list[nn.Parameter]) -> float:
+def grad_norm(params: list[nn.Parameter], stage_ranks: int | None = None) -> float:
     """The L2 norm of all gradients, whatever mix of plain, FSDP-sharded and tensor-parallel ones.
 
     A DTensor gradient's local shard is repeated on every rank of the mesh dimensions it is replicated
     over, and on ranks outside its mesh (a tensor-parallel rank's copy of a data-parallel-only parameter);
     dividing its squared norm by that count and summing over the world counts each element once.
     Counting Replicate placements, not Shard ones, also covers FSDP's strided shards over TP.
-    Plain tensors (DDP) are identical on every rank and stay local.
+    Plain tensors (DDP) are identical on every rank and stay local. Under a pipeline each stage's
+    parameters live on its `stage_ranks` ranks only, so copies are counted among those, and the sum over
+    the world adds the stages' squares.
     """
     world = dist.get_world_size() if dist.is_initialized() else 1
+    holders = stage_ranks or world
     sharded: list[torch.Tensor] = []
     plain: list[torch.Tensor] = []
     for param in params:
@@ -53,7 +56,7 @@ def grad_norm(params: list[nn.Parameter]) -> float:
         if grad is None:
             continue
         if isinstance(grad, DTensor):
-            copies = world // grad.device_mesh.size()
+            copies = holders // grad.device_mesh.size()
             for size, placement in zip(grad.device_mesh.shape, grad.placements, strict=True):
                 if placement.is_replicate():
                     copies *= size
@@ -72,9 +75,14 @@ def grad_norm(params: list[nn.Parameter]) -> float:
 def clip_gradients(params: list[nn.Parameter], max_norm: float) -> float:
     """Scale the gradients so their norm is at most `max_norm` (0: no clipping); the norm before."""
     norm = grad_norm(params)
+    scale_gradients(params, max_norm, norm)
+    return norm
+
+
+def scale_gradients(params: list[nn.Parameter], max_norm: float, norm: float) -> None:
+    """Scale gradients whose norm is `norm` down to `max_norm` (0: no clipping)."""
     if max_norm > 0 and norm > max_norm:
         scale = max_norm / (norm + 1e-6)
         for param in params:
             if param.grad is not None:
                 param.grad.mul_(scale)
-    return norm

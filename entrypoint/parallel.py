@@ -1,11 +1,12 @@
 """PyTorch-native strategies: DDP, FSDP (`fully_shard`, full or hybrid shard), tensor parallelism with
 DTensor combined with FSDP, and activation checkpointing; checkpoints through torch.distributed.checkpoint.
 
-The device mesh is laid out with tensor parallelism innermost, so the ranks of one tensor-parallel group
-are neighbours on one node, and data-parallel rank = global rank // tp.
+The device mesh is the plan's layout's (`compiler.spec.ranks.Layout.build_mesh`): tensor parallelism innermost,
+so the ranks of one tensor-parallel group are neighbours on one node.
 """
 
 import contextlib
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -18,40 +19,49 @@ from torch.distributed.checkpoint.state_dict import (
     get_state_dict,
     set_state_dict,
 )
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.nn.parallel import DistributedDataParallel
 
 from compiler.spec import Plan
-from compiler.spec.schema import Offload, Precision, Strategy
+from compiler.spec.schema import ModelConfig, Offload, Precision, Strategy
 from entrypoint.model import Decoder, loss_fn
 from entrypoint.optim import adamw, clip_gradients, set_lr
 
 DTYPES = {Precision.bf16: torch.bfloat16, Precision.fp16: torch.float16, Precision.fp32: torch.float32}
 
 
-def build_mesh(plan: Plan, device_type: str) -> DeviceMesh:
-    layout, strategy = plan.layout, plan.parallelism.strategy
-    if strategy is Strategy.fsdp_hybrid:
-        shard = layout.shard_degree
-        return init_device_mesh(device_type, (layout.dp // shard, shard, layout.tp), mesh_dim_names=("rep", "dp", "tp"))
-    return init_device_mesh(device_type, (layout.dp, layout.tp), mesh_dim_names=("dp", "tp"))
+def data_parallel_mesh(plan: Plan, mesh: DeviceMesh) -> DeviceMesh:
+    """The mesh FSDP shards over: replicas × shard groups when they differ (hybrid, and DDP's replicated
+    pipeline stages: shard groups of one), else the data-parallel ranks."""
+    return mesh["rep", "dp"] if plan.layout.replicated else mesh["dp"]
 
 
-def tensor_parallel(model: Decoder, mesh: DeviceMesh) -> None:
+def fully_shard_options(plan: Plan, mesh: DeviceMesh) -> dict:
+    dtype = DTYPES[plan.parallelism.mixed_precision]
+    options = {
+        "mesh": data_parallel_mesh(plan, mesh),
+        "mp_policy": MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32),
+    }
+    if plan.parallelism.offload is not Offload.none:  # FSDP2 offloads parameters, gradients and the update together
+        options["offload_policy"] = CPUOffloadPolicy()
+    return options
+
+
+def tensor_parallel(blocks: Iterable[nn.Module], model: ModelConfig, mesh: DeviceMesh) -> None:
     """Megatron-style: q/k/v and the MLP's input projections split by columns (heads, hidden units),
     the output projections by rows; embeddings and norms stay whole on every tensor-parallel rank."""
     plan = {"attention.q": ColwiseParallel(), "attention.k": ColwiseParallel(), "attention.v": ColwiseParallel()}
     plan |= {"attention.o": RowwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()}
-    if model.config.activation.value == "swiglu":
+    if model.activation.value == "swiglu":
         plan["mlp.gate"] = ColwiseParallel()
-    for block in model.blocks:
+    for block in blocks:
         parallelize_module(block, mesh, plan)
 
 
 class TorchEngine:
-    """One optimizer step = grad_accum micro batches through `forward_backward`, then `step`."""
+    """One optimizer step = `forward_backward` over the step's grad_accum micro batches, then `step`."""
 
     def __init__(self, plan: Plan, model: Decoder, device: torch.device) -> None:
         self.plan, self.device = plan, device
@@ -71,16 +81,10 @@ class TorchEngine:
                 model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True
             )
         else:
-            mesh = build_mesh(plan, device.type)
+            mesh = plan.layout.build_mesh(device.type)
             if plan.layout.tp > 1:
-                tensor_parallel(model, mesh["tp"])
-            dp_mesh = mesh["rep", "dp"] if par.strategy is Strategy.fsdp_hybrid else mesh["dp"]
-            options = {
-                "mesh": dp_mesh,
-                "mp_policy": MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32),
-            }
-            if par.offload is not Offload.none:  # FSDP2 offloads parameters, gradients and the update together
-                options["offload_policy"] = CPUOffloadPolicy()
+                tensor_parallel(model.blocks, model.config, mesh["tp"])
+            options = fully_shard_options(plan, mesh)
             for block in model.blocks:
                 fully_shard(block, **options)
             self.model = fully_shard(model, **options)
@@ -91,8 +95,15 @@ class TorchEngine:
         self.optimizer = adamw(self.model, plan.trainer)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
 
-    def forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor, last_micro: bool) -> torch.Tensor:
-        """The micro batch's loss (detached); its gradient, scaled by 1/grad_accum, is accumulated."""
+    def forward_backward(self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """One step's micro batches, one after the other: the sum of their losses (detached); their gradients,
+        scaled by 1/grad_accum, accumulate and are reduced after the last."""
+        total = torch.zeros((), device=self.device)
+        for index, (inputs, targets) in enumerate(micro_batches):
+            total += self._micro_batch(inputs.to(self.device), targets.to(self.device), index == len(micro_batches) - 1)
+        return total
+
+    def _micro_batch(self, inputs: torch.Tensor, targets: torch.Tensor, last_micro: bool) -> torch.Tensor:
         autocast = (
             torch.autocast(self.device.type, dtype=self.autocast_dtype)
             if self.autocast_dtype

@@ -49,15 +49,20 @@ def init_distributed(plan: Plan, timeout_s: float) -> torch.device:
 
 
 def builds_on_meta(plan: Plan) -> bool:
-    """FSDP models whose fp32 weights would take over a quarter of a GPU are built on the meta device and
-    materialised after sharding: each rank then only ever holds its shards. (This draws other random
-    numbers than building the whole model, so small models, and every test, build whole.)"""
-    fsdp = plan.parallelism.strategy in (Strategy.fsdp, Strategy.fsdp_hybrid)
-    return fsdp and plan.instance.has_gpus and plan.parameters * 4 > plan.instance.gpu_memory_gib * 2**30 / 4
+    """FSDP models and pipeline stages whose fp32 weights would take over a quarter of a GPU are built on
+    the meta device and materialised after sharding (per stage): each rank then only ever holds its shards.
+    (This draws other random numbers than building the whole model, so small models, and every test, build
+    whole.)"""
+    sharded = plan.parallelism.strategy in (Strategy.fsdp, Strategy.fsdp_hybrid) or plan.layout.pp > 1
+    return sharded and plan.instance.has_gpus and plan.parameters * 4 > plan.instance.gpu_memory_gib * 2**30 / 4
 
 
 def make_engine(plan: Plan, device: torch.device):
     torch.manual_seed(plan.trainer.seed)
+    if plan.layout.pp > 1:
+        from entrypoint.pipeline import PipelineEngine
+
+        return PipelineEngine(plan, device, on_meta=builds_on_meta(plan))
     if plan.parallelism.strategy.is_deepspeed:
         from entrypoint.zero import DeepSpeedEngine
 
@@ -81,13 +86,12 @@ def prepare_data(plan: Plan, paths: Paths) -> Batches:
         if plan.data.source is DataSource.s3 and empty and int(os.environ.get("LOCAL_RANK", "0")) == 0:
             download_s3(plan.data.uri, folder)
         dist.barrier()
-    dp_rank = dist.get_rank() // plan.layout.tp
-    return Batches(make_source(plan, folder), plan, dp_rank)
+    return Batches(make_source(plan, folder), plan, plan.layout.coordinates(dist.get_rank()).dp)
 
 
 def derived_lines(plan: Plan, backend: str, start_step: int) -> list[str]:
     layout, batch = plan.layout, plan.batch
-    return [
+    lines = [
         f"world size        {layout.world_size} = {layout.nodes} nodes × {layout.processes_per_node} processes",
         f"layout            dp {layout.dp} × tp {layout.tp} × pp {layout.pp}, {plan.parallelism.strategy.value} "
         f"over {backend}, shard group {layout.shard_degree}",
@@ -98,6 +102,13 @@ def derived_lines(plan: Plan, backend: str, start_step: int) -> list[str]:
         f"FLOPs per token   {plan.derived.flops_per_token:.3e}",
         f"steps             {start_step} → {plan.trainer.steps}" + (" (resumed)" if start_step else ""),
     ]
+    if layout.pp > 1:
+        layers = "/".join(str(count) for count in layout.layers_per_stage)
+        lines.append(
+            f"pipeline          {plan.parallelism.pp_schedule}, {layout.stages} stages of {layers} layers, "
+            f"{batch.grad_accum} micro batches per step"
+        )
+    return lines
 
 
 def save_final_model(engine, plan: Plan, paths: Paths) -> None:
@@ -111,10 +122,11 @@ def save_final_model(engine, plan: Plan, paths: Paths) -> None:
     (paths.model / "config.json").write_text(json.dumps(plan.to_dict()["model"], indent=2, sort_keys=True))
 
 
-def global_mean(value: torch.Tensor) -> float:
+def global_mean(value: torch.Tensor, holders: int) -> float:
+    """The mean of `value` over the `holders` ranks that compute it (the others contribute zero)."""
     total = value.detach().float().clone()
     dist.all_reduce(total)
-    return total.item() / dist.get_world_size()
+    return total.item() / holders
 
 
 class JobStoppedError(RuntimeError):
@@ -172,15 +184,12 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
     trainer, accum = plan.trainer, plan.batch.grad_accum
     last_time, last_step = time.perf_counter(), start
     for step in range(start, trainer.steps):
-        loss = torch.zeros((), device=device)
-        for micro in range(accum):
-            inputs, targets = (t.to(device) for t in batches.micro_batch(step, micro))
-            loss += engine.forward_backward(inputs, targets, last_micro=micro == accum - 1)
+        loss = engine.forward_backward([batches.micro_batch(step, micro) for micro in range(accum)])
         lr = lr_at(step, trainer)
         norm = engine.step(lr)
         done_steps = step + 1
         if done_steps % trainer.log_interval == 0 or done_steps in (start + 1, trainer.steps):
-            mean_loss = global_mean(loss / accum)
+            mean_loss = global_mean(loss / accum, plan.layout.ranks_per_stage)
             now = time.perf_counter()
             if log:
                 tokens_per_s = plan.batch.tokens_per_step * (done_steps - last_step) / (now - last_time)

@@ -1,6 +1,7 @@
 """DeepSpeed ZeRO stages 1-3: the JSON config generated from the plan, and the engine behind the same
 interface as `parallel.TorchEngine`. DeepSpeed is imported only when a ZeRO strategy runs."""
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,13 +80,17 @@ class DeepSpeedEngine:
         )
         self.model = self.engine
 
-    def forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor, last_micro: bool) -> torch.Tensor:
-        """DeepSpeed scales by 1/grad_accum and reduces at the accumulation boundary itself."""
-        loss = loss_fn(self.engine(inputs), targets)
-        self.engine.backward(loss)
-        if not last_micro:
-            self.engine.step()  # only counts the micro batch; the update happens at the boundary
-        return loss.detach()
+    def forward_backward(self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """The sum of the step's micro batches' losses; DeepSpeed scales by 1/grad_accum and reduces at the
+        accumulation boundary itself."""
+        total = torch.zeros((), device=self.device)
+        for index, (inputs, targets) in enumerate(micro_batches):
+            loss = loss_fn(self.engine(inputs.to(self.device)), targets.to(self.device))
+            self.engine.backward(loss)
+            if index < len(micro_batches) - 1:
+                self.engine.step()  # only counts the micro batch; the update happens at the boundary
+            total += loss.detach()
+        return total
 
     def step(self, lr: float) -> float:
         set_lr(self.optimizer, lr)

@@ -24,7 +24,7 @@ def main() -> None:
     engine = make_engine(plan, torch.device("cpu"))
     params = [p for p in engine.model.parameters() if p.requires_grad]
     tokens = torch.randint(0, plan.model.vocab, (plan.batch.micro_batch, plan.model.seq_len + 1))
-    engine.forward_backward(tokens[:, :-1], tokens[:, 1:], last_micro=True)
+    engine.forward_backward([(tokens[:, :-1], tokens[:, 1:])])
     counted = {"parameters": sum(local_bytes(p) for p in params), "gradients": sum(local_bytes(p.grad) for p in params)}
     engine.step(plan.trainer.lr)
     states = engine.optimizer.state.values()

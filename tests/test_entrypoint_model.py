@@ -28,7 +28,7 @@ with torch.device("meta"):
 engine = TorchEngine(plan, model, torch.device("cpu"))
 full = engine.full_state_dict()
 inputs, targets = Batches(make_source(plan, None), plan, dist.get_rank()).micro_batch(0, 0)
-loss = engine.forward_backward(inputs, targets, last_micro=True).item()
+loss = engine.forward_backward([(inputs, targets)]).item()
 if dist.get_rank() == 0:
     print("RESULT", loss, full["blocks.0.mlp.up.weight"].std().item(), full["blocks.0.mlp.down.weight"].std().item())
 dist.destroy_process_group()

@@ -7,6 +7,7 @@ from tests.helpers import plan_for
 
 SM = "experiment=gpt2-124m-p4d"  # SageMaker, one p4d, S3 data
 P5 = ("hardware=p5.48xlarge", "image=cuda")  # GPUs on the local target
+PP2 = ("parallelism.pp=2", "model.tied_embeddings=false", "parallelism.dp=-1")
 ROLE = "target.role_arn=arn:aws:iam::123456789012:role/SageMakerRole"
 
 INVALID = [
@@ -50,14 +51,26 @@ INVALID = [
     ),
     ([*P5, "model=gpt2-1.5b", "parallelism.tp=2"], "parallelism.tp", "does not divide model.heads=25"),
     ([*P5, "hardware.nodes=2", "parallelism.pp=3", "parallelism.dp=-1"], "parallelism.pp", "cannot equal"),
+    ([SM, "parallelism=smddp", "parallelism.pp=2"], "parallelism.strategy", "smddp with pp=2"),
+    ([*PP2, "parallelism.pp_schedule=pipedream"], "parallelism.pp_schedule", "did you mean"),
+    ([*P5, *PP2[1:], "parallelism.pp=8", "model.layers=6"], "parallelism.pp", "8 stages, more than model.layers=6"),
     (
-        [*P5, "parallelism.pp=8", "model.layers=12", "parallelism.dp=-1"],
+        [*P5, *PP2[1:], "parallelism.pp=4", "parallelism.pp_schedule=interleaved-1f1b", "model.layers=6"],
         "parallelism.pp",
-        "does not divide model.layers=12",
+        "8 stages",
     ),
-    (["parallelism.pp=2", "parallelism.dp=-1"], "parallelism.pp", "pipeline parallelism is not supported yet"),
+    ([*PP2, "parallelism.pp_layers_per_stage=[2,1]"], "parallelism.pp_layers_per_stage", "add up to model.layers=4"),
+    (["parallelism.pp_layers_per_stage=[2,2]"], "parallelism.pp_layers_per_stage", "applies only to pp > 1"),
+    ([*PP2, "parallelism.grad_accum=1"], "parallelism.pp_microbatches", "a multiple of pp, at least pp"),
+    ([*PP2, "parallelism.grad_accum=3"], "parallelism.pp_microbatches", "3 micro batches per step for pp=2"),
+    ([*PP2, "parallelism.pp_microbatches=4", "parallelism.grad_accum=8"], "parallelism.pp_microbatches", "both"),
+    ([*PP2, "parallelism=zero3"], "parallelism.pp", "does not combine with the trainer's pipeline"),
     (["parallelism.micro_batch=0"], "parallelism.micro_batch", "must be at least 1"),
-    (["parallelism.global_batch=30"], "parallelism.global_batch", "micro_batch × grad_accum × dp = 4 × 1 × 4"),
+    (
+        ["parallelism.grad_accum=1", "parallelism.global_batch=30"],
+        "parallelism.global_batch",
+        "micro_batch × grad_accum × dp = 4 × 1 × 4",
+    ),
     (["parallelism.grad_accum=-1", "parallelism.global_batch=30"], "parallelism.global_batch", "not a multiple of"),
     (["parallelism.grad_accum=0"], "parallelism.grad_accum", "must be at least 1, or -1"),
     # strategies
@@ -141,7 +154,6 @@ INVALID = [
     ),
     (["+target.environment.1BAD=x"], "overrides", "Error parsing override '+target.environment.1BAD=x'"),
     (["+target.environment.BAD-NAME=x"], "target.environment.BAD-NAME", "not an environment variable name"),
-    ([*P5, "target=slurm"], "target", "target=slurm is not supported yet"),
     # images
     (["image.name=Dockyard/Smoke"], "image.name", "is not a Docker repository name"),
     (["image.push=true"], "image.registry", "image.push=true needs a registry"),

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from compiler.images.build import planned_reference
+from compiler.spec import TargetKind
 from compiler.spec.errors import ConfigError
 from compiler.targets import registry, runs
 from compiler.targets.base import Capabilities
@@ -57,6 +58,13 @@ DOCKYARD = str(Path(sys.executable).with_name("dockyard"))
 def kind(request) -> str:
     assert request.param in VALID and request.param in INVALID, f"add target {request.param} to VALID and INVALID"
     return request.param
+
+
+def test_every_target_kind_of_the_config_language_is_registered():
+    assert set(registry.kinds()) == {kind.value for kind in TargetKind}
+    with pytest.raises(ConfigError) as error:
+        registry.get("mainframe")
+    assert error.value.key == "target"
 
 
 def test_the_registry_serves_the_kind_with_its_capabilities(kind):

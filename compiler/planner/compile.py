@@ -36,10 +36,16 @@ def compile_plan(config: schema.Config) -> Plan:
     config = dataclasses.replace(config, parallelism=_resolved(config.parallelism, layout, batch))
     predicted = None
     if instance.has_gpus:
-        memory = estimate.memory(config.model, config.parallelism, layout, batch.micro_batch)
+        stages = estimate.stage_memory(config.model, config.parallelism, layout, batch.micro_batch)
+        memory = max(stages, key=lambda m: m.total)
         warnings += fit.check_fits(config, instance, memory)
         speed = estimate.throughput(config.model, config.parallelism, instance, layout, batch)
-        predicted = Estimate(memory=memory, gpu_memory=fit.capacity(instance), throughput=speed)
+        predicted = Estimate(
+            memory=memory,
+            gpu_memory=fit.capacity(instance),
+            throughput=speed,
+            stage_memory=tuple(m.total for m in stages) if layout.pp > 1 else (),
+        )
     plan = Plan(
         name=config.name,
         model=config.model,
@@ -73,6 +79,8 @@ def _resolved(par: schema.ParallelismConfig, layout: Layout, batch: Batch) -> sc
         dp=layout.dp,
         tp=layout.tp,
         pp=layout.pp,
+        pp_microbatches=batch.grad_accum if layout.pp > 1 else -1,
+        pp_layers_per_stage=list(layout.layers_per_stage),
         micro_batch=batch.micro_batch,
         grad_accum=batch.grad_accum,
         global_batch=batch.global_batch,

@@ -23,11 +23,20 @@ conventions are the built-in trainer's:
   by: 2 more bytes per matmul parameter while a step runs.
 - Logits: the loss takes them in fp32; its backward holds the saved log-probabilities, their gradient
   and the logits' gradient at once, 12 bytes per logit.
+- Pipelines (pp > 1): each pipeline rank holds its stages' layers, the first also the embeddings, the last
+  the final norm, the head (with tied embeddings, its own copy of the embedding) and the logits. It keeps
+  the activations of the micro batches in flight: all of them under GPipe (every forward before any
+  backward), pp under the 1F1B family (the first rank's warm-up, the worst). The step is the slowest
+  rank's busy time over (1 − bubble); stage boundaries send each micro batch's activations forward and
+  their gradients back.
 - FLOPs per token: 6 × the parameters used in matrix products (every layer and the output head, not the
   embedding lookups) + 12 × layers × hidden × seq_len for attention (the PaLM convention, causal masking
   not discounted); model FLOPs, so recomputation lowers MFU instead of raising it.
 """
 
+from dataclasses import dataclass
+
+from compiler.planner.pipeline import bubble_fraction
 from compiler.spec import Batch, InstanceType, Layout, Memory, Throughput, schema
 
 GIB = 2**30
@@ -44,12 +53,50 @@ BACKWARD_SHARE = 2 / 3
 """Share of a step's compute spent in the backward pass, where gradient communication overlaps."""
 
 
-def parameter_count(model: schema.ModelConfig) -> int:
-    """Trainable parameters of the decoder the built-in trainer builds from `model`."""
+@dataclass(frozen=True)
+class Share:
+    """The part of the model one pipeline rank holds (all of it without a pipeline)."""
+
+    layers: int
+    first: bool
+    """Holds the token and position embeddings."""
+    last: bool
+    """Holds the final norm, the output head and the logits."""
+    in_flight: int
+    """Micro batches whose activations it keeps at once."""
+
+    @classmethod
+    def whole(cls, model: schema.ModelConfig) -> "Share":
+        return cls(model.layers, first=True, last=True, in_flight=1)
+
+
+def pipeline_shares(model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout) -> list[Share]:
+    """Every pipeline rank's share, in pp order. `par.grad_accum` is the pipeline's micro batches; while it is
+    unresolved (-1, fitting a micro batch before the batch is known) the fewest a pipeline runs, pp."""
+    if layout.pp == 1:
+        return [Share.whole(model)]
+    microbatches = par.grad_accum if par.grad_accum > 0 else layout.pp
+    in_flight = microbatches if par.pp_schedule == "gpipe" else min(layout.pp, microbatches)
+    last = layout.stages - 1
+    return [
+        Share(
+            layers=sum(layout.layers_per_stage[stage] for stage in layout.stages_of(rank)),
+            first=0 in layout.stages_of(rank),
+            last=last in layout.stages_of(rank),
+            in_flight=in_flight,
+        )
+        for rank in range(layout.pp)
+    ]
+
+
+def parameter_count(model: schema.ModelConfig, share: Share | None = None) -> int:
+    """Trainable parameters of the decoder the built-in trainer builds from `model` (of one pipeline share)."""
+    share = share or Share.whole(model)
     embeddings = model.vocab * model.hidden
     positions = model.context * model.hidden if model.position is schema.Position.learned else 0
-    head = 0 if model.tied_embeddings else model.vocab * model.hidden
-    return embeddings + positions + model.layers * layer_parameters(model) + _norm_parameters(model) + head
+    head = 0 if model.tied_embeddings and share.first else model.vocab * model.hidden  # a last stage's own copy
+    outer = (embeddings + positions if share.first else 0) + (_norm_parameters(model) + head if share.last else 0)
+    return outer + share.layers * layer_parameters(model)
 
 
 def layer_parameters(model: schema.ModelConfig) -> int:
@@ -112,12 +159,20 @@ def activation_bytes_per_token(model: schema.ModelConfig, par: schema.Parallelis
 def _autocast(par: schema.ParallelismConfig) -> bool:
     """DDP and smddp keep fp32 weights and compute in bf16/fp16 under autocast; FSDP and DeepSpeed cast
     the weights themselves."""
-    ddp = par.strategy in (schema.Strategy.ddp, schema.Strategy.smddp)
+    ddp = par.strategy in (schema.Strategy.ddp, schema.Strategy.smddp) and par.pp == 1  # pipelines: FSDP2
     return ddp and par.mixed_precision is not schema.Precision.fp32
 
 
 def memory(model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout, micro_batch: int) -> Memory:
-    """Peak bytes per GPU for one micro batch of `micro_batch` sequences of `model.seq_len` tokens.
+    """Peak bytes per GPU: of the pipeline rank that needs the most (every rank without a pipeline)."""
+    return max(stage_memory(model, par, layout, micro_batch), key=lambda m: m.total)
+
+
+def stage_memory(
+    model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout, micro_batch: int
+) -> list[Memory]:
+    """Peak bytes per GPU of each pipeline rank, for micro batches of `micro_batch` sequences of
+    `model.seq_len` tokens.
 
     The peak comes at one of two moments of the backward pass: the loss's backward, when every layer's
     saved activations and the fp32 logits, log-probabilities and their gradients are alive at once; or
@@ -126,16 +181,22 @@ def memory(model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Lay
     larger moment, so they sum to the peak. `par.grad_accum` is read when resolved (not -1): FSDP's
     gradients exist at the loss's backward only while micro batches accumulate.
     """
+    return [_share_memory(model, par, layout, micro_batch, share) for share in pipeline_shares(model, par, layout)]
+
+
+def _share_memory(
+    model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout, micro_batch: int, share: Share
+) -> Memory:
     tp = layout.tp
-    parameters = parameters_per_gpu(model, tp)
-    states = [share * parameters for share in state_bytes_per_parameter(par, layout.shard_degree)]
+    parameters = parameters_per_gpu(model, tp, share)
+    states = [portion * parameters for portion in state_bytes_per_parameter(par, layout.shard_degree)]
     if _autocast(par):
-        states[0] += 2 * _matmul_parameters_per_gpu(model, tp)
+        states[0] += 2 * _matmul_parameters_per_gpu(model, tp, share)
     tokens = micro_batch * model.seq_len
     activation = activation_bytes_per_token(model, par, tp)
-    kept = tokens * (model.layers * activation["layer"] + model.hidden * 4)
-    logits = tokens * model.vocab * LOGIT_BYTES
-    held, per_layer = _communication_bytes(model, par, layout)
+    kept = tokens * (share.layers * activation["layer"] + model.hidden * 4) * share.in_flight
+    logits = tokens * model.vocab * LOGIT_BYTES if share.last else 0
+    held, per_layer = _communication_bytes(model, par, layout, share)
     in_layers = tokens * activation["live"] + per_layer
     if logits >= in_layers:
         if par.strategy in (schema.Strategy.fsdp, schema.Strategy.fsdp_hybrid) and par.grad_accum == 1:
@@ -143,7 +204,7 @@ def memory(model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Lay
         tensors = [*states, kept, logits, held]
     else:
         tensors = [*states, kept + tokens * activation["live"], 0, held + per_layer]
-    groups = 1 + (tp > 1) + (par.strategy is schema.Strategy.fsdp_hybrid)
+    groups = 1 + (tp > 1) + (par.strategy is schema.Strategy.fsdp_hybrid) + (layout.pp > 1)
     context = CUDA_CONTEXT_BYTES + groups * NCCL_BYTES_PER_GROUP
     parameters, gradients, optimizer, activations, logits, communication = (round(t) for t in tensors)
     return Memory(
@@ -172,24 +233,29 @@ def deepspeed_buckets(model: schema.ModelConfig) -> dict[str, int]:
 
 
 def _communication_bytes(
-    model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout
+    model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout, share: Share
 ) -> tuple[float, float]:
     """Buffers that exist only for communication: (held through the step, alive while a layer runs).
 
     DDP has none of its own: the gradients are views into its buckets. FSDP keeps the root module
     (embeddings, head, final norm) gathered from the forward to its backward and, per layer, gathers
     this layer and the next and reduce-scatters one layer's fp32 gradients. DeepSpeed keeps its reduce
-    bucket; ZeRO-3 gathers the running layer and prefetches the next bucket.
+    bucket; ZeRO-3 gathers the running layer and prefetches the next bucket. A pipeline stage (FSDP2, sharded
+    or with shard groups of one) stays gathered from its first backward to the step's last, and accumulates
+    its unsharded gradients until then: twice the stage's parameters.
     """
     strategy, element = par.strategy, 4 if par.mixed_precision is schema.Precision.fp32 else 2
+    layer = layer_parameters(model) / layout.tp
+    if layout.pp > 1:
+        stage = parameter_count(model, share) - share.layers * layer_parameters(model) + share.layers * layer
+        return 2 * stage * element, 0
     if strategy in (schema.Strategy.ddp, schema.Strategy.smddp):
         return 0, 0
-    layer = layer_parameters(model) / layout.tp
     if strategy.is_deepspeed:
         buckets = deepspeed_buckets(model)
         gathered = (layer + buckets["stage3_prefetch_bucket_size"]) * element if strategy.shards_parameters else 0
         return buckets["reduce_bucket_size"] * element, gathered
-    root = parameter_count(model) - model.layers * layer_parameters(model)
+    root = parameter_count(model, share) - share.layers * layer_parameters(model)
     return root * element, 2 * layer * element + layer * 4
 
 
@@ -198,54 +264,88 @@ def _split_layer_parameters(model: schema.ModelConfig) -> int:
     return layer_parameters(model) - 2 * _norm_parameters(model)
 
 
-def parameters_per_gpu(model: schema.ModelConfig, tp: int) -> float:
+def parameters_per_gpu(model: schema.ModelConfig, tp: int, share: Share | None = None) -> float:
     """Parameters a rank of a tensor-parallel group holds before data-parallel sharding."""
-    return parameter_count(model) - model.layers * _split_layer_parameters(model) * (1 - 1 / tp)
+    share = share or Share.whole(model)
+    return parameter_count(model, share) - share.layers * _split_layer_parameters(model) * (1 - 1 / tp)
 
 
-def _matmul_parameters_per_gpu(model: schema.ModelConfig, tp: int) -> float:
-    """Parameters a rank multiplies by: its share of every layer, and the whole output head."""
-    return model.layers * layer_parameters(model) / tp + model.vocab * model.hidden
+def _matmul_parameters_per_gpu(model: schema.ModelConfig, tp: int, share: Share | None = None) -> float:
+    """Parameters a rank multiplies by: its share of its layers, and the whole output head."""
+    share = share or Share.whole(model)
+    return share.layers * layer_parameters(model) / tp + (model.vocab * model.hidden if share.last else 0)
 
 
 def flops_per_token(model: schema.ModelConfig) -> float:
-    return _flops_per_token_per_gpu(model, tp=1)
+    return flops_per_token_of(model, 1, Share.whole(model))
 
 
-def _flops_per_token_per_gpu(model: schema.ModelConfig, tp: int) -> float:
-    return 6 * _matmul_parameters_per_gpu(model, tp) + 12 * model.layers * model.hidden * model.seq_len / tp
+def flops_per_token_of(model: schema.ModelConfig, tp: int, share: Share) -> float:
+    """Model FLOPs per token of one rank: its pipeline share, split over the tensor-parallel group."""
+    attention = 12 * share.layers * model.hidden * model.seq_len / tp
+    return 6 * _matmul_parameters_per_gpu(model, tp, share) + attention
 
 
 def throughput(
     model: schema.ModelConfig, par: schema.ParallelismConfig, instance: InstanceType, layout: Layout, batch: Batch
 ) -> Throughput:
-    """Step time from the GPU's peak at an assumed efficiency, plus communication the backward cannot hide."""
+    """Step time from the GPU's peak at an assumed efficiency, plus communication the backward cannot hide;
+    under a pipeline, the slowest rank's time stretched by the bubble."""
     sequences = batch.micro_batch * batch.grad_accum
-    model_flops = _flops_per_token_per_gpu(model, layout.tp) * sequences * model.seq_len
-    hardware_flops = model_flops * RECOMPUTE_FLOPS[par.activation_checkpointing]
-    compute = hardware_flops / (instance.peak_bf16_tflops * 1e12 * ASSUMED_MATMUL_EFFICIENCY)
-    data_parallel = _data_parallel_seconds(model, par, instance, layout) * _reductions_per_step(par, batch)
-    exposed = max(0.0, data_parallel - BACKWARD_SHARE * compute) + _tensor_parallel_seconds(
-        model, instance, layout, sequences
-    )
-    step = (compute + exposed) * (1 + (layout.pp - 1) / batch.grad_accum)  # the pipeline bubble
+    busy, compute, exposed = 0.0, 0.0, 0.0
+    for share in pipeline_shares(model, par, layout):
+        model_flops = flops_per_token_of(model, layout.tp, share) * sequences * model.seq_len
+        hardware_flops = model_flops * RECOMPUTE_FLOPS[par.activation_checkpointing]
+        share_compute = hardware_flops / (instance.peak_bf16_tflops * 1e12 * ASSUMED_MATMUL_EFFICIENCY)
+        data_parallel = _data_parallel_seconds(model, par, instance, layout, share) * _reductions_per_step(par, batch)
+        share_exposed = max(0.0, data_parallel - BACKWARD_SHARE * share_compute) + _tensor_parallel_seconds(
+            model, instance, layout, sequences, share
+        )
+        if share_compute + share_exposed > busy:
+            busy, compute, exposed = share_compute + share_exposed, share_compute, share_exposed
+    point_to_point = pipeline_seconds(model, par, instance, layout, batch)
+    bubble = bubble_fraction(layout.pp, batch.grad_accum, par.pp_schedule)
+    step = (busy + point_to_point) / (1 - bubble)
     tokens_per_second = batch.tokens_per_step / step
     mfu = flops_per_token(model) * tokens_per_second / (layout.world_size * instance.peak_bf16_tflops * 1e12)
     return Throughput(
         flops_per_token=flops_per_token(model),
         step_seconds=step,
         compute_seconds=compute,
-        exposed_communication_seconds=exposed,
+        exposed_communication_seconds=exposed + point_to_point,
         tokens_per_second=tokens_per_second,
         mfu=mfu,
+        bubble=bubble,
+        point_to_point_seconds=point_to_point,
     )
+
+
+def pipeline_bytes(model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout, batch: Batch) -> int:
+    """Bytes one pipeline rank sends per step: each micro batch's activations to the next stage and their
+    gradients back to the previous, once per stage it holds (the pipeline's ends send one way only)."""
+    if layout.pp == 1:
+        return 0
+    element = 4 if par.mixed_precision is schema.Precision.fp32 else 2
+    activation = batch.micro_batch * model.seq_len * model.hidden * element
+    return 2 * activation * batch.grad_accum * layout.stages_per_rank
+
+
+def pipeline_seconds(
+    model: schema.ModelConfig, par: schema.ParallelismConfig, instance: InstanceType, layout: Layout, batch: Batch
+) -> float:
+    """The point-to-point activation traffic's time; with the pipeline outermost in the rank order, some
+    stage boundary crosses the network as soon as there are two nodes."""
+    per_node = layout.processes_per_node
+    link = instance.network_gbps / per_node if layout.nodes > 1 else instance.gpu_link_gbps
+    return pipeline_bytes(model, par, layout, batch) / (link / 8 * 1e9)
 
 
 def _reductions_per_step(par: schema.ParallelismConfig, batch: Batch) -> int:
     """Sharded gradients are reduced (and ZeRO-3/FSDP parameters gathered) for every micro batch; DDP and
-    ZeRO-1 accumulate locally and reduce once per optimizer step."""
+    ZeRO-1 accumulate locally and reduce once per optimizer step, and so does a pipeline stage (the schedule
+    holds FSDP's reduction back until the last micro batch)."""
     once = (schema.Strategy.ddp, schema.Strategy.smddp, schema.Strategy.zero1)
-    return 1 if par.strategy in once else batch.grad_accum
+    return 1 if par.strategy in once or par.pp > 1 else batch.grad_accum
 
 
 RECOMPUTE_FLOPS = {
@@ -257,13 +357,13 @@ RECOMPUTE_FLOPS = {
 
 
 def _data_parallel_seconds(
-    model: schema.ModelConfig, par: schema.ParallelismConfig, instance: InstanceType, layout: Layout
+    model: schema.ModelConfig, par: schema.ParallelismConfig, instance: InstanceType, layout: Layout, share: Share
 ) -> float:
     """Gradient reduction (and FSDP/ZeRO-3 parameter gathers) per optimizer step over the slowest link."""
     dp, shard = layout.dp, layout.shard_degree
     if dp == 1:
         return 0.0
-    params = parameters_per_gpu(model, layout.tp)
+    params = parameters_per_gpu(model, layout.tp, share)
     gradient_bytes = params * (2 if par.strategy.is_deepspeed or par.strategy.shards_parameters else 4)
     gathers = 2 * params * 2 if par.strategy.shards_parameters else 0  # parameters for forward and backward
     gpu_link = instance.gpu_link_gbps / 8 * 1e9
@@ -278,12 +378,12 @@ def _data_parallel_seconds(
 
 
 def _tensor_parallel_seconds(
-    model: schema.ModelConfig, instance: InstanceType, layout: Layout, sequences: int
+    model: schema.ModelConfig, instance: InstanceType, layout: Layout, sequences: int, share: Share
 ) -> float:
     """All-reduces of activations over NVLink: after the two row-parallel projections of each layer in the
     forward, and of the column-parallel inputs' gradients in the backward; each moves the activation twice."""
     if layout.tp == 1:
         return 0.0
     activation_bytes = sequences * model.seq_len * model.hidden * 2
-    traffic = 8 * model.layers * activation_bytes * (layout.tp - 1) / layout.tp
+    traffic = 8 * share.layers * activation_bytes * (layout.tp - 1) / layout.tp
     return traffic / (instance.gpu_link_gbps / 8 * 1e9)

@@ -47,7 +47,8 @@ def peak(config: schema.Config, instance: InstanceType) -> tuple[estimate.Memory
     """Predicted memory of `config` as it stands (micro batch a number)."""
     layout = resolve_layout(config, instance)
     batch = resolve_batch(config.parallelism, config.model.seq_len, layout)
-    return estimate.memory(config.model, config.parallelism, layout, batch.micro_batch), layout, batch
+    par = dataclasses.replace(config.parallelism, grad_accum=batch.grad_accum)
+    return estimate.memory(config.model, par, layout, batch.micro_batch), layout, batch
 
 
 def resolve_micro_batch(config: schema.Config, instance: InstanceType, layout: Layout) -> schema.Config:
@@ -122,6 +123,12 @@ def _candidates(config: schema.Config) -> Iterator[tuple[str, schema.Config]]:
         micro //= 2
     if par.strategy not in (schema.Strategy.ddp, schema.Strategy.smddp) and par.offload is schema.Offload.none:
         yield "parallelism.offload=optimizer", _with_parallelism(config, offload=schema.Offload.optimizer)
+    for pp in (2, 4, 8):
+        if pp > par.pp:
+            yield (
+                f"parallelism.pp={pp} parallelism.dp=-1",
+                _with_parallelism(config, pp=pp, dp=-1, grad_accum=-1, pp_microbatches=-1, pp_layers_per_stage=[]),
+            )
     for factor in (2, 4):
         nodes = config.hardware.nodes * factor
         hardware = dataclasses.replace(config.hardware, nodes=nodes)

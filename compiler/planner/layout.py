@@ -4,8 +4,10 @@ Every degree may be -1 (inferred from the others); the product must equal nodes 
 and the messages show the formula with the numbers filled in.
 """
 
+from compiler.planner.pipeline import default_microbatches, split_layers
 from compiler.spec import Batch, InstanceType, Layout, schema
-from compiler.spec.errors import ConfigError, DegreeError, UnsupportedError
+from compiler.spec.errors import ConfigError, DegreeError, UnknownNameError, UnsupportedError
+from compiler.spec.ranks import PIPELINE_SCHEDULES
 
 
 def resolve_layout(config: schema.Config, instance: InstanceType) -> Layout:
@@ -42,7 +44,7 @@ def resolve_layout(config: schema.Config, instance: InstanceType) -> Layout:
         degrees[inferred[0]] = world // known
     dp, tp, pp = degrees["dp"], degrees["tp"], degrees["pp"]
     _check_tensor_parallel(tp, per_node, model)
-    _check_pipeline_parallel(pp, model.layers)
+    stages_per_rank, layers_per_stage = _pipeline_stages(par, pp, model)
     return Layout(
         nodes=nodes,
         processes_per_node=per_node,
@@ -51,6 +53,8 @@ def resolve_layout(config: schema.Config, instance: InstanceType) -> Layout:
         tp=tp,
         pp=pp,
         shard_degree=_shard_degree(par, dp, per_node // (tp * pp) or 1),
+        stages_per_rank=stages_per_rank,
+        layers_per_stage=layers_per_stage,
     )
 
 
@@ -94,17 +98,63 @@ def _check_tensor_parallel(tp: int, per_node: int, model: schema.ModelConfig) ->
             )
 
 
-def _check_pipeline_parallel(pp: int, layers: int) -> None:
-    if layers % pp:
-        raise DegreeError(
-            "parallelism.pp", f"pp={pp} does not divide model.layers={layers}", f"use a pp that divides {layers}"
-        )
-    if pp > 1:
+def _pipeline_stages(par: schema.ParallelismConfig, pp: int, model: schema.ModelConfig) -> tuple[int, tuple[int, ...]]:
+    """(stages per rank, layers per stage) of a pipeline; (1, ()) without one."""
+    if par.pp_schedule not in PIPELINE_SCHEDULES:
+        raise UnknownNameError("parallelism.pp_schedule", "pipeline schedule", par.pp_schedule, PIPELINE_SCHEDULES)
+    if pp == 1:
+        if par.pp_layers_per_stage:
+            raise ConfigError("parallelism.pp_layers_per_stage", "applies only to pp > 1", "remove it")
+        return 1, ()
+    if par.strategy.is_deepspeed:
         raise UnsupportedError(
             "parallelism.pp",
-            "pipeline parallelism is not supported yet",
-            "set parallelism.pp=1 and use tp or FSDP for the memory",
+            f"DeepSpeed {par.strategy.value} does not combine with the trainer's pipeline",
+            "use parallelism=fsdp for pp > 1 (FSDP2 shards each stage over dp)",
         )
+    if par.strategy is schema.Strategy.smddp:
+        raise UnsupportedError(
+            "parallelism.strategy",
+            f"smddp with pp={pp}: the trainer's pipeline replicates stages with FSDP2 over NCCL",
+            "use parallelism=ddp (replicated stages) or parallelism=fsdp (sharded stages)",
+        )
+    stages_per_rank = PIPELINE_SCHEDULES[par.pp_schedule]
+    stages = pp * stages_per_rank
+    if not par.pp_layers_per_stage:
+        if model.layers < stages:
+            raise DegreeError(
+                "parallelism.pp",
+                f"{par.pp_schedule} with pp={pp} runs {stages} stages, more than model.layers={model.layers}",
+                f"use a pp of at most {model.layers // stages_per_rank}",
+            )
+        return stages_per_rank, split_layers(model.layers, stages)
+    counts = tuple(par.pp_layers_per_stage)
+    if len(counts) != stages or min(counts) < 1 or sum(counts) != model.layers:
+        raise DegreeError(
+            "parallelism.pp_layers_per_stage",
+            f"{list(counts)} must be {stages} positive counts ({par.pp_schedule}: pp={pp} × {stages_per_rank} "
+            f"per rank) that add up to model.layers={model.layers}",
+            f"give {stages} counts summing to {model.layers}, or [] for an even split",
+        )
+    return stages_per_rank, counts
+
+
+def _pipeline_microbatches(par: schema.ParallelismConfig, layout: Layout) -> int:
+    """grad_accum and pp_microbatches name the same number under a pipeline: either, or -1 for the default."""
+    given = {"grad_accum": par.grad_accum, "pp_microbatches": par.pp_microbatches}
+    for key, value in given.items():
+        if value < 1 and value != -1:
+            raise ConfigError(f"parallelism.{key}", f"must be at least 1, or -1 to derive it (got {value})")
+    if -1 not in given.values() and par.grad_accum != par.pp_microbatches:
+        raise ConfigError(
+            "parallelism.pp_microbatches",
+            f"{par.pp_microbatches} but grad_accum={par.grad_accum}: with pp > 1 both are the pipeline's micro batches",
+            "set only one of them",
+        )
+    chosen = max(given.values())
+    if chosen == -1 and par.global_batch == -1:
+        return default_microbatches(layout.pp, par.pp_schedule)
+    return chosen
 
 
 def _shard_degree(par: schema.ParallelismConfig, dp: int, dp_per_node: int) -> int:
@@ -127,8 +177,12 @@ def _shard_degree(par: schema.ParallelismConfig, dp: int, dp_per_node: int) -> i
 
 
 def resolve_batch(par: schema.ParallelismConfig, seq_len: int, layout: Layout) -> Batch:
-    """global_batch = micro_batch × grad_accum × dp, inferring whichever of the last two is -1."""
-    micro, accum, total, dp = par.micro_batch, par.grad_accum, par.global_batch, layout.dp
+    """global_batch = micro_batch × grad_accum × dp, inferring whichever of the last two is -1.
+
+    With pp > 1 the accumulated micro batches are the pipeline's: `pp_microbatches` names them (or the
+    default that keeps the bubble under 20%), at least pp and a multiple of it."""
+    micro, total, dp = par.micro_batch, par.global_batch, layout.dp
+    accum = _pipeline_microbatches(par, layout) if layout.pp > 1 else par.grad_accum
     if micro < 1:
         raise ConfigError("parallelism.micro_batch", f"must be at least 1 (got {micro})")
     for key, value in (("grad_accum", accum), ("global_batch", total)):
@@ -151,6 +205,13 @@ def resolve_batch(par: schema.ParallelismConfig, seq_len: int, layout: Layout) -
             "parallelism.global_batch",
             f"global_batch={total} but micro_batch × grad_accum × dp = {micro} × {accum} × {dp} = {per_pass * accum}",
             "set parallelism.grad_accum=-1 to infer it",
+        )
+    if layout.pp > 1 and (accum < layout.pp or accum % layout.pp):
+        raise DegreeError(
+            "parallelism.pp_microbatches",
+            f"{accum} micro batches per step for pp={layout.pp}: a pipeline needs a multiple of pp, at least pp",
+            f"set parallelism.pp_microbatches to a multiple of {layout.pp} (grad_accum=-1), or a global_batch of "
+            f"such a multiple × micro_batch × dp ({per_pass})",
         )
     return Batch(
         micro_batch=micro, grad_accum=accum, global_batch=total, seq_len=seq_len, tokens_per_step=total * seq_len

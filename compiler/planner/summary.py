@@ -1,6 +1,7 @@
 """What `dockyard plan` tells a user: a short summary on the terminal and `report.md` beside plan.json."""
 
 from compiler.planner.estimate import GIB, Memory
+from compiler.planner.pipeline import bubble_fraction
 from compiler.spec import Plan
 from compiler.spec.schema import Strategy
 
@@ -29,6 +30,8 @@ def summary_lines(plan: Plan) -> list[str]:
             f"speed     {speed.step_seconds:.2f} s/step, {speed.tokens_per_second:,.0f} tokens/s, MFU "
             f"{speed.mfu:.0%} (predicted){_cost_per_billion(plan)}",
         ]
+    if layout.pp > 1:
+        lines.append(_pipeline(plan))
     lines += [
         f"data      {_data(plan)}",
         f"image     {plan.image.name} ({plan.image.family.value.replace('_', '-')} on {plan.image.base})",
@@ -58,6 +61,20 @@ def report_markdown(plan: Plan) -> str:
             f"- cost: ${plan.price_per_hour:,.2f}/h{_cost_per_billion(plan)}",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _pipeline(plan: Plan) -> str:
+    """The schedule, the stages' layers, the bubble and, on GPUs, each pipeline rank's predicted peak."""
+    layout, par = plan.layout, plan.parallelism
+    microbatches = plan.batch.grad_accum
+    bubble = bubble_fraction(layout.pp, microbatches, par.pp_schedule)
+    layers = "/".join(str(count) for count in layout.layers_per_stage)
+    line = f"pipeline  {par.pp_schedule}, {layout.stages} stages of {layers} layers, {microbatches} micro batches, "
+    line += f"bubble {bubble:.1%}"
+    if plan.estimate:
+        peaks = " | ".join(f"{total / GIB:.1f}" for total in plan.estimate.stage_memory)
+        line += f", {plan.estimate.throughput.point_to_point_seconds:.2f} s/step point-to-point; GiB per stage {peaks}"
+    return line
 
 
 def _cost_per_billion(plan: Plan) -> str:

@@ -7,6 +7,10 @@ numbers of the same type, where a positional mix-up would go unnoticed.
 
 from dataclasses import dataclass, field, fields
 
+from compiler.spec.ranks import Layout
+
+__all__ = ["Batch", "Derived", "Estimate", "InstanceType", "Layout", "Memory", "Throughput"]
+
 
 @dataclass(frozen=True, kw_only=True)
 class InstanceType:
@@ -32,25 +36,12 @@ class InstanceType:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Layout:
-    """How the world's ranks split into data, tensor and pipeline parallel groups."""
-
-    nodes: int
-    processes_per_node: int
-    world_size: int
-    dp: int
-    tp: int
-    pp: int
-    shard_degree: int
-    """Ranks that share one copy of the model state (1 for DDP; the shard group for FSDP and ZeRO)."""
-
-
-@dataclass(frozen=True, kw_only=True)
 class Batch:
     micro_batch: int
     grad_accum: int
     global_batch: int
-    """Sequences per optimizer step: micro_batch × grad_accum × dp."""
+    """Sequences per optimizer step: micro_batch × grad_accum × dp (with pp > 1, grad_accum is the number of
+    micro batches one pipeline step runs)."""
     seq_len: int
     tokens_per_step: int
 
@@ -88,6 +79,10 @@ class Throughput:
     exposed_communication_seconds: float
     tokens_per_second: float
     mfu: float
+    bubble: float = 0.0
+    """Share of the step a pipeline rank idles (the schedule's warm-up and drain)."""
+    point_to_point_seconds: float = 0.0
+    """Sending activations and their gradients between pipeline stages (counted as exposed)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +92,8 @@ class Estimate:
     memory: Memory
     gpu_memory: int
     throughput: Throughput
+    stage_memory: tuple[int, ...] = ()
+    """Predicted peak bytes per GPU of each pipeline rank, in pp order (empty without a pipeline)."""
 
 
 @dataclass(frozen=True, kw_only=True)

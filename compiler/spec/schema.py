@@ -118,6 +118,12 @@ class ParallelismConfig:
     """Tensor-parallel degree; -1 infers it. Must stay inside one node."""
     pp: int = 1
     """Pipeline-parallel degree; -1 infers it."""
+    pp_schedule: str = "1f1b"
+    """gpipe | 1f1b | interleaved-1f1b | zero-bubble (the interleaved ones run two stages per rank)."""
+    pp_microbatches: int = -1
+    """Micro batches a pipeline step runs (grad_accum, when pp > 1); -1: enough for a bubble under 20%."""
+    pp_layers_per_stage: list[int] = field(default_factory=list)
+    """Decoder layers of each pipeline stage; empty: an even split, the remainder to the middle stages."""
     shard_group_size: int = -1
     """fsdp_hybrid only: ranks per shard group; -1 means the data-parallel ranks of one node."""
     micro_batch: Any = 1

@@ -6,8 +6,7 @@ starts without boto3's clients or the Kubernetes client.
 
 import importlib
 
-from compiler.spec import TargetKind
-from compiler.spec.errors import UnknownNameError, UnsupportedError
+from compiler.spec.errors import UnknownNameError
 from compiler.targets.base import Target
 
 MODULES = {
@@ -24,11 +23,7 @@ def kinds() -> tuple[str, ...]:
 
 
 def get(kind: str) -> Target:
-    """The target for `kind` (a TargetKind's value); an unknown or unbuilt kind is a ConfigError on `target`."""
+    """The target for `kind` (a TargetKind's value); an unknown kind is a ConfigError on `target`."""
     if kind not in MODULES:
-        if kind in {k.value for k in TargetKind}:
-            raise UnsupportedError(
-                "target", f"target={kind} is not supported yet", f"use target={' or '.join(MODULES)}"
-            )
         raise UnknownNameError("target", "target", kind, MODULES)
     return importlib.import_module(MODULES[kind]).TARGET
