@@ -128,6 +128,16 @@ def aws(aws_env):
 
 
 @pytest.fixture
+def s3_tokens(aws) -> bytes:
+    """One token file in moto's S3 under the prefix `tests.helpers.S3_TOKENS` names; returns its bytes."""
+    import numpy as np
+
+    tokens = (np.arange(40_000) * 7919 % 2048).astype(np.uint16).tobytes()
+    aws.client("s3").put_object(Bucket="dockyard-example-data", Key="tokens/part-000.bin", Body=tokens)
+    return tokens
+
+
+@pytest.fixture
 def registry(engine, tmp_path: Path) -> Iterator[str]:
     """Debian's docker-registry on 127.0.0.1 (a loopback registry the engine may use over plain HTTP)."""
     port = free_port()

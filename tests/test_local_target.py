@@ -10,7 +10,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from compiler.images.build import build_image, ensure_base_image
@@ -18,7 +17,7 @@ from compiler.targets import runs
 from compiler.targets.local import runner as local_runner
 from compiler.targets.local import translate as local
 from compiler.targets.records import RunRecord
-from tests.helpers import PRESETS, plan_for
+from tests.helpers import PRESETS, S3_TOKENS, plan_for
 
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
 SHORT = [
@@ -181,19 +180,11 @@ def test_retry_resumes_from_the_last_checkpoint(engine, smoke_image, tmp_path):
     assert json.loads((run_dir / "run.json").read_text())["attempts"] == 2
 
 
-def test_s3_channel_is_downloaded_and_the_trainer_reads_it(engine, smoke_image, aws, tmp_path):
-    tokens = (np.arange(40_000) * 7919 % 2048).astype(np.uint16)
-    aws.client("s3").put_object(Bucket="dockyard-example-data", Key="tokens/part-000.bin", Body=tokens.tobytes())
-    plan = plan_for(
-        *SHORT,
-        "trainer.steps=4",
-        "trainer.checkpoint_interval=0",
-        "data=s3",
-        "data.uri=s3://dockyard-example-data/tokens/",
-    )
+def test_s3_channel_is_downloaded_and_the_trainer_reads_it(engine, smoke_image, s3_tokens, tmp_path):
+    plan = plan_for(*SHORT, "trainer.steps=4", "trainer.checkpoint_interval=0", *S3_TOKENS)
     run_dir = tmp_path / "run"
     request = local.to_request(plan, smoke_image, run_id="dockyard-s3-test", run_dir=run_dir)
     output = io.StringIO()
     assert run_locally(plan, request, run_dir, output).exit_status == 0, output.getvalue()[-3000:]
-    assert (run_dir / "data/train/part-000.bin").read_bytes() == tokens.tobytes()
+    assert (run_dir / "data/train/part-000.bin").read_bytes() == s3_tokens
     assert metrics(run_dir)[-1]["step"] == 4

@@ -9,14 +9,13 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from compiler.images.build import build_image, ensure_base_image
 from compiler.spec.errors import ConfigError
 from compiler.targets.base import COMPLETED, FAILED, PENDING, RUNNING, STOPPED, JobState
 from compiler.targets.slurm import TARGET, translate
-from tests.helpers import plan_for
+from tests.helpers import S3_TOKENS, plan_for
 
 DOCKYARD = str(Path(sys.executable).with_name("dockyard"))
 
@@ -267,20 +266,12 @@ def test_stop_cancels_the_job_and_leaves_no_container(engine, slurm_image, tmp_p
         launch.kill()
 
 
-def test_s3_channel_is_copied_to_the_shared_run_folder_and_read_by_every_node(engine, slurm_image, aws, tmp_path):
-    tokens = (np.arange(40_000) * 7919 % 2048).astype(np.uint16)
-    aws.client("s3").put_object(Bucket="dockyard-example-data", Key="tokens/part-000.bin", Body=tokens.tobytes())
-    plan = plan_for(
-        *SHORT,
-        "trainer.steps=4",
-        "trainer.checkpoint_interval=0",
-        "data=s3",
-        "data.uri=s3://dockyard-example-data/tokens/",
-    )
+def test_s3_channel_is_copied_to_the_shared_run_folder_and_read_by_every_node(engine, slurm_image, s3_tokens, tmp_path):
+    plan = plan_for(*SHORT, "trainer.steps=4", "trainer.checkpoint_interval=0", *S3_TOKENS)
     run_dir = tmp_path / "run"
     state, output = follow(submit(plan, slurm_image, run_dir, "slurm-s3-test"), timeout=300)
     assert state.status == COMPLETED, output[-3000:]
-    assert (run_dir / "data/train/part-000.bin").read_bytes() == tokens.tobytes()
+    assert (run_dir / "data/train/part-000.bin").read_bytes() == s3_tokens
     assert metrics(run_dir)[-1]["step"] == 4
 
 
