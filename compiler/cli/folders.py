@@ -36,6 +36,8 @@ class Invocation:
         self.staging = f".dockyard-{uuid.uuid4().hex}"
         self.fresh: Path | None = None
         self.created: list[Path] = []
+        self.results: list[Path] = []
+        """Files moved into the run folder that were not there before (a launch that then fails removes them)."""
 
 
 _current = Invocation()
@@ -118,13 +120,18 @@ def results_in(run_dir: Path, *, keep: bool = True) -> Iterator[Path]:
     discard()
 
 
-def discard(*, fresh_too: bool = False) -> None:
-    """Remove the folders this invocation created that nothing else was written into (the fresh run
-    folder whatever it holds with `fresh_too`: no other command writes there)."""
+def discard(*, results_too: bool = False) -> None:
+    """Remove the folders this invocation created that nothing else was written into. With `results_too`
+    (a launch that failed after its results moved into place) also its results: the fresh run folder
+    whatever it holds (no other command writes there), and in a folder the user named the files it added
+    (a file it replaced keeps the new version: the old one is gone)."""
     if _current.fresh is not None:
         shutil.rmtree(_current.fresh / _current.staging, ignore_errors=True)
-        if fresh_too:
+        if results_too:
             shutil.rmtree(_current.fresh, ignore_errors=True)
+    if results_too:
+        for path in _current.results:
+            path.unlink(missing_ok=True)
     for folder in reversed(_current.created):
         try:
             folder.rmdir()  # only when empty
@@ -141,6 +148,9 @@ def _promote(stage: Path, run_dir: Path) -> None:
     for source in sorted(stage.rglob("*")):
         if source.is_file():
             target = run_dir / source.relative_to(stage)
+            _current.created += reversed([p for p in target.parents if not p.exists()])
             target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.exists():
+                _current.results.append(target)
             os.replace(source, target)
     shutil.rmtree(stage)

@@ -80,7 +80,7 @@ def launch_task(cfg: DictConfig) -> None:
     try:
         record = runs.execute(record, plan, request)  # a missing role or bucket is found before anything starts
     except ConfigError:
-        folders.discard(fresh_too=True)  # a folder the user named keeps the plan that replaced theirs
+        folders.discard(results_too=True)
         raise
     if record.status in records.OPEN_STATUSES:
         return  # a detached remote job
