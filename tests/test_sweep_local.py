@@ -102,12 +102,20 @@ def test_a_failed_point_is_reported_failed_and_the_others_complete(tmp_path, eng
     assert float(rows[0]["final_loss"]) > 0 and rows[1]["final_loss"] == ""
 
 
+def interruptible() -> None:
+    """Ctrl-C's default action in the child, as a terminal gives it: a shell that started this test run in
+    the background has SIGINT ignored, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_the_running_point_and_cancels_the_queued_ones(tmp_path, engine):
     """One point at a time, three long points: Ctrl-C while the first trains."""
     options = [option for option in SWEEP + SMALL if "max_concurrent" not in option and "steps=" not in option]
     command = [DOCKYARD, *options, "hydra.launcher.max_concurrent=1", "trainer.steps=100000", "trainer.seed=1,2,3"]
     log = (tmp_path / "output.log").open("w")
-    sweep = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, text=True)
+    sweep = subprocess.Popen(
+        command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, text=True, preexec_fn=interruptible
+    )
     first_log = tmp_path / "sweep/0/logs/algo-1.log"
     deadline = time.monotonic() + 600
     while '"step": ' not in (first_log.read_text() if first_log.exists() else "") and time.monotonic() < deadline:
