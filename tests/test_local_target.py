@@ -87,6 +87,18 @@ def test_smoke_job_trains_on_two_container_nodes(engine, tmp_path):
     assert missing.returncode == 2 and "dockyard: error: run: no run 'no-such-run'" in missing.stderr
 
 
+def test_a_pipelined_job_trains_one_stage_per_container_node(engine, tmp_path):
+    """pp=2 over two nodes of two processes: each node holds one stage, and the loss falls as without pp."""
+    command = [DOCKYARD, "launch", *SHORT, "parallelism.pp=2", "parallelism.dp=-1", "hydra.run.dir=run"]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    plan = json.loads((tmp_path / "run/plan.json").read_text())
+    assert (plan["layout"]["pp"], plan["layout"]["dp"], plan["layout"]["nodes"]) == (2, 2, 2)
+    losses = [row["loss"] for row in metrics(tmp_path / "run")]
+    assert metrics(tmp_path / "run")[-1]["step"] == 20
+    assert losses[-1] < losses[0] * 0.8
+
+
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
