@@ -51,9 +51,7 @@ def test_every_node_gets_its_own_contract_files():
         assert not mounts["/opt/ml/checkpoints"].read_only
 
 
-def metrics(run_dir: Path) -> list[dict]:
-    path = run_dir / "nodes/algo-1/output/data/metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
+metrics = runs.loss_curve
 
 
 def leftovers(engine, run_id: str) -> list:

@@ -13,6 +13,7 @@ import pytest
 
 from compiler.images.build import build_image, ensure_base_image
 from compiler.spec.errors import ConfigError
+from compiler.targets import runs
 from compiler.targets.base import COMPLETED, FAILED, PENDING, RUNNING, STOPPED, JobState
 from compiler.targets.slurm import TARGET, translate
 from tests.helpers import S3_TOKENS, plan_for
@@ -167,8 +168,7 @@ def follow(handle: dict, timeout: float) -> tuple[JobState, str]:
     return state, out.getvalue()
 
 
-def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "output/data/metrics.jsonl").read_text().splitlines()]
+metrics = runs.loss_curve
 
 
 def containers(engine, handle: dict) -> list:

@@ -3,6 +3,7 @@ translate, submit, record, follow, stop. It asks the registry for the plan's tar
 that is.
 """
 
+import json
 import re
 import sys
 import time
@@ -117,8 +118,6 @@ def metrics_file(run_dir: Path) -> Path | None:
 
 
 def loss_curve(run_dir: Path) -> list[dict]:
-    import json
-
     path = metrics_file(run_dir)
     if path is None:
         return []
