@@ -89,6 +89,18 @@ def test_concurrent_commands_never_share_a_folder_or_lose_a_plan(tmp_path):
 HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
 
 
+def test_concurrent_sweeps_never_share_a_folder(tmp_path):
+    """Two sweeps started together (Hydra names both folders by the same second) keep every point apart."""
+    started = [dockyard("plan", "-m", "experiment=smoke", f"trainer.steps={n},{n + 1}", cwd=tmp_path) for n in (60, 70)]
+    results = [(p.wait(timeout=120), *p.communicate()) for p in started]
+    assert [status for status, _, _ in results] == [0, 0], results
+    sweeps = sorted(tmp_path.glob("multirun/smoke/*"))
+    assert len(sweeps) == 2, sorted(tmp_path.rglob("*"))
+    steps = [{Plan.from_json(p.read_text()).trainer.steps for p in sweep.glob("*/plan.json")} for sweep in sweeps]
+    assert sorted(steps, key=min) == [{60, 61}, {70, 71}]
+    assert not (tmp_path / "outputs").exists()
+
+
 def test_a_fresh_folder_is_never_reused():
     """The mechanism behind the race: a second invocation in the same second gets a folder of its own."""
     made = []
@@ -146,6 +158,30 @@ def test_a_yaml_error_in_a_config_folder_is_one_line(tmp_path, file, text, key):
     assert outcome.status == 2 and outcome.error_keys == [key], outcome.stderr
     assert f"{conf / file} line " in outcome.stderr
     assert not outcome.created and not outcome.removed
+
+
+@pytest.mark.parametrize(
+    ("file", "line", "key"),
+    [
+        ("image/cpu-local.yaml", "boto3: 1.40", "image.boto3"),
+        ("experiment/smoke.yaml", "name: 1e3", "name"),
+        ("config.yaml", "name: 2.5", "name"),
+    ],
+)
+@pytest.mark.parametrize("sweep", [[], ["-m", "hydra/launcher=dockyard", "trainer.steps=30,40"]], ids=["run", "sweep"])
+def test_a_number_for_a_text_field_in_a_config_folder_is_refused(tmp_path, file, line, key, sweep):
+    """YAML reads `boto3: 1.40` as 1.4, as the command line does: the value is refused with the quoting fix."""
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    field = line.partition(":")[0]
+    kept = [old for old in (conf / file).read_text().splitlines() if not old.startswith(f"{field}:")]
+    (conf / file).write_text("\n".join([*kept, line, ""]))
+    outcome = invoke(["launch", "--dry-run", "-cp", str(conf), *sweep], tmp_path)
+    assert outcome.status == 2 and f"{key}: is a text field, but {conf / file} gives the number" in outcome.stderr
+    assert not outcome.created and not outcome.removed
+    quoted = line.replace(": ", ": '") + "'"
+    (conf / file).write_text((conf / file).read_text().replace(line, quoted))
+    assert invoke(["launch", "--dry-run", "-cp", str(conf), *sweep], tmp_path).status == 0
 
 
 @pytest.mark.parametrize("content", [b"\xff\xfe", b"{bad", b"[]", b""])

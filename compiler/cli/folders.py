@@ -1,7 +1,7 @@
 """Run folders no two commands share, and results that appear only when a command succeeds.
 
 Hydra names a run folder by the second, so two commands started together would share one. The default
-`hydra.run.dir` therefore goes through the `dockyard.fresh_dir` resolver: the first resolution in an
+`hydra.run.dir` and `hydra.sweep.dir` therefore go through the `dockyard.fresh_dir` resolver: the first resolution in an
 invocation creates a new folder with `os.mkdir` (adding `-1`, `-2`... to a name that exists), and every
 later one returns that folder. A folder the user names (`hydra.run.dir=.`) may hold files already: there a
 command writes into a staging folder of its own (Hydra's `.hydra` too, see `STAGING_OVERRIDE`) and moves
@@ -34,7 +34,8 @@ class Invocation:
 
     def __init__(self) -> None:
         self.staging = f".dockyard-{uuid.uuid4().hex}"
-        self.fresh: Path | None = None
+        self.fresh: dict[str, Path] = {}
+        """The fresh folder made under each root (the run folder under `outputs`, a sweep's under `multirun`)."""
         self.created: list[Path] = []
         self.results: list[Path] = []
         """Files moved into the run folder that were not there before (a launch that then fails removes them)."""
@@ -56,9 +57,10 @@ def staging_override() -> str:
 
 
 def fresh_dir(root: str, name_key: str, stamp: str, *, _root_: DictConfig) -> str:
-    """The resolver: `root/<name>/stamp`, a folder this invocation created, the same on every resolution.
-    It reads the name itself (`name_key`), so that a mistake there is reported as the name's."""
-    if _current.fresh is None:
+    """The resolver: `root/<name>/stamp`, a folder this invocation created, the same on every resolution
+    (a sweep resolves its folder again for every point). It reads the name itself (`name_key`), so that a
+    mistake there is reported as the name's."""
+    if root not in _current.fresh:
         try:
             name = _root_[name_key]
         except OmegaConfBaseException as error:
@@ -76,8 +78,8 @@ def fresh_dir(root: str, name_key: str, stamp: str, *, _root_: DictConfig) -> st
             message = f"cannot create '{wanted}': {error.strerror}"
             raise ConfigError("hydra.run.dir", message, "name another folder") from None
         _current.created.append(folder)
-        _current.fresh = folder.resolve()
-    return str(_current.fresh)
+        _current.fresh[root] = folder.resolve()
+    return str(_current.fresh[root])
 
 
 def _mkdir_new(wanted: Path) -> Path:
@@ -125,10 +127,10 @@ def discard(*, results_too: bool = False) -> None:
     (a launch that failed after its results moved into place) also its results: the fresh run folder
     whatever it holds (no other command writes there), and in a folder the user named the files it added
     (a file it replaced keeps the new version: the old one is gone)."""
-    if _current.fresh is not None:
-        shutil.rmtree(_current.fresh / _current.staging, ignore_errors=True)
+    for fresh in _current.fresh.values():
+        shutil.rmtree(fresh / _current.staging, ignore_errors=True)
         if results_too:
-            shutil.rmtree(_current.fresh, ignore_errors=True)
+            shutil.rmtree(fresh, ignore_errors=True)
     if results_too:
         for path in _current.results:
             path.unlink(missing_ok=True)
@@ -137,10 +139,6 @@ def discard(*, results_too: bool = False) -> None:
             folder.rmdir()  # only when empty
         except OSError:
             continue
-
-
-def is_fresh(run_dir: Path) -> bool:
-    return _current.fresh is not None and run_dir.resolve() == _current.fresh
 
 
 def _promote(stage: Path, run_dir: Path) -> None:

@@ -18,7 +18,13 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from compiler.cli import folders, runs, tasks
-from compiler.config.compose import CONF_DIR, CONFIG_NAME, as_config_error, reject_numbers_for_strings
+from compiler.config.compose import (
+    CONF_DIR,
+    CONFIG_NAME,
+    as_config_error,
+    reject_numbers_for_strings,
+    reject_numbers_in_files,
+)
 from compiler.spec.errors import ConfigError, UnknownNameError
 from compiler.sweep.launcher import InvalidSweepError, PointFailedError
 
@@ -63,6 +69,7 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
     def guarded(cfg: DictConfig) -> None:
         nonlocal task_failed
         try:
+            reject_numbers_in_files(HydraConfig.get())
             task(cfg)
         except ConfigError as error:  # reported once Hydra is done, for every point of a sweep
             hydra_cfg = HydraConfig.get()

@@ -15,6 +15,8 @@ Two rules hold for every value, whatever its key:
 import dataclasses
 import difflib
 import math
+import re
+import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,6 +38,7 @@ CONFIG_NAME = "config"
 
 store.register()
 MAX_INT = 2**63 - 1
+GLOBAL_PACKAGE = re.compile(r"^#\s*@package\s+_global_\s*$", re.MULTILINE)
 
 
 def _refuse_environment(variable: str, default: object = None) -> None:
@@ -60,7 +63,26 @@ def to_config(cfg: DictConfig) -> schema.Config:
     except OmegaConfBaseException as exc:
         raise as_config_error(exc) from None
     _reject_unrepresentable_numbers(config)
+    _reject_scalars_for_collections(config)
     return config
+
+
+def _reject_scalars_for_collections(value: object, key: str = "") -> None:
+    """An interpolation resolves after OmegaConf's type checks: `image.python_packages=${trainer.steps}` gives
+    a list field an int. Every list and map field must hold a list or a map."""
+    if not dataclasses.is_dataclass(value):
+        return
+    hints = typing.get_type_hints(type(value))
+    for field in dataclasses.fields(value):
+        item, full_key = getattr(value, field.name), f"{key}{field.name}"
+        hint = hints[field.name]
+        union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+        origins = {typing.get_origin(h) for h in (typing.get_args(hint) if union else [hint])}
+        for collection, wanted, example in ((list, "a list", "[]"), (dict, "a map", "{}")):
+            if collection in origins and item is not None and not isinstance(item, collection):
+                raise ConfigError(full_key, f"is {item!r}, not {wanted}", f"give {wanted}, e.g. {full_key}={example}")
+        for child in item.values() if isinstance(item, dict) else [item]:
+            _reject_scalars_for_collections(child, f"{full_key}.")
 
 
 def _reject_unrepresentable_numbers(value: object, key: str = "") -> None:
@@ -131,6 +153,34 @@ def reject_numbers_for_strings(overrides: Sequence[str]) -> None:
                 f"is a text field, but {raw} reads as the number {override.value()}",
                 f"quote it: {override.key_or_group.lstrip('+~')}='{raw}'",
             )
+
+
+def reject_numbers_in_files(hydra_cfg: DictConfig) -> None:
+    """The same rule for the YAML files the composition read (`torch: 2.10` in a config folder's
+    `image/x.yaml`): each chosen option's file, and the primary config, found as Hydra found them."""
+    folders = [Path(s.path) for s in hydra_cfg.runtime.config_sources if s.schema == "file"]
+    chosen = [(f"{group}/{option}", group) for group, option in hydra_cfg.runtime.choices.items()]
+    for name, group in [(hydra_cfg.job.config_name, ""), *chosen]:
+        if name is None or group.startswith("hydra/"):
+            continue
+        path = next((f / f"{name}.yaml" for f in folders if (f / f"{name}.yaml").is_file()), None)
+        if path is not None:
+            text = path.read_text()
+            package = "" if GLOBAL_PACKAGE.search(text) else group.replace("/", ".")
+            _reject_floats_for_strings(OmegaConf.to_container(OmegaConf.create(text)), package, path)
+
+
+def _reject_floats_for_strings(value: object, key: str, path: Path) -> None:
+    if isinstance(value, dict):
+        for name, item in value.items():
+            if key or name not in ("defaults", "hydra"):
+                _reject_floats_for_strings(item, f"{key}.{name}" if key else str(name), path)
+    elif isinstance(value, float) and str in _field_types(key.split(".")):
+        raise ConfigError(
+            key,
+            f"is a text field, but {path} gives the number {value} (YAML reads 2.10 as 2.1)",
+            f"quote it in that file: {key.rpartition('.')[2]}: '...'",
+        )
 
 
 def _field_types(path: list[str]) -> set[type]:

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf, flag_override, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from compiler.cli import tasks
-from compiler.config.compose import as_config_error, to_config
+from compiler.config.compose import as_config_error, reject_numbers_in_files, to_config
 from compiler.planner.compile import compile_plan
 from compiler.spec import Plan
 from compiler.spec.errors import ConfigError
@@ -138,6 +138,7 @@ class Sweep:
             cfg = self.composer.compose(overrides, num)
             point.run_dir = Path(str(cfg.hydra.sweep.dir), str(cfg.hydra.sweep.subdir)).resolve()
             point.cfg, point.hydra_cfg = split_hydra_node(cfg)
+            reject_numbers_in_files(point.hydra_cfg.hydra)
             point.plan = compile_plan(to_config(cfg))
             point.run_id = f"{runs.run_id_for(point.plan, self.started)}-{num}"
             planned = self._expected_image(point.plan)
