@@ -66,7 +66,7 @@ def test_issue_example_compiles(tmp_path):
         (["parallelism.tpp=2"], "dockyard: error: parallelism.tpp: Key 'tpp' not in 'ParallelismConfig'; did you mean"),
         (["hardware=p5.48xlarg"], "dockyard: error: hardware: unknown hardware option 'p5.48xlarg'; did you mean"),
         (["data=s3"], "dockyard: error: data.uri: is missing; set data.uri=s3://bucket/prefix"),
-        (["target=sagemaker"], "dockyard: error: hardware.instance_type: 'cpu' has no GPUs, and target=sagemaker"),
+        (["target=sagemaker"], "dockyard: error: hardware.instance_type: 'cpu' is this machine's own CPUs"),
     ],
 )
 def test_user_error_is_one_line_exit_2_and_writes_nothing(tmp_path, overrides, expected):

@@ -26,11 +26,11 @@ INVALID = [
     (["hardware.instance_type=p5.48xlarg"], "hardware.instance_type", "did you mean p5.48xlarge"),
     (["hardware.instance_type=trn1.32xlarge"], "hardware.instance_type", "unknown instance type"),
     (["hardware.nodes=0"], "hardware.nodes", "must be at least 1"),
-    (["hardware.processes_per_node=-1"], "hardware.processes_per_node", "has no default on CPU"),
+    (["hardware.processes_per_node=-1"], "hardware.processes_per_node", "has no default on hardware=cpu"),
     (["hardware.processes_per_node=0"], "hardware.processes_per_node", "must be at least 1"),
     ([*P5, "hardware.processes_per_node=16"], "hardware.processes_per_node", "has 8 GPUs, not 16"),
     (["hardware.price_per_hour=-1"], "hardware.price_per_hour", "cannot be negative"),
-    (["target=sagemaker"], "hardware.instance_type", "target=sagemaker runs only GPU plans"),
+    (["target=sagemaker"], "hardware.instance_type", "target=sagemaker starts instances"),
     # model
     (["model.heads=5"], "model.heads", "do not divide hidden=128"),
     (["model.kv_heads=3"], "model.kv_heads", "do not divide heads=4"),
@@ -91,7 +91,7 @@ INVALID = [
     (["parallelism.mixed_precision=fp16"], "parallelism.mixed_precision", "fp16 with loss scaling needs a GPU"),
     (["parallelism=zero3", "parallelism.offload=optimizer"], "parallelism.offload", "needs GPUs"),
     (["image=cuda"], "image.family", "the cuda image needs GPUs"),
-    (["hardware=p4d.24xlarge"], "image.family", "the cpu-local image has no CUDA"),
+    (["hardware=p4d.24xlarge", "image=cpu-local"], "image.family", "the cpu-local image has no CUDA"),
     # data
     (["data=s3"], "data.uri", "is missing"),
     (["data=s3", "data.uri=https://bucket/x"], "data.uri", "is not an S3 URI"),

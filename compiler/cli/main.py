@@ -69,7 +69,7 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
     def guarded(cfg: DictConfig) -> None:
         nonlocal task_failed
         try:
-            reject_numbers_in_files(HydraConfig.get())
+            reject_numbers_in_files(HydraConfig.get(), cfg)
             task(cfg)
         except ConfigError as error:  # reported once Hydra is done, for every point of a sweep
             hydra_cfg = HydraConfig.get()

@@ -155,11 +155,14 @@ def reject_numbers_for_strings(overrides: Sequence[str]) -> None:
             )
 
 
-def reject_numbers_in_files(hydra_cfg: DictConfig) -> None:
+def reject_numbers_in_files(hydra_cfg: DictConfig, cfg: DictConfig) -> None:
     """The same rule for the YAML files the composition read (`torch: 2.10` in a config folder's
-    `image/x.yaml`): each chosen option's file, and the primary config, found as Hydra found them."""
+    `image/x.yaml`): each chosen option's file, and the primary config, found as Hydra found them.
+    `image=auto` reads its family's file through an entry Hydra does not list among the choices."""
     folders = [Path(s.path) for s in hydra_cfg.runtime.config_sources if s.schema == "file"]
     chosen = [(f"{group}/{option}", group) for group, option in hydra_cfg.runtime.choices.items()]
+    if hydra_cfg.runtime.choices.get("image") == "auto":
+        chosen.append((f"image/{schema.ImageFamily(cfg.image.family).value.replace('_', '-')}", "image"))
     for name, group in [(hydra_cfg.job.config_name, ""), *chosen]:
         if name is None or group.startswith("hydra/"):
             continue

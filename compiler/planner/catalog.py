@@ -1,13 +1,20 @@
 """Instance types dockyard knows: what each one has that a plan or an estimate depends on.
 
-Figures are per instance. GPU memory is what the card reports (HBM), peak bf16 is the dense tensor-core
-figure from the vendor's datasheet, vCPUs and memory are the host's, the GPU link is one direction of a
-GPU's NVLink (or PCIe), network is the instance's EFA/ENA bandwidth, and prices are on-demand US East list
-prices in USD per hour (`hardware.price_per_hour` overrides them for a discount or another region).
+Figures are per instance. GPU memory is what the card reports, the peaks are the dense (not sparse)
+tensor-core figures of the vendor's datasheet (V100 and T4 have no bf16), vCPUs, memory, network and EFA
+devices are from the instance family's page on aws.amazon.com/ec2/instance-types/<family>/, the GPU link is
+one direction of a GPU's NVLink (or PCIe where the GPUs have none), and prices are EC2 on-demand Linux list
+prices in us-east-1 (aws.amazon.com/ec2/pricing/on-demand/, after the June 2025 cut for P4 and P5), in USD
+per hour. SageMaker bills its `ml.` types at its own, higher rate (aws.amazon.com/sagemaker/pricing/):
+set `hardware.price_per_hour` to it, or to a discount or another region's price.
+
+Every SageMaker training type here is also known by the name the console shows, `ml.<type>`.
 """
 
 from compiler.spec.errors import UnknownNameError
 from compiler.spec.records import InstanceType
+
+SAGEMAKER_PREFIX = "ml."
 
 LOCAL_CPU = InstanceType(
     name="cpu",
@@ -15,6 +22,7 @@ LOCAL_CPU = InstanceType(
     gpu_model="none",
     gpu_memory_gib=0,
     peak_bf16_tflops=0,
+    peak_fp16_tflops=0,
     gpu_link_gbps=0,
     efa_devices=0,
     vcpus=0,
@@ -23,106 +31,152 @@ LOCAL_CPU = InstanceType(
     price_per_hour=0,
     smddp=False,
 )
+"""This machine's own CPUs (local containers, a Slurm or Kubernetes CPU node): no size and no price."""
 
-_A100_40 = dict(gpu_model="A100-SXM4-40GB", gpu_memory_gib=40, peak_bf16_tflops=312, gpu_link_gbps=300 * 8)
-_A100_80 = dict(gpu_model="A100-SXM4-80GB", gpu_memory_gib=80, peak_bf16_tflops=312, gpu_link_gbps=300 * 8)
-_H100 = dict(gpu_model="H100-SXM5-80GB", gpu_memory_gib=80, peak_bf16_tflops=989, gpu_link_gbps=450 * 8)
-_H200 = dict(gpu_model="H200-SXM5-141GB", gpu_memory_gib=141, peak_bf16_tflops=989, gpu_link_gbps=450 * 8)
+NO_GPU = dict(gpu_model="none", gpu_memory_gib=0, peak_bf16_tflops=0, peak_fp16_tflops=0, gpu_link_gbps=0)
+# NVIDIA datasheets. V100 SXM2: 125 TFLOPS fp16 tensor, NVLink 2.0 300 GB/s both directions. T4: 65 TFLOPS
+# fp16 tensor, PCIe 3.0 x16. A10G: AWS's figure for g5 (the A10's 125 bf16 at A10G's lower clocks and power).
+# L4: 242 fp16/bf16 with sparsity, 121 dense. L40S: 362 fp16/bf16 dense. A100: 312, NVLink 3.0 600 GB/s.
+# H100/H200 SXM: 989, NVLink 4.0 900 GB/s. PCIe 4.0 x16 is 32 GB/s one way, 3.0 x16 16 GB/s.
+V100_16 = dict(
+    gpu_model="V100-SXM2-16GB", gpu_memory_gib=16, peak_bf16_tflops=0, peak_fp16_tflops=125, gpu_link_gbps=150 * 8
+)
+V100_32 = dict(V100_16, gpu_model="V100-SXM2-32GB", gpu_memory_gib=32)
+T4 = dict(gpu_model="T4-16GB", gpu_memory_gib=16, peak_bf16_tflops=0, peak_fp16_tflops=65, gpu_link_gbps=16 * 8)
+A10G = dict(gpu_model="A10G-24GB", gpu_memory_gib=24, peak_bf16_tflops=70, peak_fp16_tflops=70, gpu_link_gbps=32 * 8)
+L4 = dict(gpu_model="L4-24GB", gpu_memory_gib=24, peak_bf16_tflops=121, peak_fp16_tflops=121, gpu_link_gbps=32 * 8)
+L40S = dict(gpu_model="L40S-48GB", gpu_memory_gib=48, peak_bf16_tflops=362, peak_fp16_tflops=362, gpu_link_gbps=32 * 8)
+A100_40 = dict(
+    gpu_model="A100-SXM4-40GB", gpu_memory_gib=40, peak_bf16_tflops=312, peak_fp16_tflops=312, gpu_link_gbps=300 * 8
+)
+A100_80 = dict(A100_40, gpu_model="A100-SXM4-80GB", gpu_memory_gib=80)
+H100 = dict(
+    gpu_model="H100-SXM5-80GB", gpu_memory_gib=80, peak_bf16_tflops=989, peak_fp16_tflops=989, gpu_link_gbps=450 * 8
+)
+H200 = dict(H100, gpu_model="H200-SXM5-141GB", gpu_memory_gib=141)
 
-INSTANCE_TYPES: dict[str, InstanceType] = {
-    t.name: t
-    for t in (
-        LOCAL_CPU,
+SMDDP_TYPES = frozenset({"p3.16xlarge", "p3dn.24xlarge", "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge"})
+"""The types SageMaker's data-parallel library supports (its documentation's list of supported instances)."""
+
+# (family, per-GPU figures, rows of: size, GPUs, vCPUs, memory GiB, network Gbps ("up to" taken as is),
+# EFA devices, price USD/h). Figures from each family's instance-type page and the on-demand price list.
+FAMILIES = (
+    ("g4dn", T4, [
+        ("xlarge", 1, 4, 16, 25, 0, 0.526),
+        ("2xlarge", 1, 8, 32, 25, 0, 0.752),
+        ("4xlarge", 1, 16, 64, 25, 0, 1.204),
+        ("8xlarge", 1, 32, 128, 50, 1, 2.176),
+        ("12xlarge", 4, 48, 192, 50, 1, 3.912),
+        ("16xlarge", 1, 64, 256, 50, 1, 4.352),
+    ]),
+    ("g5", A10G, [
+        ("xlarge", 1, 4, 16, 10, 0, 1.006),
+        ("2xlarge", 1, 8, 32, 10, 0, 1.212),
+        ("4xlarge", 1, 16, 64, 25, 0, 1.624),
+        ("8xlarge", 1, 32, 128, 25, 1, 2.448),
+        ("12xlarge", 4, 48, 192, 40, 1, 5.672),
+        ("16xlarge", 1, 64, 256, 25, 1, 4.096),
+        ("24xlarge", 4, 96, 384, 50, 1, 8.144),
+        ("48xlarge", 8, 192, 768, 100, 1, 16.288),
+    ]),
+    ("g6", L4, [
+        ("xlarge", 1, 4, 16, 10, 0, 0.805),
+        ("2xlarge", 1, 8, 32, 10, 0, 0.978),
+        ("4xlarge", 1, 16, 64, 25, 0, 1.323),
+        ("8xlarge", 1, 32, 128, 25, 1, 2.014),
+        ("12xlarge", 4, 48, 192, 40, 1, 4.602),
+        ("16xlarge", 1, 64, 256, 25, 1, 3.397),
+        ("24xlarge", 4, 96, 384, 50, 1, 6.675),
+        ("48xlarge", 8, 192, 768, 100, 1, 13.350),
+    ]),
+    ("g6e", L40S, [
+        ("xlarge", 1, 4, 32, 20, 0, 1.861),
+        ("2xlarge", 1, 8, 64, 20, 0, 2.242),
+        ("4xlarge", 1, 16, 128, 20, 0, 3.004),
+        ("8xlarge", 1, 32, 256, 25, 1, 4.529),
+        ("12xlarge", 4, 48, 384, 100, 1, 10.493),
+        ("16xlarge", 1, 64, 512, 35, 1, 7.577),
+        ("24xlarge", 4, 96, 768, 200, 2, 15.066),
+        ("48xlarge", 8, 192, 1536, 400, 4, 30.131),
+    ]),
+    ("p3", V100_16, [
+        ("2xlarge", 1, 8, 61, 10, 0, 3.06),
+        ("8xlarge", 4, 32, 244, 10, 0, 12.24),
+        ("16xlarge", 8, 64, 488, 25, 0, 24.48),
+    ]),
+    ("p3dn", V100_32, [("24xlarge", 8, 96, 768, 100, 1, 31.212)]),
+    ("p4d", A100_40, [("24xlarge", 8, 96, 1152, 400, 4, 21.96)]),
+    ("p4de", A100_80, [("24xlarge", 8, 96, 1152, 400, 4, 27.45)]),
+    ("p5", H100, [("48xlarge", 8, 192, 2048, 3200, 32, 55.04)]),
+    ("p5e", H200, [("48xlarge", 8, 192, 2048, 3200, 32, 60.35)]),
+    ("p5en", H200, [("48xlarge", 8, 192, 2048, 3200, 16, 63.30)]),
+    ("m5", NO_GPU, [
+        ("large", 0, 2, 8, 10, 0, 0.096),
+        ("xlarge", 0, 4, 16, 10, 0, 0.192),
+        ("2xlarge", 0, 8, 32, 10, 0, 0.384),
+        ("4xlarge", 0, 16, 64, 10, 0, 0.768),
+        ("12xlarge", 0, 48, 192, 12, 0, 2.304),
+        ("24xlarge", 0, 96, 384, 25, 0, 4.608),
+    ]),
+    ("m6i", NO_GPU, [
+        ("large", 0, 2, 8, 12.5, 0, 0.096),
+        ("xlarge", 0, 4, 16, 12.5, 0, 0.192),
+        ("2xlarge", 0, 8, 32, 12.5, 0, 0.384),
+        ("4xlarge", 0, 16, 64, 12.5, 0, 0.768),
+        ("8xlarge", 0, 32, 128, 12.5, 0, 1.536),
+        ("16xlarge", 0, 64, 256, 25, 0, 3.072),
+        ("32xlarge", 0, 128, 512, 50, 1, 6.144),
+    ]),
+    ("c5", NO_GPU, [
+        ("xlarge", 0, 4, 8, 10, 0, 0.17),
+        ("2xlarge", 0, 8, 16, 10, 0, 0.34),
+        ("4xlarge", 0, 16, 32, 10, 0, 0.68),
+        ("9xlarge", 0, 36, 72, 12, 0, 1.53),
+        ("18xlarge", 0, 72, 144, 25, 0, 3.06),
+    ]),
+    ("c6i", NO_GPU, [
+        ("xlarge", 0, 4, 8, 12.5, 0, 0.17),
+        ("2xlarge", 0, 8, 16, 12.5, 0, 0.34),
+        ("4xlarge", 0, 16, 32, 12.5, 0, 0.68),
+        ("8xlarge", 0, 32, 64, 12.5, 0, 1.36),
+        ("16xlarge", 0, 64, 128, 25, 0, 2.72),
+        ("32xlarge", 0, 128, 256, 50, 1, 5.44),
+    ]),
+    ("r5", NO_GPU, [
+        ("large", 0, 2, 16, 10, 0, 0.126),
+        ("xlarge", 0, 4, 32, 10, 0, 0.252),
+        ("2xlarge", 0, 8, 64, 10, 0, 0.504),
+        ("4xlarge", 0, 16, 128, 10, 0, 1.008),
+        ("12xlarge", 0, 48, 384, 12, 0, 3.024),
+        ("24xlarge", 0, 96, 768, 25, 0, 6.048),
+    ]),
+)  # fmt: skip
+
+
+def _family_types() -> list[InstanceType]:
+    return [
         InstanceType(
-            name="p4d.24xlarge",
-            gpus=8,
-            **_A100_40,
-            efa_devices=4,
-            vcpus=96,
-            memory_gib=1152,
-            network_gbps=400,
-            price_per_hour=21.96,
-            smddp=True,
-        ),
-        InstanceType(
-            name="p4de.24xlarge",
-            gpus=8,
-            **_A100_80,
-            efa_devices=4,
-            vcpus=96,
-            memory_gib=1152,
-            network_gbps=400,
-            price_per_hour=27.45,
-            smddp=True,
-        ),
-        InstanceType(
-            name="p5.48xlarge",
-            gpus=8,
-            **_H100,
-            efa_devices=32,
-            vcpus=192,
-            memory_gib=2048,
-            network_gbps=3200,
-            price_per_hour=55.04,
-            smddp=True,
-        ),
-        InstanceType(
-            name="p5e.48xlarge",
-            gpus=8,
-            **_H200,
-            efa_devices=32,
-            vcpus=192,
-            memory_gib=2048,
-            network_gbps=3200,
-            price_per_hour=60.35,
-            smddp=False,
-        ),
-        InstanceType(
-            name="p5en.48xlarge",
-            gpus=8,
-            **_H200,
-            efa_devices=16,
-            vcpus=192,
-            memory_gib=2048,
-            network_gbps=3200,
-            price_per_hour=63.30,
-            smddp=False,
-        ),
-        InstanceType(
-            name="g5.48xlarge",
-            gpus=8,
-            gpu_model="A10G-24GB",
-            gpu_memory_gib=24,
-            peak_bf16_tflops=70,
-            gpu_link_gbps=256,
-            efa_devices=1,
-            vcpus=192,
-            memory_gib=768,
-            network_gbps=100,
-            price_per_hour=16.29,
-            smddp=False,
-        ),
-        InstanceType(
-            name="g6e.48xlarge",
-            gpus=8,
-            gpu_model="L40S-48GB",
-            gpu_memory_gib=48,
-            peak_bf16_tflops=362,
-            gpu_link_gbps=256,
-            efa_devices=4,
-            vcpus=192,
-            memory_gib=1536,
-            network_gbps=400,
-            price_per_hour=30.13,
-            smddp=False,
-        ),
-    )
-}
+            name=f"{family}.{size}",
+            gpus=gpus,
+            **gpu,
+            efa_devices=efa,
+            vcpus=vcpus,
+            memory_gib=memory,
+            network_gbps=network,
+            price_per_hour=price,
+            smddp=f"{family}.{size}" in SMDDP_TYPES,
+        )
+        for family, gpu, rows in FAMILIES
+        for size, gpus, vcpus, memory, network, efa, price in rows
+    ]
+
+
+INSTANCE_TYPES: dict[str, InstanceType] = {t.name: t for t in (LOCAL_CPU, *_family_types())}
 
 
 def instance_type(name: str, key: str = "hardware.instance_type") -> InstanceType:
-    """The catalog entry for `name`, or an error that names the nearest known types."""
+    """The catalog entry for `name` (with or without SageMaker's `ml.`), or an error naming the nearest."""
     try:
-        return INSTANCE_TYPES[name]
+        return INSTANCE_TYPES[name.removeprefix(SAGEMAKER_PREFIX)]
     except KeyError:
         raise UnknownNameError(key, "instance type", name, INSTANCE_TYPES) from None

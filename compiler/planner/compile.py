@@ -27,7 +27,9 @@ def compile_plan(config: schema.Config) -> Plan:
     layout = resolve_layout(config, instance)
     config = fit.resolve_micro_batch(config, instance, layout)
     if config.parallelism.mixed_precision is schema.Precision.auto:
-        precision = schema.Precision.bf16 if instance.has_gpus else schema.Precision.fp32
+        precision = schema.Precision.fp32
+        if instance.has_gpus:  # V100 and T4 compute in fp16 with loss scaling
+            precision = schema.Precision.bf16 if instance.has_bf16 else schema.Precision.fp16
         config = dataclasses.replace(
             config, parallelism=dataclasses.replace(config.parallelism, mixed_precision=precision)
         )

@@ -296,7 +296,9 @@ def throughput(
     for share in pipeline_shares(model, par, layout):
         model_flops = flops_per_token_of(model, layout.tp, share) * sequences * model.seq_len
         hardware_flops = model_flops * RECOMPUTE_FLOPS[par.activation_checkpointing]
-        share_compute = hardware_flops / (instance.peak_bf16_tflops * 1e12 * ASSUMED_MATMUL_EFFICIENCY)
+        share_compute = hardware_flops / (
+            instance.peak_tflops(par.mixed_precision.value) * 1e12 * ASSUMED_MATMUL_EFFICIENCY
+        )
         data_parallel = _data_parallel_seconds(model, par, instance, layout, share) * _reductions_per_step(par, batch)
         share_exposed = max(0.0, data_parallel - BACKWARD_SHARE * share_compute) + _tensor_parallel_seconds(
             model, instance, layout, sequences, share
@@ -307,7 +309,11 @@ def throughput(
     bubble = bubble_fraction(layout.pp, batch.grad_accum, par.pp_schedule)
     step = (busy + point_to_point) / (1 - bubble)
     tokens_per_second = batch.tokens_per_step / step
-    mfu = flops_per_token(model) * tokens_per_second / (layout.world_size * instance.peak_bf16_tflops * 1e12)
+    mfu = (
+        flops_per_token(model)
+        * tokens_per_second
+        / (layout.world_size * instance.peak_tflops(par.mixed_precision.value) * 1e12)
+    )
     return Throughput(
         flops_per_token=flops_per_token(model),
         step_seconds=step,

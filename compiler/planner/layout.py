@@ -59,16 +59,16 @@ def resolve_layout(config: schema.Config, instance: InstanceType) -> Layout:
 
 
 def processes_per_node(hardware: schema.HardwareConfig, instance: InstanceType) -> int:
-    """Processes each node starts: one per GPU unless the config says fewer."""
+    """Processes each node starts: one per GPU unless the config says fewer; one on a CPU instance type."""
     wanted = hardware.processes_per_node
     if wanted == -1:
-        if not instance.has_gpus:
+        if not instance.has_gpus and instance.vcpus == 0:  # this machine's own CPUs: no size to go by
             raise ConfigError(
                 "hardware.processes_per_node",
-                "has no default on CPU instances",
+                "has no default on hardware=cpu (this machine's CPUs)",
                 "set hardware.processes_per_node to the processes each node should start",
             )
-        return instance.gpus
+        return max(instance.gpus, 1)
     if wanted < 1:
         raise ConfigError("hardware.processes_per_node", f"must be at least 1, or -1 for one per GPU (got {wanted})")
     if instance.has_gpus and wanted > instance.gpus:

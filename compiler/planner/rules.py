@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from compiler.planner import grammar
-from compiler.planner.catalog import INSTANCE_TYPES
+from compiler.planner.catalog import INSTANCE_TYPES, LOCAL_CPU
 from compiler.planner.image_rules import check_image
 from compiler.spec import InstanceType, schema
 from compiler.spec.contract import PLAN_CHANNEL
@@ -52,12 +52,11 @@ def check_hardware(config: schema.Config, instance: InstanceType) -> Iterator[st
             f"hardware.processes_per_node={hardware.processes_per_node} leaves "
             f"{instance.gpus - hardware.processes_per_node} of {instance.gpus} GPUs per node idle"
         )
-    if not instance.has_gpus and not capabilities(config).cpu_plans:
-        gpu_types = ", ".join(name for name, t in INSTANCE_TYPES.items() if t.has_gpus)
+    if instance is LOCAL_CPU and not capabilities(config).host_cpu:
         raise ConfigError(
             "hardware.instance_type",
-            f"'{instance.name}' has no GPUs, and target={config.target.kind.value} runs only GPU plans",
-            f"choose a GPU instance type: {gpu_types}",
+            f"'cpu' is this machine's own CPUs, and target={config.target.kind.value} starts instances",
+            "choose an instance type, such as ml.m5.xlarge for CPUs or ml.g5.xlarge for a GPU",
         )
 
 
@@ -147,6 +146,12 @@ def check_strategy(config: schema.Config, instance: InstanceType, layout: Layout
     if par.mixed_precision is schema.Precision.fp16 and not instance.has_gpus:
         raise ConfigError(
             "parallelism.mixed_precision", "fp16 with loss scaling needs a GPU", "use bf16 or fp32 on hardware=cpu"
+        )
+    if par.mixed_precision is schema.Precision.bf16 and instance.has_gpus and not instance.has_bf16:
+        raise ConfigError(
+            "parallelism.mixed_precision",
+            f"the {instance.gpu_model} GPUs of {instance.name} have no bf16",
+            "use mixed_precision=fp16 (or auto, which picks it there)",
         )
     if par.mixed_precision is schema.Precision.bf16 and not instance.has_gpus:
         yield "bf16 autocast on CPU is slow; parallelism.mixed_precision=fp32 is faster there"

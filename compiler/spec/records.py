@@ -19,6 +19,9 @@ class InstanceType:
     gpu_model: str
     gpu_memory_gib: float
     peak_bf16_tflops: float
+    """Dense tensor-core bf16 peak per GPU; 0 where the GPU has no bf16 (V100, T4)."""
+    peak_fp16_tflops: float
+    """Dense tensor-core fp16 peak per GPU."""
     gpu_link_gbps: float
     """GPU-to-GPU bandwidth inside a node, one direction: NVLink, or PCIe 4.0 x16 where there is none."""
     efa_devices: int
@@ -33,6 +36,15 @@ class InstanceType:
     @property
     def has_gpus(self) -> bool:
         return self.gpus > 0
+
+    @property
+    def has_bf16(self) -> bool:
+        return self.peak_bf16_tflops > 0
+
+    def peak_tflops(self, precision: str) -> float:
+        """The dense peak per GPU that a job computing in `precision` can reach (fp32 runs its matmuls
+        on the tensor cores in the 16-bit format the GPU has, as TF32 does on Ampere and later)."""
+        return self.peak_fp16_tflops if precision == "fp16" or not self.has_bf16 else self.peak_bf16_tflops
 
 
 @dataclass(frozen=True, kw_only=True)

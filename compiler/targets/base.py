@@ -33,8 +33,9 @@ FINAL_STATUSES = (COMPLETED, FAILED, STOPPED, CANCELLED)
 class Capabilities:
     """What the generic rules need to know about a target, so they never name one."""
 
-    cpu_plans: bool
-    """Runs plans on CPU-only hardware (`hardware=cpu`)."""
+    host_cpu: bool
+    """Runs on the CPUs of machines it does not choose (`hardware=cpu`: local containers, a cluster's
+    nodes); a target that starts instances needs a catalog type instead (ml.m5.xlarge)."""
     host_folders: bool
     """Mounts a folder of the submitting host as a channel (`data=local`)."""
     file_systems: tuple[DataSource, ...] = ()

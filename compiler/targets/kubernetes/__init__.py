@@ -17,7 +17,7 @@ from compiler.targets.kubernetes.translate import KubernetesRequest, to_request
 
 class KubernetesTarget:
     kind = "kubernetes"
-    capabilities = Capabilities(cpu_plans=True, host_folders=False, file_systems=(DataSource.fsx, DataSource.efs))
+    capabilities = Capabilities(host_cpu=True, host_folders=False, file_systems=(DataSource.fsx, DataSource.efs))
     attached = False
 
     def check(self, plan: Plan) -> list[str]:

@@ -15,7 +15,7 @@ from compiler.targets.local.translate import LocalRequest, to_request
 
 class LocalTarget:
     kind = "local"
-    capabilities = Capabilities(cpu_plans=True, host_folders=True)
+    capabilities = Capabilities(host_cpu=True, host_folders=True)
     attached = True
 
     def check(self, plan: Plan) -> list[str]:

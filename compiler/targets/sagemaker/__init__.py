@@ -29,7 +29,7 @@ WAITING = ("Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStac
 class SageMakerTarget:
     kind = "sagemaker"
     capabilities = Capabilities(
-        cpu_plans=False, host_folders=False, file_systems=(DataSource.fsx, DataSource.efs), smddp=True
+        host_cpu=False, host_folders=False, file_systems=(DataSource.fsx, DataSource.efs), smddp=True
     )
     attached = False
 

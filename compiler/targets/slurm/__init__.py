@@ -12,7 +12,7 @@ from compiler.targets.slurm.translate import SlurmRequest
 
 class SlurmTarget:
     kind = "slurm"
-    capabilities = Capabilities(cpu_plans=True, host_folders=True)
+    capabilities = Capabilities(host_cpu=True, host_folders=True)
     """CPU partitions exist; a host folder is one on the file system the nodes share."""
     attached = False
 
