@@ -3,6 +3,7 @@
 
 import contextlib
 import json
+import logging
 import os
 import subprocess
 from collections.abc import Iterator
@@ -92,7 +93,9 @@ def crds() -> dict[str, dict]:
 
 @pytest.fixture(scope="session")
 def moto_endpoint():
-    """moto's server, over HTTP on loopback, for every AWS API the tests use."""
+    """moto's server, over HTTP on loopback, for every AWS API the tests use (its request log stays out of
+    the output of the commands under test)."""
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

@@ -19,6 +19,7 @@ from compiler.planner.compile import compile_plan
 from compiler.planner.summary import report_markdown, summary_lines
 from compiler.spec import Plan
 from compiler.spec.errors import ConfigError
+from compiler.spec.schema import Config
 from compiler.targets import records, runs
 from compiler.targets.base import COMPLETED
 
@@ -40,9 +41,9 @@ def discard(run_dir: Path) -> None:
         folder = folder.parent
 
 
-def compile_into(cfg: DictConfig, stage: Path, run_dir: Path) -> Plan:
+def compile_into(config: Config, stage: Path, run_dir: Path) -> Plan:
     """Compile, print the summary, and write plan.json and report.md (into `stage`, bound for `run_dir`)."""
-    plan = compile_plan(to_config(cfg))
+    plan = compile_plan(config)
     (stage / PLAN_FILE).write_text(plan.to_json(indent=2) + "\n")
     (stage / REPORT_FILE).write_text(report_markdown(plan))
     print("\n".join(summary_lines(plan)))
@@ -54,7 +55,7 @@ def plan_task(cfg: DictConfig) -> None:
     """Compile the config into a plan, print its summary, write plan.json and report.md to the run folder."""
     run_dir = run_folder()
     with folders.results_in(run_dir) as stage:
-        compile_into(cfg, stage, run_dir)
+        compile_into(to_config(cfg), stage, run_dir)
 
 
 def build_task(cfg: DictConfig) -> None:
@@ -63,7 +64,7 @@ def build_task(cfg: DictConfig) -> None:
 
     run_dir = run_folder()
     with folders.results_in(run_dir) as stage:
-        build_and_record(compile_into(cfg, stage, run_dir), run_dir, cwd=Path.cwd(), stage=stage)
+        build_and_record(compile_into(to_config(cfg), stage, run_dir), run_dir, cwd=Path.cwd(), stage=stage)
 
 
 def launch_task(cfg: DictConfig) -> None:
@@ -72,7 +73,7 @@ def launch_task(cfg: DictConfig) -> None:
 
     run_dir = run_folder()
     with folders.results_in(run_dir) as stage:
-        plan = compile_into(cfg, stage, run_dir)
+        plan = compile_into(runs.with_account_defaults(to_config(cfg)), stage, run_dir)
         built = build_and_record(plan, run_dir, cwd=Path.cwd(), stage=stage)
         run_id = runs.run_id_for(plan, datetime.now(UTC))
         request = runs.translate(plan, built.digest or built.reference, run_id, run_dir)
@@ -95,7 +96,7 @@ def dry_run_task(cfg: DictConfig) -> None:
 
     run_dir = run_folder()
     with folders.results_in(run_dir, keep=False):
-        plan = compile_plan(to_config(cfg))
+        plan = compile_plan(runs.with_account_defaults(to_config(cfg)))
         image = runs.dry_run_image(plan, planned_reference(plan, cwd=Path.cwd()))
         print(runs.translate(plan, image, runs.run_id_for(plan, datetime.now(UTC)), run_dir), end="")
         if plan.image.push:

@@ -139,7 +139,7 @@ class Sweep:
             point.run_dir = Path(str(cfg.hydra.sweep.dir), str(cfg.hydra.sweep.subdir)).resolve()
             point.cfg, point.hydra_cfg = split_hydra_node(cfg)
             reject_numbers_in_files(point.hydra_cfg.hydra, point.cfg)
-            point.plan = compile_plan(to_config(cfg))
+            point.plan = compile_plan(runs.with_account_defaults(to_config(cfg), out=self.out))
             point.run_id = f"{runs.run_id_for(point.plan, self.started)}-{num}"
             planned = self._expected_image(point.plan)
             point.request = self._translate(point, runs.dry_run_image(point.plan, planned))

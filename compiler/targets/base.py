@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Protocol, runtime_checkable
 
 from compiler.spec import DataSource, Plan
+from compiler.spec.schema import Config
 
 PENDING, RUNNING, COMPLETED, FAILED, STOPPED, CANCELLED = (
     "pending",
@@ -79,6 +80,11 @@ class Target(Protocol):
 
     def check(self, plan: Plan) -> list[str]:
         """The target's own rules: raise a ConfigError naming the key, or return warnings."""
+
+    def account_defaults(self, config: Config) -> dict[str, object]:
+        """Values for keys left unset that the caller's account decides (`image.registry` -> its ECR), as
+        dotted keys; may ask the platform. `launch` and its dry run apply them before compiling; `plan` does
+        not, so a plan alone never depends on who runs it."""
 
     def to_request(self, plan: Plan, image: str, *, run_id: str, run_dir: Path) -> Request:
         """Pure: everything as arguments, no environment, clock or I/O; raises ConfigError for what the

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import IO
 
 from compiler.spec import DataSource, Plan
+from compiler.spec.schema import Config
 from compiler.targets.base import Capabilities, JobState
 from compiler.targets.kubernetes import rules
 from compiler.targets.kubernetes.translate import KubernetesRequest, to_request
@@ -22,6 +23,9 @@ class KubernetesTarget:
 
     def check(self, plan: Plan) -> list[str]:
         return rules.check(plan)
+
+    def account_defaults(self, config: Config) -> dict[str, object]:
+        return {}  # the kubeconfig names the cluster and namespace at submit; nothing to look up
 
     def to_request(self, plan: Plan, image: str, *, run_id: str, run_dir: Path) -> KubernetesRequest:
         return to_request(plan, image, run_id=run_id)

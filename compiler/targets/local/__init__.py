@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import IO
 
 from compiler.spec import Plan
+from compiler.spec.schema import Config
 from compiler.targets.base import COMPLETED, FAILED, RUNNING, STOPPED, Capabilities, JobState
 from compiler.targets.local import rules
 from compiler.targets.local.translate import LocalRequest, to_request
@@ -20,6 +21,9 @@ class LocalTarget:
 
     def check(self, plan: Plan) -> list[str]:
         return rules.check(plan)
+
+    def account_defaults(self, config: Config) -> dict[str, object]:
+        return {}  # this machine is the account: nothing to look up
 
     def to_request(self, plan: Plan, image: str, *, run_id: str, run_dir: Path) -> LocalRequest:
         return to_request(plan, image, run_id=run_id, run_dir=run_dir)

@@ -10,6 +10,7 @@ from typing import IO
 
 from compiler.spec import DataSource, Plan
 from compiler.spec.errors import ConfigError
+from compiler.spec.schema import Config
 from compiler.targets.base import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, STOPPED, Capabilities, JobState
 from compiler.targets.sagemaker import rules
 from compiler.targets.sagemaker.translate import SageMakerRequest, to_request
@@ -35,6 +36,11 @@ class SageMakerTarget:
 
     def check(self, plan: Plan) -> list[str]:
         return rules.check(plan)
+
+    def account_defaults(self, config: Config) -> dict[str, object]:
+        from compiler.targets.sagemaker import account
+
+        return account.defaults(config, _session(config.target.region))
 
     def to_request(self, plan: Plan, image: str, *, run_id: str, run_dir: Path) -> SageMakerRequest:
         if not plan.image.push:

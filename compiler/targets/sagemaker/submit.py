@@ -13,6 +13,7 @@ import boto3
 from botocore.exceptions import ClientError
 
 from compiler.spec.errors import ConfigError
+from compiler.targets.sagemaker import account
 from compiler.targets.sagemaker.translate import SageMakerRequest
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
@@ -56,6 +57,8 @@ def check_resources(request: SageMakerRequest, session: boto3.Session) -> None:
 
 def submit(request: SageMakerRequest, plan_json: str, session: boto3.Session) -> str:
     """Upload the plan and create the job; returns the job's name."""
+    output_bucket = split_s3_uri(request.create_training_job["OutputDataConfig"]["S3OutputPath"])[0]
+    account.create_default_bucket(output_bucket, request.region, session)
     check_resources(request, session)
     bucket, prefix = split_s3_uri(request.plan_uri)
     session.client("s3").put_object(Bucket=bucket, Key=f"{prefix}plan.json", Body=plan_json.encode())

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import IO
 
 from compiler.spec import Plan
+from compiler.spec.schema import Config
 from compiler.targets.base import Capabilities, JobState
 from compiler.targets.slurm import jobs, rules, translate
 from compiler.targets.slurm.translate import SlurmRequest
@@ -18,6 +19,9 @@ class SlurmTarget:
 
     def check(self, plan: Plan) -> list[str]:
         return rules.check(plan)
+
+    def account_defaults(self, config: Config) -> dict[str, object]:
+        return {}  # the cluster is the account: nothing to look up
 
     def to_request(self, plan: Plan, image: str, *, run_id: str, run_dir: Path) -> SlurmRequest:
         return translate.to_request(plan, image, run_id=run_id, run_dir=run_dir)
