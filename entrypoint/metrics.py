@@ -16,7 +16,7 @@ def mfu(plan: Plan, tokens_per_second: float) -> float | None:
     plan, so reported and predicted MFU share one definition); None on CPU (no peak figure)."""
     if not plan.instance.has_gpus:
         return None
-    peak = plan.instance.peak_bf16_tflops * 1e12 * plan.layout.world_size
+    peak = plan.instance.peak_tflops(plan.parallelism.mixed_precision.value) * 1e12 * plan.layout.world_size
     return plan.derived.flops_per_token * tokens_per_second / peak
 
 
