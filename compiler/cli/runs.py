@@ -30,6 +30,9 @@ def status(record: records.RunRecord) -> None:
     detail = f": {record.detail}" if record.detail else ""
     exit_text = "" if record.exit_status is None else f", exit status {record.exit_status}"
     print(f"status    {record.status}{detail} after {record.attempts} attempt(s){exit_text}")
+    if record.billable_s is not None:
+        saving = "" if record.spot_saving is None else f", {record.spot_saving:.0%} saved by spot"
+        print(f"billing   trained {record.training_s:.0f} s, billed {record.billable_s:.0f} s{saving}")
 
 
 def logs(record: records.RunRecord) -> None:

@@ -12,7 +12,17 @@ from compiler.targets.records import RunRecord, load_all
 from compiler.targets.runs import loss_curve
 
 SUMMARY_MD, SUMMARY_CSV, LOSS_PLOT = "summary.md", "summary.csv", "loss.png"
-COLUMNS = ("job", "overrides", "status", "final_loss", "tokens_per_s", "wall_s", "cost_usd")
+COLUMNS = (
+    "job",
+    "overrides",
+    "status",
+    "final_loss",
+    "tokens_per_s",
+    "wall_s",
+    "billable_s",
+    "spot_saving",
+    "cost_usd",
+)
 
 
 def row(record: RunRecord, common: frozenset[str] = frozenset()) -> dict[str, str]:
@@ -28,6 +38,8 @@ def row(record: RunRecord, common: frozenset[str] = frozenset()) -> dict[str, st
         "final_loss": number(record.final.get("loss"), 4),
         "tokens_per_s": number(record.final.get("tokens_per_s"), 1),
         "wall_s": number(record.wall_s, 1),
+        "billable_s": number(record.billable_s, 0),
+        "spot_saving": "" if record.spot_saving is None else f"{record.spot_saving:.0%}",
         "cost_usd": number(record.cost_usd, 2),
     }
 
@@ -63,7 +75,7 @@ def markdown(sweep_dir: Path, rows: list[dict[str, str]], common: frozenset[str]
     lines = [f"# Sweep {sweep_dir.name}", "", f"{len(rows)} points: {states}", ""]
     if common:
         lines += [f"Every point: `{' '.join(sorted(common))}`", ""]
-    lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * 2 + "---|" + "---:|" * 4]
+    lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * 2 + "---|" + "---:|" * 6]
     lines += ["| " + " | ".join(row[c].replace("|", "\\|") for c in COLUMNS) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 

@@ -56,6 +56,9 @@ class JobState:
     attempts: int = 1
     metrics: Mapping[str, float] | None = None
     """Final metrics the platform collected (SageMaker's FinalMetricDataList), when it has them."""
+    billing: Mapping[str, float] | None = None
+    """Seconds the platform trained and billed (`training_s`, `billable_s`), where it bills by them:
+    with managed spot, SageMaker bills fewer seconds than it trained."""
 
 
 @runtime_checkable

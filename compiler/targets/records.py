@@ -44,6 +44,16 @@ class RunRecord:
     num: int | None = None
     """A sweep's job number; None for a single launch."""
     overrides: list[str] = field(default_factory=list)
+    training_s: float | None = None
+    billable_s: float | None = None
+    """The platform's billed seconds (`JobState.billing`); the cost is reckoned from them when known."""
+
+    @property
+    def spot_saving(self) -> float | None:
+        """The share of the training time not billed (managed spot)."""
+        if not self.training_s or self.billable_s is None:
+            return None
+        return 1 - self.billable_s / self.training_s
 
     @property
     def wall_s(self) -> float | None:
@@ -51,7 +61,7 @@ class RunRecord:
 
     @property
     def cost_usd(self) -> float | None:
-        seconds = self.wall_s if self.wall_s is not None else self.predicted_s
+        seconds = next((s for s in (self.billable_s, self.wall_s, self.predicted_s) if s is not None), None)
         return None if seconds is None else self.price_per_hour * seconds / 3600
 
 

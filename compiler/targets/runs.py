@@ -15,7 +15,7 @@ from typing import IO
 from compiler.spec import Plan
 from compiler.spec.schema import Config
 from compiler.targets import records, registry
-from compiler.targets.base import FINAL_STATUSES, PENDING, RUNNING, STOPPED, Request
+from compiler.targets.base import FINAL_STATUSES, PENDING, RUNNING, STOPPED, JobState, Request
 from compiler.targets.records import RunRecord
 
 
@@ -108,7 +108,13 @@ def execute(
         exit_status=state.exit_status,
         attempts=state.attempts,
         final=dict(state.metrics) if state.metrics else final_metrics(Path(record.run_dir)),
+        **billing(state),
     )
+
+
+def billing(state: JobState) -> dict[str, float]:
+    """The record fields of what the platform billed (none where it does not say)."""
+    return dict(state.billing or {})
 
 
 def refresh(record: RunRecord) -> RunRecord:
@@ -119,7 +125,7 @@ def refresh(record: RunRecord) -> RunRecord:
     changes = {"status": state.status, "detail": state.detail}
     if state.metrics:
         changes["final"] = dict(state.metrics)
-    return records.update(record, **changes)
+    return records.update(record, **changes, **billing(state))
 
 
 def stop(record: RunRecord) -> RunRecord:

@@ -84,6 +84,7 @@ class SageMakerTarget:
             status=status,
             detail=f"{job['TrainingJobStatus']} ({secondary}){reason}",
             metrics=job_metrics(job),
+            billing=job_billing(job),
         )
 
     def logs(self, handle: dict, out: IO[str]) -> None:
@@ -95,6 +96,13 @@ class SageMakerTarget:
         from compiler.targets.sagemaker import submit
 
         submit.stop(handle["job_name"], _session(handle["region"]))
+
+
+def job_billing(job: dict) -> dict[str, float] | None:
+    """Trained and billed seconds, once SageMaker reports them (at the job's end)."""
+    if "BillableTimeInSeconds" not in job:
+        return None
+    return {"training_s": job.get("TrainingTimeInSeconds", 0), "billable_s": job["BillableTimeInSeconds"]}
 
 
 def job_metrics(job: dict) -> dict[str, float]:
