@@ -13,7 +13,7 @@ import boto3
 from botocore.exceptions import ClientError
 
 from compiler.spec.errors import ConfigError
-from compiler.targets.sagemaker import account
+from compiler.targets.sagemaker import account, quotas
 from compiler.targets.sagemaker.translate import SageMakerRequest
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
@@ -60,6 +60,7 @@ def submit(request: SageMakerRequest, plan_json: str, session: boto3.Session) ->
     output_bucket = split_s3_uri(request.create_training_job["OutputDataConfig"]["S3OutputPath"])[0]
     account.create_default_bucket(output_bucket, request.region, session)
     check_resources(request, session)
+    quotas.check(request.create_training_job, session.client("service-quotas"), session.client("sagemaker"))
     bucket, prefix = split_s3_uri(request.plan_uri)
     session.client("s3").put_object(Bucket=bucket, Key=f"{prefix}plan.json", Body=plan_json.encode())
     client = session.client("sagemaker")
