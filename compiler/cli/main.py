@@ -36,7 +36,7 @@ VERBS: dict[str, Callable[[DictConfig], None]] = {
     "build": tasks.build_task,
     "launch": tasks.launch_task,
 }
-RUN_VERBS = ("status", "logs", "stop")
+RUN_VERBS = ("status", "logs", "stop", "warm-pool")
 """Verbs about a launched run, by id or folder; they compose no config."""
 
 
@@ -143,7 +143,8 @@ def usage() -> str:
         "verbs:\n  plan    compile the config into a validated plan.json and print its summary\n"
         "  build   plan, then build the plan's content-addressed image (and push it with image.push=true)\n"
         "  launch  build, then run the plan on its target (--dry-run: print the request, do nothing)\n"
-        "  status, logs, stop RUN   a launched run, by its id or its folder\n\n"
+        "  status, logs, stop RUN   a launched run, by its id or its folder\n"
+        "  warm-pool release RUN    end the warm pool a SageMaker run keeps (keep-alive to 0)\n\n"
         f"examples:\n  {PROG} plan experiment=llama3-8b-p5x4 parallelism.tp=2\n"
         f"  {PROG} build experiment=smoke image.push=true image.registry=127.0.0.1:5000\n"
         f"  {PROG} launch experiment=smoke          (train on two local container nodes)\n"

@@ -30,6 +30,8 @@ def status(record: records.RunRecord) -> None:
     detail = f": {record.detail}" if record.detail else ""
     exit_text = "" if record.exit_status is None else f", exit status {record.exit_status}"
     print(f"status    {record.status}{detail} after {record.attempts} attempt(s){exit_text}")
+    if record.warm_pool:
+        print(f"warm pool {record.warm_pool}")
     if record.billable_s is not None:
         saving = "" if record.spot_saving is None else f", {record.spot_saving:.0%} saved by spot"
         print(f"billing   trained {record.training_s:.0f} s, billed {record.billable_s:.0f} s{saving}")
@@ -44,7 +46,15 @@ def stop(record: records.RunRecord) -> None:
     print(f"stopped   {record.run_id}")
 
 
-ACTIONS = {"status": status, "logs": logs, "stop": stop}
+def release_warm_pool(record: records.RunRecord) -> None:
+    target = registry.get(record.target)
+    if not target.capabilities.warm_pools:
+        raise ConfigError("run", f"target={record.target} keeps no warm pools", "give a SageMaker run")
+    target.release_warm_pool(record.handle)
+    print(f"released  the warm pool of {record.run_id} (keep-alive set to 0)")
+
+
+ACTIONS = {"status": status, "logs": logs, "stop": stop, "warm-pool": release_warm_pool}
 
 
 def sweep_status(sweep_dir: Path) -> None:
@@ -57,8 +67,10 @@ def sweep_status(sweep_dir: Path) -> None:
 
 def main(verb: str, args: list[str]) -> None:
     parser = argparse.ArgumentParser(prog=f"dockyard {verb}")
+    if verb == "warm-pool":
+        parser.add_argument("action", choices=["release"], help="release: set the pool's keep-alive to 0")
     parser.add_argument("run", help="the run id `launch` printed, or the run folder (a sweep's folder for status)")
-    run = parser.parse_args(args).run
+    run = parser.parse_args(args).run  # argparse exits 2 with one usage line on a mistake
     if verb == "status" and (Path(run) / SWEEP_SUMMARY).exists():
         return sweep_status(Path(run))
     ACTIONS[verb](find_record(run))

@@ -77,6 +77,7 @@ def launch_task(cfg: DictConfig) -> None:
         built = build_and_record(plan, run_dir, cwd=Path.cwd(), stage=stage)
         run_id = runs.run_id_for(plan, datetime.now(UTC))
         request = runs.translate(plan, built.digest or built.reference, run_id, run_dir)
+        runs.print_notes(plan, request)
     record = runs.new_record(plan, request, run_dir, request.image)
     try:
         record = runs.execute(record, plan, request)  # a missing role or bucket is found before anything starts
@@ -98,6 +99,8 @@ def dry_run_task(cfg: DictConfig) -> None:
     with folders.results_in(run_dir, keep=False):
         plan = compile_plan(runs.with_account_defaults(to_config(cfg)))
         image = runs.dry_run_image(plan, planned_reference(plan, cwd=Path.cwd()))
-        print(runs.translate(plan, image, runs.run_id_for(plan, datetime.now(UTC)), run_dir), end="")
+        request = runs.translate(plan, image, runs.run_id_for(plan, datetime.now(UTC)), run_dir)
+        print(request, end="")
+        runs.print_notes(plan, request)
         if plan.image.push:
             print(f"dockyard: {image} is built and pushed at launch, which pins it by digest", file=sys.stderr)

@@ -43,6 +43,8 @@ class Capabilities:
     """Shared file systems it mounts as channels (fsx, efs)."""
     smddp: bool = False
     """Provides SageMaker's distributed data-parallel library."""
+    warm_pools: bool = False
+    """Keeps a finished job's instances for the next one (`dockyard warm-pool release RUN` ends that)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +58,8 @@ class JobState:
     attempts: int = 1
     metrics: Mapping[str, float] | None = None
     """Final metrics the platform collected (SageMaker's FinalMetricDataList), when it has them."""
+    warm_pool: str = ""
+    """The state of the instances the platform keeps after the job (a SageMaker warm pool), in one line."""
     billing: Mapping[str, float] | None = None
     """Seconds the platform trained and billed (`training_s`, `billable_s`), where it bills by them:
     with managed spot, SageMaker bills fewer seconds than it trained."""
@@ -105,6 +109,10 @@ class Target(Protocol):
         then None for a detached target, and the job stopped for an attached one."""
 
     def status(self, handle: dict) -> JobState: ...
+
+    def notes(self, request: Request) -> list[str]:
+        """What the platform would do with `request` beyond running it (a warm pool it would start on);
+        `launch` and its dry run print them. May ask the platform."""
 
     def logs(self, handle: dict, out: IO[str]) -> None: ...
 

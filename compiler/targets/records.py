@@ -44,6 +44,8 @@ class RunRecord:
     num: int | None = None
     """A sweep's job number; None for a single launch."""
     overrides: list[str] = field(default_factory=list)
+    warm_pool: str = ""
+    """The platform's words on the instances kept after the job (`JobState.warm_pool`)."""
     training_s: float | None = None
     billable_s: float | None = None
     """The platform's billed seconds (`JobState.billing`); the cost is reckoned from them when known."""

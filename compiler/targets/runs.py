@@ -47,6 +47,12 @@ def translate(plan: Plan, image: str, run_id: str, run_dir: Path) -> Request:
     return registry.get(plan.target.kind.value).to_request(plan, image, run_id=run_id, run_dir=run_dir)
 
 
+def print_notes(plan: Plan, request: Request, out: IO[str] | None = None) -> None:
+    """What the target says it would do with the request besides running it (`Target.notes`)."""
+    for note in registry.get(plan.target.kind.value).notes(request):
+        print(f"dockyard: {request.run_id} {note}", file=out or sys.stderr)
+
+
 def dry_run_image(plan: Plan, planned: str) -> str:
     """The image reference a dry run shows: what the target will be sent for the tag the build will make."""
     return registry.get(plan.target.kind.value).image_reference(plan, planned)
@@ -118,11 +124,13 @@ def billing(state: JobState) -> dict[str, float]:
 
 
 def refresh(record: RunRecord) -> RunRecord:
-    """Ask the target about a run whose record is still open; a final answer is written back."""
-    if record.status in FINAL_STATUSES or not record.handle:
+    """Ask the target about a run whose record is still open, or that keeps a warm pool after its end
+    (the pool's state and time go on changing); the answer is written back."""
+    target = registry.get(record.target) if record.handle else None
+    if target is None or (record.status in FINAL_STATUSES and not target.capabilities.warm_pools):
         return record
-    state = registry.get(record.target).status(record.handle)
-    changes = {"status": state.status, "detail": state.detail}
+    state = target.status(record.handle)
+    changes = {"status": state.status, "detail": state.detail, "warm_pool": state.warm_pool}
     if state.metrics:
         changes["final"] = dict(state.metrics)
     return records.update(record, **changes, **billing(state))

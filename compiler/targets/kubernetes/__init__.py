@@ -47,6 +47,9 @@ class KubernetesTarget:
 
         return cluster.follow(cluster.connect(), handle, out=out, interrupted=interrupted)
 
+    def notes(self, request) -> list[str]:
+        return []
+
     def status(self, handle: dict) -> JobState:
         from compiler.targets.kubernetes import cluster
 

@@ -46,6 +46,9 @@ class LocalTarget:
         status = STOPPED if interrupted is not None and interrupted.is_set() else FAILED
         return JobState(status=status, exit_status=exit_status, attempts=attempts, detail=f"exit status {exit_status}")
 
+    def notes(self, request) -> list[str]:
+        return []
+
     def status(self, handle: dict) -> JobState:
         """Asked only of a run whose record is not final: its containers say whether it still runs."""
         from compiler.targets.local import runner

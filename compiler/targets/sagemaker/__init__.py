@@ -5,8 +5,11 @@ SageMaker later. Clients come from one boto3 session, so `AWS_ENDPOINT_URL` (mot
 the user's profile apply as in AWS's own tools.
 """
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
+
+from botocore.exceptions import BotoCoreError, ClientError
 
 from compiler.spec import DataSource, Plan
 from compiler.spec.errors import ConfigError
@@ -30,7 +33,11 @@ WAITING = ("Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStac
 class SageMakerTarget:
     kind = "sagemaker"
     capabilities = Capabilities(
-        host_cpu=False, host_folders=False, file_systems=(DataSource.fsx, DataSource.efs), smddp=True
+        host_cpu=False,
+        host_folders=False,
+        file_systems=(DataSource.fsx, DataSource.efs),
+        smddp=True,
+        warm_pools=True,
     )
     attached = False
 
@@ -71,8 +78,22 @@ class SageMakerTarget:
         final = submit.follow(handle["job_name"], _session(handle["region"]), out=out, interrupted=interrupted)
         return None if final is None else self.status(handle)
 
+    def notes(self, request: SageMakerRequest) -> list[str]:
+        from compiler.targets.sagemaker import warm_pools
+
+        try:
+            pool = warm_pools.matching_pool(request.create_training_job, _session(request.region).client("sagemaker"))
+        except (BotoCoreError, ClientError) as error:
+            return [f"may start on a warm pool: looking for one failed ({error})"]
+        return [] if pool is None else [f"starts on the warm pool of {pool} (same instances, role and VPC)"]
+
+    def release_warm_pool(self, handle: dict) -> None:
+        from compiler.targets.sagemaker import warm_pools
+
+        warm_pools.release(handle["job_name"], _session(handle["region"]).client("sagemaker"))
+
     def status(self, handle: dict) -> JobState:
-        from compiler.targets.sagemaker import submit
+        from compiler.targets.sagemaker import submit, warm_pools
 
         job = submit.describe(handle["job_name"], _session(handle["region"]))
         secondary = job.get("SecondaryStatus", "")
@@ -85,6 +106,7 @@ class SageMakerTarget:
             detail=f"{job['TrainingJobStatus']} ({secondary}){reason}",
             metrics=job_metrics(job),
             billing=job_billing(job),
+            warm_pool=warm_pools.describe(job, datetime.now(UTC)),
         )
 
     def logs(self, handle: dict, out: IO[str]) -> None:

@@ -35,6 +35,9 @@ class SlurmTarget:
     def follow(self, request: SlurmRequest, handle: dict, *, out: IO[str], interrupted) -> JobState | None:
         return jobs.follow(handle, out=out, interrupted=interrupted)
 
+    def notes(self, request) -> list[str]:
+        return []
+
     def status(self, handle: dict) -> JobState:
         return jobs.status(handle)
 
