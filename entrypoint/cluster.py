@@ -12,7 +12,7 @@ import re
 import socket
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from compiler.spec.contract import CODE_DIR, CONTAINER_ROOT
@@ -158,6 +158,24 @@ def from_sagemaker(root: Path, env: Mapping[str, str]) -> Node | None:
         resource_config=data,
         input_data_config=inputs,
     )
+
+
+def current_group(node: Node) -> str | None:
+    """This node's instance group on a heterogeneous SageMaker cluster (resourceconfig.json's
+    `current_group_name`); None on a cluster of one group."""
+    config = node.resource_config or {}
+    return config.get("current_group_name") if len(config.get("instance_groups", [])) > 1 else None
+
+
+def within_group(node: Node, group: str) -> Node:
+    """The node among `group`'s hosts only: a group's processes (torchrun's world for the training group)
+    span that group, and its first host is their master."""
+    groups = {g["instance_group_name"]: g["hosts"] for g in (node.resource_config or {}).get("instance_groups", [])}
+    if not groups.get(group):
+        raise ClusterError(f"{node.source}: no instance group '{group}' in resourceconfig.json ({', '.join(groups)})")
+    grouped = _from_host_list(node.source, groups[group], node.current_host, node.master_port)
+    return replace(node, hosts=grouped.hosts, nnodes=grouped.nnodes, node_rank=grouped.node_rank,
+                   master_addr=grouped.master_addr)  # fmt: skip
 
 
 def from_kubeflow(env: Mapping[str, str]) -> Node | None:

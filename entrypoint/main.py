@@ -13,6 +13,7 @@ import collections
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -27,7 +28,16 @@ from compiler.spec.errors import ConfigError
 from compiler.spec.schema import Entry, Launcher
 from entrypoint import toolkit
 from entrypoint.backend import Backend, BackendError, choose_backend, smddp_available
-from entrypoint.cluster import SAGEMAKER_ROOT, ClusterError, Node, Paths, discover, wait_for_hosts
+from entrypoint.cluster import (
+    SAGEMAKER_ROOT,
+    ClusterError,
+    Node,
+    Paths,
+    current_group,
+    discover,
+    wait_for_hosts,
+    within_group,
+)
 from entrypoint.comm import Detected, EnvRow, comm_env, default_interface, detect
 from entrypoint.privileges import Account, PathError, check_writable, drop_to, find_account, hand_over
 
@@ -73,7 +83,11 @@ def prepare(
 ) -> Launch:
     """Everything the node will do, decided without side effects (the explain table prints this)."""
     node = discover(environ, sagemaker_root)
-    if node.nnodes != plan.layout.nodes:
+    group = current_group(node) if plan.hardware.groups else None
+    if group is not None:
+        node = within_group(node, group)
+    trains = group in (None, plan.hardware.train_group)
+    if trains and node.nnodes != plan.layout.nodes:
         raise ClusterError(
             f"the plan is for {plan.layout.nodes} nodes, but this {node.source} cluster has {node.nnodes}"
         )
@@ -89,7 +103,7 @@ def prepare(
     rows += trainer_env(backend.name, root, timeout, environ, account)
     machine = machine or toolkit.Machine(cpus=0, gpus=detected.gpus)
     rows += toolkit.toolkit_env(job, node, paths, script, arguments, machine, environ)
-    command = launch_command(plan, node, paths, plan_path, arguments)
+    command = launch_command(plan, node, paths, plan_path, arguments) if trains else group_command(plan, group)
     if account is not None:
         command = (*drop_to(account), *command)
     channels = tuple(sorted(job.input_data_config))
@@ -110,6 +124,15 @@ def trainer_env(
     if account is not None:
         rows.append(EnvRow("HOME", account.home, f"training runs as {account.name}; root's home is not its", True))
     return rows
+
+
+def group_command(plan: Plan, group: str) -> tuple[str, ...]:
+    """What a group that does not train runs (`trainer.group_commands.<group>`), split like a shell line and
+    started without a shell, once per node of the group."""
+    line = plan.trainer.group_commands.get(group)
+    if not line:
+        raise ClusterError(f"this node is in instance group '{group}', which has no trainer.group_commands.{group}")
+    return tuple(shlex.split(line))
 
 
 def launch_command(plan: Plan, node: Node, paths: Paths, plan_path: Path, arguments: list[str]) -> tuple[str, ...]:

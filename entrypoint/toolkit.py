@@ -230,9 +230,26 @@ def toolkit_env(
         ("SM_USER_ENTRY_POINT", env["user_entry_point"], "the script (trainer.script)"),
         ("SM_RESOURCE_CONFIG", env["resource_config"], source),
         ("SM_INPUT_DATA_CONFIG", env["input_data_config"], inputs),
+        *_group_values(node, source),
         ("SM_TRAINING_ENV", env, "all of the above as the toolkit's Environment"),
     ]
     return [env_row(name, encode(value), reason, environ) for name, value, reason in values]
+
+
+def _group_values(node: Node, source: str) -> list[tuple[str, object, str]]:
+    """The toolkit's variables of a heterogeneous cluster (none on a cluster of one group)."""
+    config = node.resource_config or {}
+    if len(config.get("instance_groups", [])) < 2:  # SageMaker names even a one-type cluster's group
+        return []
+    groups = {group["instance_group_name"]: group for group in config["instance_groups"]}
+    current = config["current_group_name"]
+    return [
+        ("SM_CURRENT_INSTANCE_GROUP", current, source),
+        ("SM_CURRENT_INSTANCE_GROUP_HOSTS", groups[current]["hosts"], f"the hosts of this group ({source})"),
+        ("SM_INSTANCE_GROUPS", sorted(groups), source),
+        ("SM_INSTANCE_GROUPS_DICT", groups, source),
+        ("SM_IS_HETERO", True, "a cluster of several instance groups"),
+    ]
 
 
 def is_toolkit(row: EnvRow) -> bool:

@@ -160,3 +160,26 @@ def metrics(root: Path) -> list[dict]:
 
 def losses(records: list[dict]) -> dict[int, float]:
     return {record["step"]: record["loss"] for record in records}
+
+
+def hetero_tree(root: Path, current: str) -> Path:
+    """resourceconfig.json of a heterogeneous cluster as SageMaker writes it: two GPU nodes in group
+    `train`, one CPU node in group `prep`."""
+    config = root / "input/config"
+    config.mkdir(parents=True)
+    groups = [
+        {"instance_group_name": "train", "instance_type": "ml.p4d.24xlarge", "hosts": ["algo-2", "algo-3"]},
+        {"instance_group_name": "prep", "instance_type": "ml.c5.xlarge", "hosts": ["algo-1"]},
+    ]
+    group = next(g["instance_group_name"] for g in groups if current in g["hosts"])
+    resources = {
+        "current_host": current,
+        "current_instance_type": next(g["instance_type"] for g in groups if current in g["hosts"]),
+        "current_group_name": group,
+        "hosts": ["algo-1", "algo-2", "algo-3"],
+        "instance_groups": groups,
+        "network_interface_name": "eth0",
+    }
+    (config / "resourceconfig.json").write_text(json.dumps(resources))
+    (config / "inputdataconfig.json").write_text(json.dumps({"plan": {"TrainingInputMode": "File"}}))
+    return root

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from compiler.planner import grammar
+from compiler.planner import catalog, grammar
 from compiler.planner.catalog import INSTANCE_TYPES, LOCAL_CPU
 from compiler.planner.image_rules import check_image
 from compiler.spec import InstanceType, schema
@@ -301,4 +301,40 @@ def _check_script_path(script: str) -> None:
         )
 
 
-CROSS_FIELD_CHECKS = (check_strategy, check_data, check_target, check_image, check_trainer)
+GROUP_NAME = re.compile(r"[a-zA-Z0-9](-?[a-zA-Z0-9]){0,62}")
+"""A group's name: also a SageMaker InstanceGroupName (1 to 64 characters) and safe in host names."""
+
+
+def check_groups(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:
+    """A heterogeneous cluster: named groups of known types on a target that runs them, each with its
+    command, and the data channel reaching only groups that exist."""
+    hardware, commands = config.hardware, config.trainer.group_commands
+    if not hardware.groups:
+        for key, value in (("trainer.group_commands", commands), ("data.groups", config.data.groups)):
+            if value:
+                raise ConfigError(key, "is set, but hardware.groups is empty", "add the groups to hardware.groups")
+        return
+    if not capabilities(config).instance_groups:
+        raise UnsupportedError(
+            "hardware.groups", f"target={config.target.kind.value} runs one group of instances", "use target=sagemaker"
+        )
+    names = [hardware.train_group, *hardware.groups]
+    for name in names:
+        if not GROUP_NAME.fullmatch(name):
+            raise ConfigError("hardware.groups", f"group name {name!r} is not 1-64 letters, digits and single dashes")
+    if hardware.train_group in hardware.groups:
+        raise ConfigError(f"hardware.groups.{hardware.train_group}", "is the training group's name (train_group)",
+                          "give the other group another name")  # fmt: skip
+    for name, group in hardware.groups.items():
+        catalog.instance_type(group.instance_type, key=f"hardware.groups.{name}.instance_type")
+        if group.count < 1:
+            raise ConfigError(f"hardware.groups.{name}.count", f"must be at least 1 (got {group.count})")
+        if not commands.get(name, "").strip():
+            raise ConfigError(f"trainer.group_commands.{name}", "is missing: the group has nothing to run",
+                              f"set trainer.group_commands.{name}='python prepare.py ...'")  # fmt: skip
+    for name in [*commands.keys() - hardware.groups.keys(), *set(config.data.groups) - set(names)]:
+        raise ConfigError("hardware.groups", f"has no group {name!r}", f"add it, or use one of {', '.join(names)}")
+    yield from ()  # no warnings: every mistake here is an error
+
+
+CROSS_FIELD_CHECKS = (check_strategy, check_data, check_target, check_image, check_trainer, check_groups)

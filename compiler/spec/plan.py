@@ -151,6 +151,8 @@ def _value(hint: Any, raw: Any, key: str) -> Any:
         raise PlanError(key, f"{error} (plan schema {SCHEMA_VERSION})") from None
     if typing.get_origin(hint) is tuple:
         return tuple(raw)
+    if typing.get_origin(hint) is dict and is_dataclass(typing.get_args(hint)[1]) and isinstance(raw, dict):
+        return {name: _typed(typing.get_args(hint)[1], item, f"{key}.{name}.") for name, item in raw.items()}
     return raw
 
 

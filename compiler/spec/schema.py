@@ -143,6 +143,16 @@ class ParallelismConfig:
 
 
 @dataclass
+class InstanceGroup:
+    """A group of a heterogeneous cluster that does not train (a CPU group that prepares data)."""
+
+    instance_type: str = MISSING
+    """A catalog type, as for `hardware.instance_type`."""
+    count: int = 1
+    """Instances in the group."""
+
+
+@dataclass
 class HardwareConfig:
     instance_type: str = MISSING
     """An instance type of `compiler/planner/catalog.py` (p5.48xlarge, ...), or `cpu` for CPU-only nodes."""
@@ -154,6 +164,11 @@ class HardwareConfig:
     """Overrides the catalog's on-demand price (a discount, another region)."""
     memory_check: bool = True
     """Refuse a plan whose predicted peak exceeds GPU memory; false makes that a warning."""
+    groups: dict[str, InstanceGroup] = field(default_factory=dict)
+    """Further instance groups (a heterogeneous cluster): each runs `trainer.group_commands.<name>`, and
+    only the training group (`instance_type` × `nodes`, named `train_group`) trains."""
+    train_group: str = "train"
+    """The training group's name where `groups` is set."""
 
 
 class DataSource(Enum):
@@ -179,6 +194,8 @@ class DataConfig:
     """s3: the prefix holding the token files (s3://bucket/prefix)."""
     channel: str = "train"
     """The SageMaker channel the data arrives in (/opt/ml/input/data/<channel>)."""
+    groups: list[str] = field(default_factory=list)
+    """With `hardware.groups`: the instance groups the channel reaches (all of them when empty)."""
     input_mode: InputMode = InputMode.File
     """s3: File (downloaded before training) or FastFile (streamed on read), as SageMaker names them."""
     file_system_id: str | None = None
@@ -399,6 +416,8 @@ class TrainerConfig:
     """entry=script: torchrun (a process per GPU) or per_node (one process per node, managing its workers)."""
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     """entry=script: passed to the script as --key value arguments."""
+    group_commands: dict[str, str] = field(default_factory=dict)
+    """The command each group of `hardware.groups` runs (split like a shell line, run without a shell)."""
 
 
 @dataclass

@@ -43,6 +43,8 @@ class Capabilities:
     """Shared file systems it mounts as channels (fsx, efs)."""
     smddp: bool = False
     """Provides SageMaker's distributed data-parallel library."""
+    instance_groups: bool = False
+    """Runs a heterogeneous cluster (`hardware.groups`): instance groups with their own types and commands."""
     warm_pools: bool = False
     """Keeps a finished job's instances for the next one (`dockyard warm-pool release RUN` ends that)."""
 

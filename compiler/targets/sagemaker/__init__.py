@@ -38,6 +38,7 @@ class SageMakerTarget:
         file_systems=(DataSource.fsx, DataSource.efs),
         smddp=True,
         warm_pools=True,
+        instance_groups=True,
     )
     attached = False
 

@@ -47,19 +47,32 @@ def check(job: dict, quotas_client, sagemaker_client, out: IO[str] | None = None
 def _needs(job: dict, running: list[dict]) -> Iterator[tuple[str, str, float, float]]:
     """(quota, config key, what this job needs, what jobs in progress hold) for each quota the job meets."""
     resources = job["ResourceConfig"]
-    instance_type, count = resources["InstanceType"], resources["InstanceCount"]
     spot = job.get("EnableManagedSpotTraining", False)
-    same_kind = [j for j in running if j.get("EnableManagedSpotTraining", False) == spot]
-    same_type = sum(
-        j["ResourceConfig"]["InstanceCount"] for j in same_kind if j["ResourceConfig"]["InstanceType"] == instance_type
-    )
-    usage = f"{instance_type} for {'spot ' if spot else ''}training job usage"
-    yield usage, "hardware.nodes", count, same_type
-    yield ALL_JOBS, "hardware.nodes", count, sum(j["ResourceConfig"]["InstanceCount"] for j in running)
-    yield PER_JOB, "hardware.nodes", count, 0
+    held = [(t, n) for j in running for t, n in instances(j["ResourceConfig"])]
+    held_same_kind = [
+        (t, n)
+        for j in running
+        if j.get("EnableManagedSpotTraining", False) == spot
+        for t, n in instances(j["ResourceConfig"])
+    ]
+    counts: dict[str, int] = {}
+    for instance_type, count in instances(resources):
+        counts[instance_type] = counts.get(instance_type, 0) + count
+    for instance_type, count in counts.items():
+        in_use = sum(n for t, n in held_same_kind if t == instance_type)
+        yield f"{instance_type} for {'spot ' if spot else ''}training job usage", "hardware.nodes", count, in_use
+        if resources.get("KeepAlivePeriodInSeconds"):
+            yield f"{instance_type} for training warm pool usage", "target.keep_alive_seconds", count, 0
+    total = sum(counts.values())
+    yield ALL_JOBS, "hardware.nodes", total, sum(n for _, n in held)
+    yield PER_JOB, "hardware.nodes", total, 0
     yield LONGEST_RUN, "target.max_run_hours", job["StoppingCondition"]["MaxRuntimeInSeconds"], 0
-    if resources.get("KeepAlivePeriodInSeconds"):
-        yield f"{instance_type} for training warm pool usage", "target.keep_alive_seconds", count, 0
+
+
+def instances(resources: dict) -> list[tuple[str, int]]:
+    """(instance type, count) of a ResourceConfig: one type, or each group of a heterogeneous cluster."""
+    groups = resources.get("InstanceGroups") or [resources]
+    return [(group["InstanceType"], group["InstanceCount"]) for group in groups]
 
 
 def _quotas(client) -> Iterator[dict]:

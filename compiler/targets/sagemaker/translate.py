@@ -77,8 +77,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, job_prefix: str) -> SageM
         "InputDataConfig": [_s3_channel(PLAN_CHANNEL, plan_uri, "File"), *_data_channels(plan)],
         "OutputDataConfig": {"S3OutputPath": target.output_uri or f"{job_prefix.rstrip('/')}/output"},
         "ResourceConfig": {
-            "InstanceType": f"ml.{plan.instance.name}",
-            "InstanceCount": plan.layout.nodes,
+            **_instances(plan),
             "VolumeSizeInGB": target.volume_size_gb,
             **({"KeepAlivePeriodInSeconds": target.keep_alive_seconds} if target.keep_alive_seconds else {}),
         },
@@ -114,10 +113,28 @@ def _s3_channel(name: str, uri: str, input_mode: str) -> dict:
     return {"ChannelName": name, "DataSource": {"S3DataSource": source}, "InputMode": input_mode}
 
 
+def _instances(plan: Plan) -> dict:
+    """One instance type and count, or a heterogeneous cluster's InstanceGroups, the training group first."""
+    hardware = plan.hardware
+    if not hardware.groups:
+        return {"InstanceType": f"ml.{plan.instance.name}", "InstanceCount": plan.layout.nodes}
+    groups = [(hardware.train_group, plan.instance.name, plan.layout.nodes)]
+    groups += [(name, group.instance_type.removeprefix("ml."), group.count) for name, group in hardware.groups.items()]
+    return {
+        "InstanceGroups": [
+            {"InstanceGroupName": name, "InstanceType": f"ml.{instance_type}", "InstanceCount": count}
+            for name, instance_type, count in groups
+        ]
+    }
+
+
 def _data_channels(plan: Plan) -> list[dict]:
     data = plan.data
     if data.source is DataSource.s3:
-        return [_s3_channel(data.channel, data.uri, data.input_mode.value)]
+        channel = _s3_channel(data.channel, data.uri, data.input_mode.value)
+        if data.groups:
+            channel["DataSource"]["S3DataSource"]["InstanceGroupNames"] = list(data.groups)
+        return [channel]
     if data.source in FILE_SYSTEM_TYPES:
         file_system = {
             "FileSystemId": data.file_system_id,
@@ -125,6 +142,8 @@ def _data_channels(plan: Plan) -> list[dict]:
             "FileSystemType": FILE_SYSTEM_TYPES[data.source],
             "DirectoryPath": data.path,
         }
+        if data.groups:
+            raise ConfigError("data.groups", f"SageMaker assigns only S3 channels to groups, not {data.source.value}")
         return [{"ChannelName": data.channel, "DataSource": {"FileSystemDataSource": file_system}, "InputMode": "File"}]
     return []  # synthetic data needs no channel
 

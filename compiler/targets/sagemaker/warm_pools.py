@@ -6,7 +6,7 @@ the keep-alive to 0 (UpdateTrainingJob).
 
 from datetime import datetime
 
-MATCHED = ("InstanceType", "InstanceCount", "VolumeSizeInGB", "VolumeKmsKeyId")
+MATCHED = ("InstanceType", "InstanceCount", "InstanceGroups", "VolumeSizeInGB", "VolumeKmsKeyId")
 
 
 def describe(job: dict, now: datetime) -> str:
