@@ -20,15 +20,16 @@ def adamw(model: nn.Module, trainer: TrainerConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=trainer.lr, betas=(0.9, 0.95), eps=1e-8, foreach=False)
 
 
-def lr_at(step: int, trainer: TrainerConfig) -> float:
-    """Linear warm-up, then cosine or linear decay to lr × min_lr_ratio at the last step (0-based steps)."""
+def lr_at(step: int, trainer: TrainerConfig, peak: float) -> float:
+    """Linear warm-up to `peak` (the plan's `derived.lr`), then cosine or linear decay to peak ×
+    min_lr_ratio at the last step (0-based steps)."""
     if step < trainer.warmup_steps:
-        return trainer.lr * (step + 1) / trainer.warmup_steps
+        return peak * (step + 1) / trainer.warmup_steps
     if trainer.lr_schedule is LrSchedule.constant:
-        return trainer.lr
+        return peak
     progress = (step - trainer.warmup_steps) / max(1, trainer.steps - 1 - trainer.warmup_steps)
     shape = 0.5 * (1 + math.cos(math.pi * progress)) if trainer.lr_schedule is LrSchedule.cosine else 1 - progress
-    return trainer.lr * (trainer.min_lr_ratio + (1 - trainer.min_lr_ratio) * shape)
+    return peak * (trainer.min_lr_ratio + (1 - trainer.min_lr_ratio) * shape)
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -185,7 +185,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
     last_time, last_step = time.perf_counter(), start
     for step in range(start, trainer.steps):
         loss = engine.forward_backward([batches.micro_batch(step, micro) for micro in range(accum)])
-        lr = lr_at(step, trainer)
+        lr = lr_at(step, trainer, plan.derived.lr)
         norm = engine.step(lr)
         done_steps = step + 1
         if done_steps % trainer.log_interval == 0 or done_steps in (start + 1, trainer.steps):

@@ -7,11 +7,29 @@ resolved into `Plan.derived`, so the image does not carry the planner.
 """
 
 import dataclasses
+import math
 
 from compiler.planner import catalog, estimate, fit, grammar, rules
 from compiler.planner.layout import resolve_batch, resolve_layout
 from compiler.spec import Batch, Derived, Estimate, Layout, Plan, schema
+from compiler.spec.errors import ConfigError
 from compiler.targets import registry
+
+
+def scaled_lr(trainer: schema.TrainerConfig, global_batch: int) -> float:
+    """The peak learning rate at `global_batch`: `trainer.lr` where it was tuned (`base_batch`), scaled
+    linearly or by the square root of the batch ratio (the usual rules for SGD-like and Adam-like
+    optimizers at large batch)."""
+    if trainer.lr_scaling is schema.LrScaling.none:
+        return trainer.lr
+    if trainer.base_batch is None or trainer.base_batch < 1:
+        raise ConfigError(
+            "trainer.base_batch",
+            f"is needed by trainer.lr_scaling={trainer.lr_scaling.value} (got {trainer.base_batch})",
+            "set it to the global batch, in sequences, that trainer.lr was tuned at",
+        )
+    ratio = global_batch / trainer.base_batch
+    return trainer.lr * (ratio if trainer.lr_scaling is schema.LrScaling.linear else math.sqrt(ratio))
 
 
 def compile_plan(config: schema.Config) -> Plan:
@@ -64,6 +82,7 @@ def compile_plan(config: schema.Config) -> Plan:
         parameters=estimate.parameter_count(config.model),
         derived=Derived(
             flops_per_token=estimate.flops_per_token(config.model),
+            lr=scaled_lr(config.trainer, batch.global_batch),
             deepspeed_buckets=estimate.deepspeed_buckets(config.model)
             if config.parallelism.strategy.is_deepspeed
             else {},

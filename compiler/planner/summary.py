@@ -3,7 +3,7 @@
 from compiler.planner.estimate import GIB, Memory
 from compiler.planner.pipeline import bubble_fraction
 from compiler.spec import Plan
-from compiler.spec.schema import Strategy
+from compiler.spec.schema import LrScaling, Strategy
 
 
 def summary_lines(plan: Plan) -> list[str]:
@@ -37,6 +37,11 @@ def summary_lines(plan: Plan) -> list[str]:
         f"image     {plan.image.name} ({plan.image.family.value.replace('_', '-')} on {plan.image.base})",
         f"target    {plan.target.kind.value}   {plan.trainer.steps} steps",
     ]
+    if plan.trainer.lr_scaling is not LrScaling.none:
+        lines.append(
+            f"lr        {plan.derived.lr:.4g} ({plan.trainer.lr_scaling.value} from {plan.trainer.lr:.4g} at "
+            f"{plan.trainer.base_batch} to {plan.batch.global_batch} sequences)"
+        )
     return lines + [f"warning   {w}" for w in plan.warnings]
 
 

@@ -115,5 +115,7 @@ class Derived:
 
     flops_per_token: float
     """Model FLOPs per trained token (`compiler.planner.estimate.flops_per_token`); the trainer's MFU."""
+    lr: float
+    """The peak learning rate the trainer uses: `trainer.lr`, scaled to the global batch by `lr_scaling`."""
     deepspeed_buckets: dict[str, int] = field(default_factory=dict)
     """DeepSpeed's bucket sizes in elements (`compiler.planner.estimate.deepspeed_buckets`)."""

@@ -382,6 +382,12 @@ class LrSchedule(Enum):
     constant = "constant"
 
 
+class LrScaling(Enum):
+    none = "none"
+    linear = "linear"
+    sqrt = "sqrt"
+
+
 @dataclass
 class TrainerConfig:
     entry: Entry = Entry.builtin
@@ -389,7 +395,12 @@ class TrainerConfig:
     steps: int = 100
     """Optimizer steps to train."""
     lr: float = 3e-4
-    """Peak learning rate (AdamW)."""
+    """Peak learning rate (AdamW), at the global batch `base_batch` when `lr_scaling` is set."""
+    lr_scaling: LrScaling = LrScaling.none
+    """How the peak learning rate follows the global batch: none, linear (× batch/base_batch) or sqrt
+    (× its square root), so a sweep over the batch keeps one recipe."""
+    base_batch: int | None = None
+    """The global batch, in sequences, that `lr` was tuned at (needed by `lr_scaling`)."""
     min_lr_ratio: float = 0.1
     """The final learning rate of a decaying schedule, as a fraction of `lr`."""
     lr_schedule: LrSchedule = LrSchedule.cosine
