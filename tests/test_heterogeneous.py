@@ -1,6 +1,7 @@
 """Heterogeneous clusters (`hardware.groups`): the plan's checks, SageMaker's InstanceGroups request, and
 the entrypoint on each group's node from the resourceconfig.json SageMaker writes there."""
 
+import io
 import json
 from pathlib import Path
 
@@ -66,9 +67,12 @@ def test_each_mistake_names_its_key(overrides, key):
 
 
 def test_a_target_of_one_group_refuses_groups():
-    with pytest.raises(ConfigError, match="hardware.groups: target=local runs one group of instances"):
+    with pytest.raises(ConfigError, match="hardware.groups: target=kubernetes runs one group of instances"):
         plan_for(
-            "experiment=smoke", "++hardware.groups={prep: {instance_type: c5.xlarge}}", "+trainer.group_commands.prep=x"
+            "experiment=smoke",
+            "target=kubernetes",
+            "++hardware.groups={prep: {instance_type: c5.xlarge}}",
+            "+trainer.group_commands.prep=x",
         )
 
 
@@ -98,3 +102,78 @@ def test_another_groups_node_runs_its_command(tmp_path):
     env = {row.name: row.value for row in launch.env}
     assert env["SM_CURRENT_INSTANCE_GROUP"] == "prep"
     assert json.loads(env["SM_INSTANCE_GROUPS"]) == ["prep", "train"]
+
+
+TRAIN_SCRIPT = '''
+"""The training group: waits for what the prep group wrote into the shared channel, then fits it."""
+import json, os, pathlib, time
+import torch, torch.distributed as dist
+
+data = pathlib.Path(os.environ["SM_CHANNEL_TRAIN"])
+deadline = time.monotonic() + 120
+while not (data / "done").exists():
+    assert time.monotonic() < deadline, "the prep group wrote nothing"
+    time.sleep(0.2)
+target = torch.tensor(json.loads((data / "numbers.json").read_text()), dtype=torch.float32)
+dist.init_process_group("gloo")
+weight = torch.zeros_like(target, requires_grad=True)
+optimizer = torch.optim.SGD([weight], lr=0.1)
+losses = []
+for _ in range(30):
+    loss = (weight - target).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    dist.all_reduce(weight.grad)
+    weight.grad /= dist.get_world_size()
+    optimizer.step()
+    losses.append(loss.item())
+if dist.get_rank() == 0:
+    result = {"world": dist.get_world_size(), "group": os.environ["SM_CURRENT_INSTANCE_GROUP"], "losses": losses}
+    pathlib.Path("/opt/ml/model/result.json").write_text(json.dumps(result))
+dist.barrier()
+dist.destroy_process_group()
+'''
+PREP_SCRIPT = """
+import os, pathlib
+shared = pathlib.Path(os.environ["SM_CHANNEL_TRAIN"])
+(shared / "numbers.json").write_text("[1.0, 2.0, 3.0]")
+(shared / "done").write_text(os.environ["SM_CURRENT_INSTANCE_GROUP"])
+"""
+
+
+def test_a_cpu_prep_group_feeds_the_training_group_on_local_containers(engine, tmp_path):
+    """The local target emulates the groups: one container per host, SageMaker's resourceconfig.json in
+    each, and the data folder shared by the groups it reaches (writable by the one that prepares it)."""
+    from compiler.images.build import build_image, ensure_base_image
+    from compiler.targets import runs
+    from compiler.targets.local import translate as local
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src/train.py").write_text(TRAIN_SCRIPT)
+    (tmp_path / "src/prep.py").write_text(PREP_SCRIPT)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # the containers write as their own user
+    plan = plan_for(
+        "experiment=smoke",
+        "trainer=script",
+        "trainer.source_dir=src",
+        "trainer.script=train.py",
+        "++hardware.groups={prep: {instance_type: cpu, count: 1}}",
+        "+trainer.group_commands.prep=python /opt/ml/code/prep.py",
+        "data=local",
+        f"data.path={shared}",
+    )
+    ensure_base_image(engine, plan.image, io.StringIO())
+    image = build_image(plan, engine, cwd=tmp_path).reference
+    run_dir = tmp_path / "run"
+    request = local.to_request(plan, image, run_id="dockyard-groups-test", run_dir=run_dir)
+    assert [c.hostname for c in request.containers] == ["algo-1", "algo-2", "algo-3"]
+    printed = io.StringIO()
+    record = runs.execute(runs.new_record(plan, request, run_dir, image), plan, request, out=printed)
+    assert record.exit_status == 0, printed.getvalue()[-3000:]
+    result = json.loads((run_dir / "model/result.json").read_text())
+    assert (result["world"], result["group"]) == (4, "train")  # 2 nodes × 2 processes: prep is outside
+    assert result["losses"][-1] < result["losses"][0] * 0.1
+    assert (shared / "done").read_text() == "prep"
+    assert "torch.distributed.run" not in (run_dir / "logs/algo-3.log").read_text()

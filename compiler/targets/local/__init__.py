@@ -16,7 +16,7 @@ from compiler.targets.local.translate import LocalRequest, to_request
 
 class LocalTarget:
     kind = "local"
-    capabilities = Capabilities(host_cpu=True, host_folders=True)
+    capabilities = Capabilities(host_cpu=True, host_folders=True, instance_groups=True)
     attached = True
 
     def check(self, plan: Plan) -> list[str]:

@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from compiler.planner.catalog import LOCAL_CPU, instance_type
 from compiler.spec import DataSource, Entry, Plan
 from compiler.spec.contract import CONTAINER_ROOT, PLAN_CHANNEL, PLAN_PATH
 
@@ -62,13 +63,43 @@ class LocalRequest:
         return self.to_json()
 
 
+@dataclass(frozen=True)
+class Group:
+    name: str
+    instance_type: str
+    hosts: tuple[str, ...]
+    gpus: bool
+    trains: bool
+
+
+def groups(plan: Plan) -> tuple[Group, ...]:
+    """The cluster's instance groups, hosts numbered across them as SageMaker does (`algo-1..N`): one group
+    of the plan's nodes, or the training group first and then each of `hardware.groups`."""
+    hardware = plan.hardware
+    if not hardware.groups:
+        names = tuple(f"algo-{i + 1}" for i in range(plan.layout.nodes))
+        return (Group(GROUP, INSTANCE_TYPE, names, plan.instance.has_gpus, trains=True),)
+    sizes = [(hardware.train_group, plan.instance, plan.layout.nodes, True)]
+    sizes += [(name, instance_type(g.instance_type), g.count, False) for name, g in hardware.groups.items()]
+    made, first = [], 1
+    for name, instance, count, trains in sizes:
+        names = tuple(f"algo-{first + i}" for i in range(count))
+        shown = INSTANCE_TYPE if instance is LOCAL_CPU else f"ml.{instance.name}"
+        made.append(Group(name, shown, names, instance.has_gpus, trains))
+        first += count
+    return tuple(made)
+
+
 def hosts(plan: Plan) -> tuple[str, ...]:
-    return tuple(f"algo-{i + 1}" for i in range(plan.layout.nodes))
+    return tuple(host for group in groups(plan) for host in group.hosts)
 
 
-def channel_sources(plan: Plan, run_dir: Path) -> dict[str, str]:
-    """Host folders mounted as channels: the plan, and the data unless it is synthetic."""
+def channel_sources(plan: Plan, run_dir: Path, group: str | None = None) -> dict[str, str]:
+    """Host folders mounted as channels: the plan, and the data unless it is synthetic or `data.groups`
+    leaves `group` out (as SageMaker's InstanceGroupNames does)."""
     channels = {PLAN_CHANNEL: str(run_dir / "plan")}
+    if group is not None and plan.data.groups and group not in plan.data.groups:
+        return channels
     if plan.data.source is DataSource.local:
         channels[plan.data.channel] = str(Path(plan.data.path))
     elif plan.data.source is DataSource.s3:
@@ -78,12 +109,11 @@ def channel_sources(plan: Plan, run_dir: Path) -> dict[str, str]:
 
 def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> LocalRequest:
     """The containers that run `plan` from `image`; `run_dir` is an absolute folder on the host."""
+    cluster = groups(plan)
     names = hosts(plan)
-    channels = channel_sources(plan, run_dir)
     shared = [
         Mount(str(run_dir / "model"), f"{CONTAINER_ROOT}/model", read_only=False),
         Mount(str(run_dir / "checkpoints"), f"{CONTAINER_ROOT}/checkpoints", read_only=False),
-        *(Mount(source, f"{CONTAINER_ROOT}/input/data/{name}", read_only=True) for name, source in channels.items()),
     ]
     environment = {
         **plan.target.environment,
@@ -101,12 +131,18 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> LocalRe
                 Mount(str(run_dir / "nodes" / host / "config"), f"{CONTAINER_ROOT}/input/config", read_only=True),
                 Mount(str(run_dir / "nodes" / host / "output"), f"{CONTAINER_ROOT}/output", read_only=False),
                 *shared,
+                *(
+                    Mount(source, f"{CONTAINER_ROOT}/input/data/{name}", read_only=group.trains)
+                    for name, source in channel_sources(plan, run_dir, group.name).items()
+                ),
             ),
-            contract_files=contract_files(plan, host, names, channels),
-            gpus=plan.instance.has_gpus,
+            contract_files=contract_files(plan, host, cluster, channel_sources(plan, run_dir, group.name)),
+            gpus=group.gpus,
         )
-        for host in names
+        for group in cluster
+        for host in group.hosts
     )
+    channels = channel_sources(plan, run_dir)
     downloads = {channels[plan.data.channel]: plan.data.uri} if plan.data.source is DataSource.s3 else {}
     writable = [str(run_dir / name) for name in ("model", "checkpoints")]
     writable += [str(run_dir / "nodes" / host / "output") for host in names]
@@ -121,14 +157,17 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> LocalRe
     )
 
 
-def contract_files(plan: Plan, host: str, names: tuple[str, ...], channels: dict[str, str]) -> dict[str, str]:
+def contract_files(plan: Plan, host: str, cluster: tuple[Group, ...], channels: dict[str, str]) -> dict[str, str]:
     """SageMaker's /opt/ml/input/config files for one host."""
+    mine = next(group for group in cluster if host in group.hosts)
     resource = {
         "current_host": host,
-        "current_instance_type": INSTANCE_TYPE,
-        "current_group_name": GROUP,
-        "hosts": list(names),
-        "instance_groups": [{"instance_group_name": GROUP, "instance_type": INSTANCE_TYPE, "hosts": list(names)}],
+        "current_instance_type": mine.instance_type,
+        "current_group_name": mine.name,
+        "hosts": [name for group in cluster for name in group.hosts],
+        "instance_groups": [
+            {"instance_group_name": g.name, "instance_type": g.instance_type, "hosts": list(g.hosts)} for g in cluster
+        ],
         "network_interface_name": "eth0",
     }
     input_mode = plan.data.input_mode.value
