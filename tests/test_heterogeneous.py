@@ -31,12 +31,13 @@ GROUPS = [
 
 
 def test_the_request_has_instance_groups_and_a_channel_per_group(golden):
-    plan = plan_for(*GROUPS)
+    """A GPU group that trains and a CPU group that prepares its data."""
+    plan = plan_for(*[("hardware=ml.g5.xlarge" if o == "hardware=ml.m5.xlarge" else o) for o in GROUPS])
     request = sagemaker.to_request(plan, IMAGE, run_id="hetero", job_prefix="s3://dockyard-jobs/hetero")
     golden.check("sagemaker/heterogeneous.json", request.to_json())
     job = request.create_training_job
     assert job["ResourceConfig"]["InstanceGroups"] == [
-        {"InstanceGroupName": "train", "InstanceType": "ml.m5.xlarge", "InstanceCount": 2},
+        {"InstanceGroupName": "train", "InstanceType": "ml.g5.xlarge", "InstanceCount": 2},
         {"InstanceGroupName": "prep", "InstanceType": "ml.c5.xlarge", "InstanceCount": 1},
     ]
     assert "InstanceType" not in job["ResourceConfig"]
