@@ -36,6 +36,15 @@ def summary_rows(sweep_dir: Path) -> list[dict]:
         return list(csv.DictReader(file))
 
 
+def containers_of(engine, sweep_dir: Path) -> list:
+    """The containers of this sweep's runs still on the engine (the engine is shared, so other runs' are not ours)."""
+    run_ids = [json.loads(path.read_text())["run_id"] for path in sweep_dir.glob("*/run.json")]
+    assert run_ids
+    return [
+        c for run_id in run_ids for c in engine.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"})
+    ]
+
+
 def test_four_points_share_one_image_and_end_in_a_summary_and_a_plot(tmp_path, engine):
     result = sweep(tmp_path, "trainer.lr=0.001,0.003", "parallelism=ddp,fsdp")
     assert result.returncode == 0, result.stderr[-2000:]
@@ -57,7 +66,7 @@ def test_four_points_share_one_image_and_end_in_a_summary_and_a_plot(tmp_path, e
     markdown = (folder / "summary.md").read_text()
     assert "| 3 | trainer.lr=0.003 parallelism=fsdp | completed |" in markdown
     assert (folder / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert not engine.containers.list(all=True, filters={"label": RUN_LABEL})
+    assert not containers_of(engine, folder)
 
 
 def test_skip_invalid_runs_the_valid_points(tmp_path, engine):
@@ -127,6 +136,6 @@ def test_ctrl_c_stops_the_running_point_and_cancels_the_queued_ones(tmp_path, en
     rows = summary_rows(tmp_path / "sweep")
     assert [r["status"] for r in rows] == ["stopped", "cancelled", "cancelled"]
     assert not (tmp_path / "sweep/1/logs").exists()  # never started
-    assert not engine.containers.list(all=True, filters={"label": RUN_LABEL})
+    assert not containers_of(engine, tmp_path / "sweep")
     run_id = json.loads((tmp_path / "sweep/0/run.json").read_text())["run_id"]
     assert not engine.networks.list(names=[f"dockyard-{run_id}"])
