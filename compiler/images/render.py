@@ -23,9 +23,10 @@ RUNTIME_DIR = "/opt/dockyard"
 """Where dockyard's runtime (`compiler.images.context.RUNTIME_SOURCES`) lies in the image, on its PYTHONPATH."""
 BUILD_TOOLS = ("setuptools==80.9.0",)
 """What `pip install --no-build-isolation` needs to build packages from source in the image (DeepSpeed)."""
-COMPILER_PACKAGES = ("g++",)
-"""What torch.compile's inductor needs to build its kernels on CPU and its launchers on GPU; the slim base of the
-cpu-local family has no C++ compiler (the cuda family installs build-essential, the DLC has one)."""
+COMPILER_PACKAGES = ("g++", "python3-dev")
+"""What torch.compile's inductor needs to build its kernels on CPU and its launchers on GPU: a C++ compiler and
+Python's headers (its kernels include Python.h). The slim base of the cpu-local family has neither (the cuda
+family installs build-essential and python3-dev, the DLC has both)."""
 CONSTRAINTS = TEMPLATES_DIR / "constraints.txt"
 CONSTRAINTS_IN_IMAGE = "/etc/dockyard/constraints.txt"
 

@@ -3,7 +3,7 @@ FROM dockyard/base:bookworm-py311
 
 # System packages, and the unprivileged user training runs as.
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends g++ \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends g++ python3-dev \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --create-home --shell /bin/bash dockyard \
  && mkdir -p /opt/ml/code && chown dockyard:dockyard /opt/ml/code
