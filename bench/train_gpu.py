@@ -60,7 +60,7 @@ def plan_json(model: str, strategy: str, compiled: bool, gpus: int, instance: st
         "trainer.warmup_steps=2",
         "trainer.log_interval=1",
         "trainer.checkpoint_interval=0",
-        f"trainer.compile={str(compiled).lower()}",
+        f"trainer.compile={'blocks' if compiled else 'false'}",
     ]
     return compile_plan(compose_config(overrides)).to_json()
 

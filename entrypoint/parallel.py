@@ -26,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from compiler.spec import Plan
 from compiler.spec.schema import ModelConfig, Offload, Precision, Strategy
+from entrypoint.compiled import apply_compile
 from entrypoint.model import Decoder, loss_fn
 from entrypoint.optim import adamw, clip_gradients, set_lr
 
@@ -70,9 +71,7 @@ class TorchEngine:
         self.autocast_dtype = dtype if dtype is not torch.float32 else None
         self.scaler = torch.amp.GradScaler(device.type) if par.mixed_precision is Precision.fp16 else None
         model.set_checkpointing(par.activation_checkpointing)
-        if plan.trainer.compile:
-            for block in model.blocks:
-                block.compile()
+        apply_compile(model, plan.trainer)
         if par.strategy in (Strategy.ddp, Strategy.smddp):
             if plan.layout.tp > 1:
                 raise NotImplementedError("tensor parallelism runs with parallelism=fsdp, not ddp")

@@ -19,9 +19,10 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from compiler.spec import Plan
-from compiler.spec.schema import DataSource, Strategy
+from compiler.spec.schema import Compile, DataSource, Strategy
 from entrypoint import checkpoint
 from entrypoint.cluster import Paths
+from entrypoint.compiled import use_warm_cache
 from entrypoint.data import Batches, data_folder, make_source
 from entrypoint.main import DEFAULT_TIMEOUT_S
 from entrypoint.metrics import MetricsLog, memory_gib, mfu
@@ -152,8 +153,11 @@ class StopSignal:
 
 
 def step_record(
-    plan: Plan, device: torch.device, step: int, loss: float, lr: float, norm: float, tokens_per_s: float
+    plan: Plan, device: torch.device, step: int, loss: float, lr: float, norm: float, steps: int, seconds: float
 ) -> dict:
+    """`seconds` for the `steps` steps since the last record. The first record of a run is its first step
+    alone, where torch.compile compiles: its `step_s` against a later one's is the compile time."""
+    tokens_per_s = plan.batch.tokens_per_step * steps / seconds
     efficiency = mfu(plan, tokens_per_s)
     return {
         "step": step,
@@ -161,6 +165,7 @@ def step_record(
         "lr": lr,
         "grad_norm": round(norm, 6),
         "tokens_per_s": round(tokens_per_s, 1),
+        "step_s": round(seconds / steps, 4),
         "mfu": None if efficiency is None else round(efficiency, 4),
         "memory_gib": round(memory_gib(device), 3),
     }
@@ -168,6 +173,8 @@ def step_record(
 
 def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> None:
     stop = StopSignal()
+    if Compile(plan.trainer.compile) is not Compile.false:
+        use_warm_cache(paths.checkpoints)
     device = init_distributed(plan, timeout_s)
     rank, leader = dist.get_rank(), int(os.environ.get("LOCAL_RANK", "0")) == 0
     engine = make_engine(plan, device)
@@ -182,7 +189,8 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         backend = dist.get_backend()
         print("\n".join(derived_lines(plan, backend, start)), flush=True)
     trainer, accum = plan.trainer, plan.batch.grad_accum
-    last_time, last_step = time.perf_counter(), start
+    started = last_time = time.perf_counter()
+    last_step = start
     for step in range(start, trainer.steps):
         loss = engine.forward_backward([batches.micro_batch(step, micro) for micro in range(accum)])
         lr = lr_at(step, trainer, plan.derived.lr)
@@ -192,8 +200,10 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
             mean_loss = global_mean(loss / accum, plan.layout.ranks_per_stage)
             now = time.perf_counter()
             if log:
-                tokens_per_s = plan.batch.tokens_per_step * (done_steps - last_step) / (now - last_time)
-                log.write(step_record(plan, device, done_steps, mean_loss, lr, norm, tokens_per_s))
+                record = step_record(
+                    plan, device, done_steps, mean_loss, lr, norm, done_steps - last_step, now - last_time
+                )
+                log.write(record | {"elapsed_s": round(now - started, 3)})
             last_time, last_step = now, done_steps
         interval, stopped = trainer.checkpoint_interval, stop.agreed(device)
         if done_steps < trainer.steps and (stopped or (interval and done_steps % interval == 0)):

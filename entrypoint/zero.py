@@ -10,6 +10,7 @@ import torch.distributed as dist
 
 from compiler.spec import Plan
 from compiler.spec.schema import Offload, Precision, Strategy
+from entrypoint.compiled import apply_compile
 from entrypoint.model import Decoder, loss_fn
 from entrypoint.optim import adamw, set_lr
 
@@ -72,9 +73,7 @@ class DeepSpeedEngine:
         else:
             model = Decoder(plan.model).to(device)
         model.set_checkpointing(plan.parallelism.activation_checkpointing)
-        if plan.trainer.compile:
-            for block in model.blocks:
-                block.compile()
+        apply_compile(model, plan.trainer)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=model, optimizer=adamw(model, plan.trainer), config=config
         )

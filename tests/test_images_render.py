@@ -18,6 +18,7 @@ SCRIPT = ["trainer=script", "trainer.source_dir=code", "trainer.script=train.py"
 PRESETS = {
     "smoke": ["experiment=smoke"],
     "gpt2-124m-p4d": ["experiment=gpt2-124m-p4d"],
+    "smoke-compile": ["experiment=smoke", "trainer.compile=blocks"],  # inductor needs g++ and Python.h
     "llama3-8b-p5x4": ["experiment=llama3-8b-p5x4", *LLAMA],
     "llama3-70b-p5x16": ["experiment=llama3-70b-p5x16", *LLAMA],
     # Each family with everything it can take: the user's code, apt and pip packages.

@@ -17,7 +17,7 @@ POINTS = [
     ["parallelism=zero2", "parallelism.micro_batch=2", "trainer.seed=7"],
     ["experiment=gpt2-124m-p4d", "hardware.nodes=2", "name=other"],
     ["+trainer.hyperparameters.epochs=3", "trainer=script", "trainer.source_dir=src", "trainer.script=t.py"],
-    ["model=gpt2-124m", "model.seq_len=256", "++trainer.compile=true"],
+    ["model=gpt2-124m", "model.seq_len=256", "++trainer.compile=blocks"],
 ]
 
 

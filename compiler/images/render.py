@@ -23,6 +23,10 @@ RUNTIME_DIR = "/opt/dockyard"
 """Where dockyard's runtime (`compiler.images.context.RUNTIME_SOURCES`) lies in the image, on its PYTHONPATH."""
 BUILD_TOOLS = ("setuptools==80.9.0",)
 """What `pip install --no-build-isolation` needs to build packages from source in the image (DeepSpeed)."""
+COMPILER_PACKAGES = ("g++", "python3-dev")
+"""What torch.compile's inductor needs to build its kernels on CPU and its launchers on GPU: a C++ compiler and
+Python's headers (its kernels include Python.h). The slim base of the cpu-local family has neither (the cuda
+family installs build-essential and python3-dev, the DLC has both)."""
 CONSTRAINTS = TEMPLATES_DIR / "constraints.txt"
 CONSTRAINTS_IN_IMAGE = "/etc/dockyard/constraints.txt"
 
@@ -37,7 +41,7 @@ def render_dockerfile(plan: Plan) -> str:
         code_dir=CODE_DIR,
         user=RUN_AS_USER,
         runtime_dir=RUNTIME_DIR,
-        system_packages=image.system_packages,
+        system_packages=system_packages(plan),
         build_tools=BUILD_TOOLS,
         dependencies=python_dependencies(image),
         constrained=uses_constraints(image),
@@ -47,6 +51,18 @@ def render_dockerfile(plan: Plan) -> str:
 
 def has_user_code(plan: Plan) -> bool:
     return plan.trainer.entry is schema.Entry.script
+
+
+def system_packages(plan: Plan) -> list[str]:
+    """The config's Debian packages, and a C++ compiler when the plan compiles and the family lacks one."""
+    packages = list(plan.image.system_packages)
+    if (
+        schema.Compile(plan.trainer.compile) is not schema.Compile.false
+        and plan.image.family is schema.ImageFamily.cpu_local
+    ):
+        named = {package.split("=")[0] for package in packages}
+        packages += [package for package in COMPILER_PACKAGES if package not in named]
+    return packages
 
 
 def uses_constraints(image: schema.ImageConfig) -> bool:

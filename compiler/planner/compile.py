@@ -39,6 +39,7 @@ def compile_plan(config: schema.Config) -> Plan:
     the same layout (dp=-1 and dp=4 on four ranks) have the same plan and the same hash.
     """
     grammar.check_name(config.name)
+    config = dataclasses.replace(config, trainer=rules.resolve_compile(config.trainer))
     instance = catalog.instance_type(config.hardware.instance_type)
     warnings = list(rules.check_hardware(config, instance))
     warnings += rules.check_model(config.model)

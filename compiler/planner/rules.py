@@ -8,6 +8,7 @@ the order of `CROSS_FIELD_CHECKS`. What depends on where the plan runs is asked 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -286,8 +287,36 @@ def check_trainer(config: schema.Config, instance: InstanceType, layout: Layout)
             raise ConfigError("trainer.launcher", "is only used with a user script", "use trainer=script")
     if trainer.checkpoint_interval > trainer.steps:
         yield f"trainer.checkpoint_interval={trainer.checkpoint_interval} is past the last step: no checkpoint"
-    if trainer.compile and not instance.has_gpus:
-        yield "trainer.compile=true on CPU needs a C++ compiler in the image and mostly adds start-up time"
+    if trainer.compile_mode not in schema.COMPILE_MODES:
+        raise ConfigError(
+            "trainer.compile_mode",
+            f"{grammar.shown(trainer.compile_mode)} is not a mode of torch.compile",
+            f"use one of {', '.join(schema.COMPILE_MODES)}",
+        )
+    if schema.Compile(trainer.compile) is schema.Compile.false:
+        if trainer.compile_mode != "default":
+            raise ConfigError(
+                "trainer.compile_mode", "is set while trainer.compile=false", "set trainer.compile=blocks"
+            )
+    elif layout.pp > 1:
+        raise ConfigError(
+            "trainer.compile", "is not supported with pipeline parallelism (pp > 1)", "set trainer.compile=false"
+        )
+
+
+def resolve_compile(trainer: schema.TrainerConfig) -> schema.TrainerConfig:
+    """`trainer` with `compile` as a `Compile`'s value (false, "blocks" or "model"): the field is untyped so
+    that YAML's `false` reaches it, and the plan keeps the plain value so that its JSON reads back the same."""
+    value = trainer.compile
+    if value is False or value == "false":
+        return dataclasses.replace(trainer, compile=schema.Compile.false.value)
+    if value in ("blocks", "model"):
+        return trainer
+    raise ConfigError(
+        "trainer.compile",
+        f"{grammar.shown(str(value))} is not false, blocks or model",
+        "use trainer.compile=blocks (each transformer block) or trainer.compile=model (the whole model)",
+    )
 
 
 def _check_script_path(script: str) -> None:

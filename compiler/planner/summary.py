@@ -3,7 +3,7 @@
 from compiler.planner.estimate import GIB, Memory
 from compiler.planner.pipeline import bubble_fraction
 from compiler.spec import Plan
-from compiler.spec.schema import LrScaling, Strategy
+from compiler.spec.schema import Compile, LrScaling, Strategy
 
 
 def summary_lines(plan: Plan) -> list[str]:
@@ -42,6 +42,8 @@ def summary_lines(plan: Plan) -> list[str]:
             f"lr        {plan.derived.lr:.4g} ({plan.trainer.lr_scaling.value} from {plan.trainer.lr:.4g} at "
             f"{plan.trainer.base_batch} to {plan.batch.global_batch} sequences)"
         )
+    if Compile(plan.trainer.compile) is not Compile.false:
+        lines.append(f"compile   torch.compile {plan.trainer.compile}, mode {plan.trainer.compile_mode}")
     return lines + [f"warning   {w}" for w in plan.warnings]
 
 

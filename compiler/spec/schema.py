@@ -382,6 +382,19 @@ class LrSchedule(Enum):
     constant = "constant"
 
 
+class Compile(Enum):
+    """What `torch.compile` compiles. `false` keeps YAML's boolean as its value, so `trainer.compile=false`
+    reads as written."""
+
+    false = False
+    blocks = "blocks"
+    model = "model"
+
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+"""torch.compile's modes (`trainer.compile_mode`)."""
+
+
 class LrScaling(Enum):
     none = "none"
     linear = "linear"
@@ -417,8 +430,11 @@ class TrainerConfig:
     """Steps between metrics lines."""
     seed: int = 1234
     """Seed of the model's initialisation and the synthetic data."""
-    compile: bool = False
-    """torch.compile the model."""
+    compile: Any = False
+    """torch.compile: false, blocks (each transformer block) or model (the whole model); the planner resolves
+    it to a `Compile`'s value (YAML reads `false` as a boolean, which an enum field would refuse)."""
+    compile_mode: str = "default"
+    """torch.compile's mode: default, reduce-overhead, max-autotune or max-autotune-no-cudagraphs."""
     source_dir: str | None = None
     """entry=script: the folder with the user's code, baked into the image's last layer."""
     script: str | None = None

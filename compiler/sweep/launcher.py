@@ -152,10 +152,12 @@ class Sweep:
 
     def _expected_image(self, plan: Plan) -> str:
         """The content-hash reference a build of `plan` makes. The build context depends only on the image
-        section and the trainer's code, so it is hashed once per distinct pair, not once per point."""
+        section, the trainer's code and the system packages the plan adds (a compiler for torch.compile), so
+        it is hashed once per distinct set of those, not once per point."""
         from compiler.images.build import planned_reference
+        from compiler.images.render import system_packages
 
-        key = repr((plan.image, plan.trainer.entry, plan.trainer.source_dir))
+        key = repr((plan.image, plan.trainer.entry, plan.trainer.source_dir, system_packages(plan)))
         if key not in self.references:
             self.references[key] = planned_reference(plan, cwd=Path.cwd())
         return self.references[key]

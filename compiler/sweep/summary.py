@@ -1,11 +1,17 @@
 """What a sweep leaves in its folder: one run record (`run.json`, `compiler.targets.records`) per point,
 and from them the summary table (summary.md, summary.csv) and a plot of every point's loss curve (loss.png).
 
+Besides the final numbers, each row compares the points on equal terms (an A/B such as
+`experiment=compiler-ab-cpu`): the time to reach the loss every completed point reached (its worst final
+loss), counted from the start of training so a compiling point pays its compile time there; the compile
+time itself (the first step's time beyond a steady step's, `step_s` in the metrics); and peak memory.
+
 Records are written as each point moves on, so the summary can be rebuilt at any time from the folder
 alone: `dockyard status SWEEP_DIR` refreshes the points still running on a remote target and rewrites it.
 """
 
 import csv
+import statistics
 from pathlib import Path
 
 from compiler.targets.records import RunRecord, load_all
@@ -18,6 +24,9 @@ COLUMNS = (
     "status",
     "final_loss",
     "tokens_per_s",
+    "time_to_loss_s",
+    "compile_s",
+    "memory_gib",
     "wall_s",
     "billable_s",
     "spot_saving",
@@ -25,18 +34,29 @@ COLUMNS = (
 )
 
 
-def row(record: RunRecord, common: frozenset[str] = frozenset()) -> dict[str, str]:
-    """A point's row in the summary; overrides every point shares (`common`) are left out."""
+def row(
+    record: RunRecord,
+    common: frozenset[str] = frozenset(),
+    curve: list[dict] | None = None,
+    target_loss: float | None = None,
+) -> dict[str, str]:
+    """A point's row in the summary; overrides every point shares (`common`) are left out. `curve` is the
+    point's metrics records, `target_loss` the loss every point is timed to."""
 
     def number(value: float | None, digits: int) -> str:
         return "" if value is None else f"{value:.{digits}f}"
 
+    curve = curve or []
+    memory = [m["memory_gib"] for m in curve if m.get("memory_gib") is not None]
     return {
         "job": str(record.num),
-        "overrides": " ".join(o for o in record.overrides if o not in common),
+        "overrides": varied_overrides(record, common),
         "status": record.status,
         "final_loss": number(record.final.get("loss"), 4),
         "tokens_per_s": number(record.final.get("tokens_per_s"), 1),
+        "time_to_loss_s": number(time_to_loss(curve, target_loss), 1),
+        "compile_s": number(compile_seconds(curve), 1),
+        "memory_gib": number(max(memory) if memory else None, 3),
         "wall_s": number(record.wall_s, 1),
         "billable_s": number(record.billable_s, 0),
         "spot_saving": "" if record.spot_saving is None else f"{record.spot_saving:.0%}",
@@ -44,16 +64,43 @@ def row(record: RunRecord, common: frozenset[str] = frozenset()) -> dict[str, st
     }
 
 
+def varied_overrides(record: RunRecord, common: frozenset[str]) -> str:
+    return " ".join(o for o in record.overrides if o not in common)
+
+
+def compile_seconds(curve: list[dict]) -> float | None:
+    """The first step's seconds beyond the median later step's: what compiling (and warming up) cost.
+    None unless the curve starts at step 1 and has later records with `step_s`."""
+    timed = [m for m in curve if m.get("step_s") is not None]
+    if len(timed) < 2 or timed[0]["step"] != 1:
+        return None
+    return max(timed[0]["step_s"] - statistics.median(m["step_s"] for m in timed[1:]), 0.0)
+
+
+def time_to_loss(curve: list[dict], target: float | None) -> float | None:
+    """Seconds of training (`elapsed_s`) until the first record at or below `target`."""
+    if target is None:
+        return None
+    return next((m["elapsed_s"] for m in curve if m["loss"] <= target and m.get("elapsed_s") is not None), None)
+
+
+def common_loss(records: list[RunRecord]) -> float | None:
+    """The loss every completed point reached: the highest of their final losses."""
+    finals = [r.final["loss"] for r in records if r.status == "completed" and r.final.get("loss") is not None]
+    return max(finals) if finals else None
+
+
 def write(sweep_dir: Path) -> list[RunRecord]:
     """Rewrite summary.md, summary.csv and loss.png from the point records; returns the records."""
     records = [record for record in load_all(sweep_dir) if record.num is not None]
+    curves = [(record, loss_curve(Path(record.run_dir))) for record in records]
+    common, target = shared_overrides(records), common_loss(records)
     with (sweep_dir / SUMMARY_CSV).open("w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=COLUMNS)
         writer.writeheader()
-        writer.writerows(row(record) for record in records)
-    common = shared_overrides(records)
-    (sweep_dir / SUMMARY_MD).write_text(markdown(sweep_dir, [row(record, common) for record in records], common))
-    curves = [(record, loss_curve(Path(record.run_dir))) for record in records]
+        writer.writerows(row(record, frozenset(), curve, target) for record, curve in curves)
+    rows = [row(record, common, curve, target) for record, curve in curves]
+    (sweep_dir / SUMMARY_MD).write_text(markdown(sweep_dir, rows, common, target))
     curves = [(record, curve) for record, curve in curves if curve]
     if curves:
         plot(curves, common, sweep_dir / LOSS_PLOT)
@@ -67,7 +114,7 @@ def shared_overrides(records: list[RunRecord]) -> frozenset[str]:
     return frozenset.intersection(*(frozenset(record.overrides) for record in records))
 
 
-def markdown(sweep_dir: Path, rows: list[dict[str, str]], common: frozenset[str]) -> str:
+def markdown(sweep_dir: Path, rows: list[dict[str, str]], common: frozenset[str], target: float | None = None) -> str:
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
@@ -75,26 +122,32 @@ def markdown(sweep_dir: Path, rows: list[dict[str, str]], common: frozenset[str]
     lines = [f"# Sweep {sweep_dir.name}", "", f"{len(rows)} points: {states}", ""]
     if common:
         lines += [f"Every point: `{' '.join(sorted(common))}`", ""]
-    lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * 2 + "---|" + "---:|" * 6]
+    if target is not None:
+        lines += [f"time_to_loss_s: seconds of training to loss {target:.4f}, the worst final loss", ""]
+    lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * 3 + "---:|" * (len(COLUMNS) - 3)]
     lines += ["| " + " | ".join(row[c].replace("|", "\\|") for c in COLUMNS) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
 def plot(curves: list[tuple[RunRecord, list[dict]]], common: frozenset[str], path: Path) -> None:
+    """Every point's loss against the step and, where the metrics time it, against seconds of training
+    (points with different batches or compile times compare on the second)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     from matplotlib import pyplot
 
-    figure, axes = pyplot.subplots(figsize=(8, 5))
-    for record, curve in curves:
-        label = f"#{record.num} {row(record, common)['overrides']}"[:60]
-        axes.plot([m["step"] for m in curve], [m["loss"] for m in curve], marker=".", label=label)
-    axes.set_xlabel("step")
-    axes.set_ylabel("loss")
-    axes.set_title(f"loss, {len(curves)} points")
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize="small")
+    timed = all(m.get("elapsed_s") is not None for _, curve in curves for m in curve)
+    figure, panels = pyplot.subplots(1, 2 if timed else 1, figsize=(14 if timed else 8, 5), squeeze=False)
+    for axes, x, label in zip(panels[0], ("step", "elapsed_s"), ("step", "seconds of training"), strict=False):
+        for record, curve in curves:
+            name = f"#{record.num} {varied_overrides(record, common)}"[:60]
+            axes.plot([m[x] for m in curve], [m["loss"] for m in curve], marker=".", label=name)
+        axes.set_xlabel(label)
+        axes.set_ylabel("loss")
+        axes.set_title(f"loss, {len(curves)} points")
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize="small")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     pyplot.close(figure)
