@@ -310,11 +310,13 @@ def resolve_compile(trainer: schema.TrainerConfig) -> schema.TrainerConfig:
     value = trainer.compile
     if value is False or value == "false":
         return dataclasses.replace(trainer, compile=schema.Compile.false.value)
+    if value is True or value == "true":  # the boolean this field was before `model` existed
+        return dataclasses.replace(trainer, compile=schema.Compile.blocks.value)
     if value in ("blocks", "model"):
         return trainer
     raise ConfigError(
         "trainer.compile",
-        f"{grammar.shown(str(value))} is not false, blocks or model",
+        f"{grammar.shown(str(value))} is not false, true (blocks), blocks or model",
         "use trainer.compile=blocks (each transformer block) or trainer.compile=model (the whole model)",
     )
 
