@@ -9,6 +9,7 @@ the q/k/v projections split over tensor-parallel ranks (each rank then holds hea
 """
 
 import math
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +17,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from compiler.spec.schema import Activation, Checkpointing, ModelConfig, Norm, Position
+from entrypoint.offload import ActivationOffload
 
 
 def _norm(model: ModelConfig) -> nn.Module:
@@ -120,6 +122,8 @@ class Decoder(nn.Module):
             self.register_buffer("rope_cos", torch.empty(model.context, half), persistent=False)
             self.register_buffer("rope_sin", torch.empty(model.context, half), persistent=False)
         self.full_checkpointing = False
+        self.offload: ActivationOffload | None = None
+        """Set by the engine for `parallelism.activation_offload`: where each block's saved tensors go."""
         self.reset_parameters()
 
     def set_checkpointing(self, mode: Checkpointing) -> None:
@@ -154,11 +158,15 @@ class Decoder(nn.Module):
         if self.positions is not None:
             x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
         rope = (self.rope_cos, self.rope_sin) if self.positions is None else None
-        for block in self.blocks:
-            if self.full_checkpointing and self.training:
-                x = checkpoint(block, x, rope, use_reentrant=False)
-            else:
-                x = block(x, rope)
+        offload = self.offload if self.training else None
+        for index, block in enumerate(self.blocks):
+            with offload.saving(index) if offload else nullcontext():
+                if self.full_checkpointing and self.training:
+                    x = checkpoint(block, x, rope, use_reentrant=False)
+                else:
+                    x = block(x, rope)
+            if offload:
+                x = offload.prefetch_from(x, index)
         x = self.norm(x)
         return self.embed(x, project=True) if self.head is None else self.head(x)
 

@@ -28,6 +28,7 @@ from compiler.spec import Plan
 from compiler.spec.schema import ModelConfig, Offload, Precision, Strategy
 from entrypoint.compiled import apply_compile
 from entrypoint.model import Decoder, loss_fn
+from entrypoint.offload import ActivationOffload
 from entrypoint.optim import adamw, clip_gradients, set_lr
 
 DTYPES = {Precision.bf16: torch.bfloat16, Precision.fp16: torch.float16, Precision.fp32: torch.float32}
@@ -71,6 +72,8 @@ class TorchEngine:
         self.autocast_dtype = dtype if dtype is not torch.float32 else None
         self.scaler = torch.amp.GradScaler(device.type) if par.mixed_precision is Precision.fp16 else None
         model.set_checkpointing(par.activation_checkpointing)
+        if par.activation_offload:
+            model.offload = ActivationOffload(device, par.activation_offload_horizon)
         apply_compile(model, plan.trainer)
         if par.strategy in (Strategy.ddp, Strategy.smddp):
             if plan.layout.tp > 1:

@@ -61,12 +61,16 @@ def compile_plan(config: schema.Config) -> Plan:
         stages = estimate.stage_memory(config.model, config.parallelism, layout, batch.micro_batch)
         memory = max(stages, key=lambda m: m.total)
         warnings += fit.check_fits(config, instance, memory)
+        host = estimate.host_memory(config.model, config.parallelism, layout, batch.micro_batch)
+        host = fit.host_memory_per_node(host, layout)
+        warnings += fit.check_host_fits(config, instance, host)
         speed = estimate.throughput(config.model, config.parallelism, instance, layout, batch)
         predicted = Estimate(
             memory=memory,
             gpu_memory=fit.capacity(instance),
             throughput=speed,
             stage_memory=tuple(m.total for m in stages) if layout.pp > 1 else (),
+            host_memory=host,
         )
     plan = Plan(
         name=config.name,

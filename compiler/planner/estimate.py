@@ -34,6 +34,7 @@ conventions are the built-in trainer's:
   not discounted); model FLOPs, so recomputation lowers MFU instead of raising it.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 from compiler.planner.pipeline import bubble_fraction
@@ -194,7 +195,7 @@ def _share_memory(
         states[0] += 2 * _matmul_parameters_per_gpu(model, tp, share)
     tokens = micro_batch * model.seq_len
     activation = activation_bytes_per_token(model, par, tp)
-    kept = tokens * (share.layers * activation["layer"] + model.hidden * 4) * share.in_flight
+    kept = tokens * (resident_layers(par, share) * activation["layer"] + model.hidden * 4) * share.in_flight
     logits = tokens * model.vocab * LOGIT_BYTES if share.last else 0
     held, per_layer = _communication_bytes(model, par, layout, share)
     in_layers = tokens * activation["live"] + per_layer
@@ -217,6 +218,30 @@ def _share_memory(
         context=context,
         margin=round(ALLOCATOR_MARGIN * sum(tensors)),
     )
+
+
+def resident_layers(par: schema.ParallelismConfig, share: Share) -> int:
+    """Layers whose saved activations are on the GPU when the backward starts: all of them, or with
+    activation offload the horizon's blocks already fetched back and the one whose backward runs."""
+    if par.activation_offload:
+        return min(share.layers, par.activation_offload_horizon + 1)
+    return share.layers
+
+
+def host_memory(model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout, micro_batch: int) -> dict:
+    """Bytes of one GPU's process that offload keeps in (pinned) host memory, by what they are: every
+    layer's saved activations under activation offload (all of them are there when the backward starts),
+    and the model states `parallelism.offload` moves."""
+    activation = activation_bytes_per_token(model, par, layout.tp)["layer"]
+    kept = state_bytes_per_parameter(par, layout.shard_degree)
+    on_gpu = state_bytes_per_parameter(dataclasses.replace(par, offload=schema.Offload.none), layout.shard_degree)
+    moved = sum(on_gpu) - sum(kept)
+    host = {"activations": 0, "model states": 0}
+    for share in pipeline_shares(model, par, layout):
+        offloaded = share.layers * activation * micro_batch * model.seq_len if par.activation_offload else 0
+        host["activations"] = max(host["activations"], round(offloaded * share.in_flight))
+        host["model states"] = max(host["model states"], round(moved * parameters_per_gpu(model, layout.tp, share)))
+    return host
 
 
 def deepspeed_buckets(model: schema.ModelConfig) -> dict[str, int]:

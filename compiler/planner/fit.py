@@ -89,6 +89,37 @@ def check_fits(config: schema.Config, instance: InstanceType, memory: estimate.M
     raise ConfigError(TERM_KEYS[largest], need, fix)
 
 
+HOST_USABLE = 0.8
+"""Share of a node's host memory that pinned offload buffers may take: the rest is the OS's, the data
+loaders' and the page cache's (pinned pages cannot be swapped out)."""
+
+
+def host_memory_per_node(per_process: dict[str, int], layout: Layout) -> dict[str, int]:
+    return {what: size * layout.processes_per_node for what, size in per_process.items() if size}
+
+
+def check_host_fits(config: schema.Config, instance: InstanceType, host: dict[str, int]) -> Iterator[str]:
+    """Raise a ConfigError when what offload keeps in host memory exceeds the node's usable share."""
+    usable = instance.memory_gib * GIB * HOST_USABLE
+    if not host or not instance.memory_gib or sum(host.values()) <= usable:
+        return
+    terms = ", ".join(f"{what} {size / GIB:.0f}" for what, size in host.items())
+    need = (
+        f"offload needs {sum(host.values()) / GIB:.0f} GiB of host memory per node ({terms}), more than the "
+        f"{usable / GIB:.0f} GiB usable of {instance.name}'s {instance.memory_gib:g} GiB"
+    )
+    key = "parallelism.activation_offload" if host.get("activations") else "parallelism.offload"
+    fix = "lower parallelism.micro_batch, or set " + (
+        "parallelism.activation_offload=false"
+        if key == "parallelism.activation_offload"
+        else "parallelism.offload=none"
+    )
+    if not config.hardware.memory_check:
+        yield f"{need}; {fix} (hardware.memory_check=false: not enforced)"
+        return
+    raise ConfigError(key, need, fix)
+
+
 def cheapest_fixes(config: schema.Config, instance: InstanceType) -> list[tuple[str, int]]:
     """Single changes that bring the peak under the GPU's memory, as (override, predicted peak bytes)."""
     fitting = []
@@ -117,6 +148,8 @@ def _candidates(config: schema.Config) -> Iterator[tuple[str, schema.Config]]:
             f"parallelism.activation_checkpointing={level.value}",
             _with_parallelism(config, activation_checkpointing=level),
         )
+    if not (par.activation_offload or par.strategy.is_deepspeed or par.pp > 1 or par.tp > 1):
+        yield "parallelism.activation_offload=true", _with_parallelism(config, activation_offload=True)
     micro = par.micro_batch // 2
     while micro >= 1:
         yield f"parallelism.micro_batch={micro}", _with_parallelism(config, micro_batch=micro, grad_accum=-1)

@@ -144,6 +144,8 @@ def check_strategy(config: schema.Config, instance: InstanceType, layout: Layout
                 f"{strategy.value} does not shard parameters",
                 "use zero3 or fsdp to offload parameters, or offload=optimizer",
             )
+    if par.activation_offload:
+        yield from _check_activation_offload(par, instance, layout)
     if par.mixed_precision is schema.Precision.fp16 and not instance.has_gpus:
         raise ConfigError(
             "parallelism.mixed_precision", "fp16 with loss scaling needs a GPU", "use bf16 or fp32 on hardware=cpu"
@@ -158,6 +160,29 @@ def check_strategy(config: schema.Config, instance: InstanceType, layout: Layout
         yield "bf16 autocast on CPU is slow; parallelism.mixed_precision=fp32 is faster there"
     if layout.shard_degree == 1 and strategy not in (schema.Strategy.ddp, schema.Strategy.smddp):
         yield f"{strategy.value} with a shard group of 1 shards nothing; ddp does the same with less overhead"
+
+
+def _check_activation_offload(par: schema.ParallelismConfig, instance: InstanceType, layout: Layout) -> Iterator[str]:
+    """The built-in engines of the PyTorch strategies offload each decoder block's saved tensors; DeepSpeed
+    runs its own engine, and the pipeline and tensor-parallel blocks are not wired for it."""
+    key = "parallelism.activation_offload"
+    if par.strategy.is_deepspeed:
+        raise ConfigError(
+            key,
+            f"runs with the PyTorch strategies (ddp, fsdp, fsdp_hybrid, smddp), not {par.strategy.value}",
+            "use parallelism.strategy=fsdp, or DeepSpeed's parallelism.offload",
+        )
+    for degree, name in ((layout.pp, "pp"), (layout.tp, "tp")):
+        if degree > 1:
+            raise ConfigError(key, f"is not supported with parallelism.{name} > 1", f"set parallelism.{name}=1")
+    if par.activation_offload_horizon < 0:
+        raise ConfigError(
+            "parallelism.activation_offload_horizon",
+            f"{par.activation_offload_horizon} blocks is negative",
+            "use 0 (fetch each block as its backward starts) or more, 2 by default",
+        )
+    if not instance.has_gpus:
+        yield "activation_offload on CPU copies activations within the same memory: it only costs time"
 
 
 def check_data(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:

@@ -30,6 +30,12 @@ def summary_lines(plan: Plan) -> list[str]:
             f"speed     {speed.step_seconds:.2f} s/step, {speed.tokens_per_second:,.0f} tokens/s, MFU "
             f"{speed.mfu:.0%} (predicted){_cost_per_billion(plan)}",
         ]
+    if plan.estimate and plan.estimate.host_memory:
+        host = plan.estimate.host_memory
+        terms = ", ".join(f"{what} {size / GIB:.1f}" for what, size in host.items())
+        lines.append(
+            f"host      {sum(host.values()) / GIB:.1f} of {instance.memory_gib:g} GiB per node offloaded: {terms}"
+        )
     if layout.pp > 1:
         lines.append(_pipeline(plan))
     lines += [

@@ -106,6 +106,8 @@ class Estimate:
     throughput: Throughput
     stage_memory: tuple[int, ...] = ()
     """Predicted peak bytes per GPU of each pipeline rank, in pp order (empty without a pipeline)."""
+    host_memory: dict[str, int] = field(default_factory=dict)
+    """Host bytes per node that offload holds (pinned), by what they are; empty without offload."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -138,6 +138,11 @@ class ParallelismConfig:
     """Compute precision: auto (bf16 on GPUs, fp32 on CPUs), bf16, fp16 (with loss scaling) or fp32."""
     offload: Offload = Offload.none
     """Model state kept in host memory: none, optimizer, or parameters (sharded strategies only)."""
+    activation_offload: bool = False
+    """Move each block's saved activations to pinned host memory after its forward and prefetch them for
+    its backward (ddp, fsdp, fsdp_hybrid, smddp)."""
+    activation_offload_horizon: int = 2
+    """With activation_offload: blocks fetched back ahead of the one whose backward runs."""
     smddp_fallback: bool = False
     """If smddp does not import in the container, warn and use NCCL instead of failing."""
 
