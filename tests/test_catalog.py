@@ -28,6 +28,7 @@ def test_every_type_is_one_sagemaker_trains_on():
 def test_every_entry_is_consistent(instance):
     assert NAME.fullmatch(instance.name)
     assert instance.price_per_hour > 0 and instance.vcpus > 0 and instance.memory_gib > 0
+    assert instance.managed_price_per_hour >= instance.price_per_hour  # SageMaker's rate is EC2's and more
     assert instance.network_gbps > 0
     if instance.has_gpus:
         assert instance.gpu_memory_gib > 0 and instance.peak_fp16_tflops > 0
@@ -87,3 +88,23 @@ def test_a_smoke_job_runs_on_a_sagemaker_cpu_type():
 def test_sagemaker_refuses_this_machines_cpus():
     with pytest.raises(ConfigError, match="hardware.instance_type: 'cpu' is this machine's own CPUs"):
         plan_for("experiment=smoke", "target=sagemaker", ROLE, *PUSHED)
+
+
+@pytest.mark.parametrize("price", ["price_per_hour", "managed_price_per_hour"])
+def test_a_bigger_size_of_a_family_costs_more(price):
+    """Within a family, more vCPUs with the same GPUs cost more: a typo in a price table breaks the order."""
+    by_kind: dict[tuple[str, int], list] = {}
+    for instance in RENTED:
+        by_kind.setdefault((instance.name.split(".")[0], instance.gpus), []).append(instance)
+    for sizes in by_kind.values():
+        prices = [getattr(t, price) for t in sorted(sizes, key=lambda t: t.vcpus)]
+        assert prices == sorted(prices) and len(set(prices)) == len(prices), sizes
+
+
+def test_each_target_prices_the_instances_at_the_rate_it_bills():
+    """SageMaker bills its ml. rate; a Kubernetes or Slurm cluster of the same instances pays EC2's."""
+    on_sagemaker = plan_for("experiment=llama3-8b-p5x4")
+    assert on_sagemaker.price_per_hour == pytest.approx(4 * 63.296)
+    on_kubernetes = plan_for("experiment=llama3-8b-p5x4", "target=kubernetes")
+    assert on_kubernetes.price_per_hour == pytest.approx(4 * 55.04)
+    assert plan_for("experiment=llama3-8b-p5x4", "hardware.price_per_hour=40").price_per_hour == 160

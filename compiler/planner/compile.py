@@ -41,6 +41,8 @@ def compile_plan(config: schema.Config) -> Plan:
     grammar.check_name(config.name)
     config = dataclasses.replace(config, trainer=rules.resolve_compile(config.trainer))
     instance = catalog.instance_type(config.hardware.instance_type)
+    if rules.capabilities(config).managed_prices:
+        instance = dataclasses.replace(instance, price_per_hour=instance.managed_price_per_hour)
     warnings = list(rules.check_hardware(config, instance))
     warnings += rules.check_model(config.model)
     layout = resolve_layout(config, instance)

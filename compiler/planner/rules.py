@@ -53,7 +53,7 @@ def check_hardware(config: schema.Config, instance: InstanceType) -> Iterator[st
             f"hardware.processes_per_node={hardware.processes_per_node} leaves "
             f"{instance.gpus - hardware.processes_per_node} of {instance.gpus} GPUs per node idle"
         )
-    if instance is LOCAL_CPU and not capabilities(config).host_cpu:
+    if instance.name == LOCAL_CPU.name and not capabilities(config).host_cpu:
         raise ConfigError(
             "hardware.instance_type",
             f"'cpu' is this machine's own CPUs, and target={config.target.kind.value} starts instances",

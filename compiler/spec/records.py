@@ -30,6 +30,11 @@ class InstanceType:
     """Host memory; with `vcpus`, what a Kubernetes pod that fills the node requests."""
     network_gbps: float
     price_per_hour: float
+    """On-demand USD per hour of the instance (EC2's), or of the rate the plan's target bills (see
+    `managed_price_per_hour`)."""
+    managed_price_per_hour: float
+    """SageMaker training's on-demand USD per hour for the `ml.` type: what a target that bills its own
+    rate charges; the planner puts it in `price_per_hour` for such targets."""
     smddp: bool
     """SageMaker's data-parallel library (smddp) supports this type."""
 

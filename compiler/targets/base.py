@@ -47,6 +47,8 @@ class Capabilities:
     """Runs a heterogeneous cluster (`hardware.groups`): instance groups with their own types and commands."""
     warm_pools: bool = False
     """Keeps a finished job's instances for the next one (`dockyard warm-pool release RUN` ends that)."""
+    managed_prices: bool = False
+    """Bills the instances at its own rate (SageMaker's `ml.` training price), not EC2's."""
 
 
 @dataclass(frozen=True, kw_only=True)

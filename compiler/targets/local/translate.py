@@ -84,7 +84,7 @@ def groups(plan: Plan) -> tuple[Group, ...]:
     made, first = [], 1
     for name, instance, count, trains in sizes:
         names = tuple(f"algo-{first + i}" for i in range(count))
-        shown = INSTANCE_TYPE if instance is LOCAL_CPU else f"ml.{instance.name}"
+        shown = INSTANCE_TYPE if instance.name == LOCAL_CPU.name else f"ml.{instance.name}"
         made.append(Group(name, shown, names, instance.has_gpus, trains))
         first += count
     return tuple(made)

@@ -39,6 +39,7 @@ class SageMakerTarget:
         smddp=True,
         warm_pools=True,
         instance_groups=True,
+        managed_prices=True,
     )
     attached = False
 
