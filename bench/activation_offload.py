@@ -67,9 +67,9 @@ def main() -> None:
                 torch.cuda.reset_peak_memory_stats()
             seconds = step_seconds(model, tokens, args)
             baseline = baseline or seconds
-            peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan")
+            peak = f"{torch.cuda.max_memory_allocated() / 2**30:.2f}" if device.type == "cuda" else "-"
             state = "on" if offload else "off"
-            print(f"{mode.value:<14} {state:<8} {seconds:>8.4f} {seconds / baseline:>13.2f} {peak:>9.2f}")
+            print(f"{mode.value:<14} {state:<8} {seconds:>8.4f} {seconds / baseline:>13.2f} {peak:>9}")
 
 
 if __name__ == "__main__":
