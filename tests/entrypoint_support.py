@@ -153,6 +153,22 @@ def train(plan: Plan, root: Path, timeout: float = 240, **env: str) -> list[dict
     return metrics(root)
 
 
+def run_on_two_ranks(body: str, plan: Plan, folder: Path, timeout: float = 120) -> str:
+    """Run a test's script on two torchrun ranks, with the plan's path as its argument; its standard output.
+
+    The script ends here, the way the trainer ends (`entrypoint.teardown.leave`), so that no test script can
+    end another way: one whose objects still hold the process group when it exits (a pipeline engine, an FSDP
+    mesh) can abort at interpreter shutdown, after its work is done, and fail the test by chance."""
+    script = folder / "two_ranks.py"
+    script.write_text(f"{body}\nfrom entrypoint.teardown import leave\nleave()\n")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={free_port()}"]
+    command += [str(script), str(write_plan(plan, folder))]
+    env = entrypoint_env(folder)
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
 def metrics(root: Path) -> list[dict]:
     path = root / "output/data/metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()]

@@ -1,8 +1,5 @@
 """The decoder matches the plan's parameter count; data, schedule and DeepSpeed config are what the plan says."""
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
@@ -12,7 +9,7 @@ from entrypoint.data import Batches, SyntheticTokens, TokenFiles
 from entrypoint.model import Decoder
 from entrypoint.optim import lr_at
 from entrypoint.zero import deepspeed_config
-from tests.entrypoint_support import REPO, entrypoint_env, free_port, plan_for, tiny_plan, write_plan
+from tests.entrypoint_support import plan_for, run_on_two_ranks, tiny_plan
 
 META_INIT = """
 import sys, torch, torch.distributed as dist
@@ -20,7 +17,6 @@ from compiler.spec import Plan
 from entrypoint.model import Decoder
 from entrypoint.parallel import TorchEngine
 from entrypoint.data import Batches, make_source
-from entrypoint.teardown import leave
 
 plan = Plan.from_json(open(sys.argv[1]).read())
 dist.init_process_group("gloo")
@@ -32,7 +28,6 @@ inputs, targets = Batches(make_source(plan, None), plan, dist.get_rank()).micro_
 loss = engine.forward_backward([(inputs, targets)]).item()
 if dist.get_rank() == 0:
     print("RESULT", loss, full["blocks.0.mlp.up.weight"].std().item(), full["blocks.0.mlp.down.weight"].std().item())
-leave()
 """
 
 
@@ -115,12 +110,7 @@ def test_deepspeed_config_from_the_plan():
 def test_fsdp_materialises_a_meta_model_shard_by_shard(tmp_path):
     """The path large models take (`train.builds_on_meta`): shard on the meta device, then initialise."""
     plan = tiny_plan("parallelism=fsdp", "model.position=rope", "model.activation=swiglu", "model.norm=rmsnorm")
-    (tmp_path / "meta_init.py").write_text(META_INIT)
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={free_port()}"]
-    command += [str(tmp_path / "meta_init.py"), str(write_plan(plan, tmp_path))]
-    result = subprocess.run(command, cwd=REPO, env=entrypoint_env(tmp_path), capture_output=True, text=True, timeout=90)
-    assert result.returncode == 0, result.stderr[-3000:]
-    loss, std, residual_std = map(float, result.stdout.split("RESULT ")[1].split())
+    loss, std, residual_std = map(float, run_on_two_ranks(META_INIT, plan, tmp_path).split("RESULT ")[1].split())
     assert abs(loss - np.log(plan.model.vocab)) < 0.2  # an initialised model predicts about uniformly
     assert std == pytest.approx(0.02, rel=0.05)
     assert residual_std == pytest.approx(0.02 / (2 * plan.model.layers) ** 0.5, rel=0.05)

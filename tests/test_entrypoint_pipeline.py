@@ -5,15 +5,12 @@ stopped after a checkpoint and restarted ends where an uninterrupted one ends, a
 the unpipelined parameter names and values.
 """
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
 
 from entrypoint.model import Decoder
-from tests.entrypoint_support import REPO, entrypoint_env, free_port, losses, metrics, tiny_plan, train, write_plan
+from tests.entrypoint_support import losses, metrics, run_on_two_ranks, tiny_plan, train
 
 UNTIED = "model.tied_embeddings=false"  # the embedding and the head are different weights
 PIPELINE_TOLERANCE = 1e-5
@@ -64,7 +61,6 @@ if dist.get_rank() == 0:
     print("RESULT", len(full), up.std().item(), down.std().item(), flush=True)
 if engine.last:
     print("LOSS", loss.item() / plan.batch.grad_accum, flush=True)
-dist.destroy_process_group()
 """
 
 
@@ -73,13 +69,7 @@ def test_stages_built_on_meta_hold_only_their_layers(tmp_path):
     materialises and initialises only those (Llama style: RoPE tables, no biases, tied embeddings)."""
     llama = ("model.position=rope", "model.activation=swiglu", "model.norm=rmsnorm", "model.bias=false")
     plan = pipeline_plan("1f1b", *llama, "model.tied_embeddings=true")
-    (tmp_path / "meta_stages.py").write_text(META_STAGES)
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={free_port()}"]
-    command += [str(tmp_path / "meta_stages.py"), str(write_plan(plan, tmp_path))]
-    env = entrypoint_env(tmp_path)
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = result.stdout.splitlines()
+    lines = run_on_two_ranks(META_STAGES, plan, tmp_path).splitlines()
     held = {line.split()[1]: line.split()[2:] for line in lines if line.startswith("HELD")}
     assert held == {"0": ["blocks.0", "blocks.1", "embed"], "1": ["blocks.2", "blocks.3", "embed", "norm"]}
     count, std, residual_std = map(float, next(line for line in lines if line.startswith("RESULT")).split()[1:])
