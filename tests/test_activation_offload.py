@@ -52,6 +52,7 @@ def test_the_offloaded_model_computes_the_same_gradients(checkpointing, horizon)
     [("parallelism=ddp", "parallelism.activation_checkpointing=full"), ("parallelism=fsdp",)],
     ids=["ddp-full-checkpointing", "fsdp"],
 )
+@pytest.mark.torchrun
 def test_torchrun_losses_with_and_without_offload_are_equal(tmp_path, overrides):
     plain = train(tiny_plan(*overrides, *STEPS), tmp_path / "plain")
     offloaded = train(tiny_plan(*overrides, *STEPS, "parallelism.activation_offload=true"), tmp_path / "offloaded")

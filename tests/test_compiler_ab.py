@@ -61,6 +61,7 @@ def test_compile_true_is_the_blocks_it_meant_before_the_scopes():
     assert plan_for("experiment=smoke", "trainer.compile=false").trainer.compile is False
 
 
+@pytest.mark.torchrun
 def test_compiler_ab_cpu_runs_locally_and_writes_the_comparison(tmp_path, engine):
     result = subprocess.run(
         [DOCKYARD, "launch", "-m", "experiment=compiler-ab-cpu", "hydra.sweep.dir=sweep", "trainer.steps=6"],

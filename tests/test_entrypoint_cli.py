@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from entrypoint.cluster import Paths
 from entrypoint.comm import Detected
 from entrypoint.main import prepare
@@ -80,6 +82,7 @@ def script_plan(tmp_path, *overrides):
     return write_plan(plan, tmp_path), entrypoint_env(tmp_path / "root")
 
 
+@pytest.mark.torchrun
 def test_user_script_gets_torchrun_and_its_hyperparameters(tmp_path):
     plan_path, env = script_plan(tmp_path, "+trainer.hyperparameters.epochs=2", "+trainer.hyperparameters.name=abc")
     process = start_entrypoint(plan_path, env)
@@ -90,6 +93,7 @@ def test_user_script_gets_torchrun_and_its_hyperparameters(tmp_path):
     assert all(r["argv"] == ["--epochs", "2", "--name", "abc"] and r["sum"] == 2.0 for r in reports)
 
 
+@pytest.mark.torchrun
 def test_user_script_failure_is_reported(tmp_path):
     plan_path, env = script_plan(tmp_path, "+trainer.hyperparameters.fail=true")
     process = start_entrypoint(plan_path, env)

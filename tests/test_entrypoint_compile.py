@@ -10,6 +10,8 @@ import pytest
 
 from tests.entrypoint_support import losses, tiny_plan, train
 
+pytestmark = pytest.mark.torchrun
+
 COMPILE_TOLERANCE = 1e-4
 """fp32 on CPU, 4 steps: inductor fuses and reorders the float operations, so sums round differently.
 Observed: within 1e-6 of eager for both cases. A wrong graph (a missed op, stale weights) is off by 1e-2."""

@@ -14,6 +14,8 @@ import pytest
 from entrypoint import checkpoint
 from tests.entrypoint_support import entrypoint_env, free_port, metrics, start_entrypoint, tiny_plan, train, write_plan
 
+pytestmark = pytest.mark.torchrun
+
 TIMEOUT_S = 15
 """DOCKYARD_TIMEOUT for these jobs: what a collective may wait before it fails."""
 

@@ -107,6 +107,7 @@ def test_deepspeed_config_from_the_plan():
     assert config["bf16"]["enabled"] and not config["fp16"]["enabled"]
 
 
+@pytest.mark.torchrun
 def test_fsdp_materialises_a_meta_model_shard_by_shard(tmp_path):
     """The path large models take (`train.builds_on_meta`): shard on the meta device, then initialise."""
     plan = tiny_plan("parallelism=fsdp", "model.position=rope", "model.activation=swiglu", "model.norm=rmsnorm")

@@ -64,6 +64,7 @@ if engine.last:
 """
 
 
+@pytest.mark.torchrun
 def test_stages_built_on_meta_hold_only_their_layers(tmp_path):
     """The path large models take (`train.builds_on_meta`): each rank builds its stages on the meta device and
     materialises and initialises only those (Llama style: RoPE tables, no biases, tied embeddings)."""
@@ -128,15 +129,18 @@ def test_plans_are_the_layouts_they_name():
         assert plan.batch.global_batch == 8 == plan.batch.micro_batch * plan.batch.grad_accum * dp
 
 
+@pytest.mark.torchrun
 def test_1f1b_matches_unpipelined(one_f_one_b, unpipelined):
     assert_same_run(one_f_one_b[1], unpipelined[1])
 
 
+@pytest.mark.torchrun
 @pytest.mark.parametrize("name", [name for name in PIPELINES if name != "1f1b"])
 def test_pipeline_matches_unpipelined(tmp_path, unpipelined, name):
     assert_same_run(train(pipeline_plan(name), tmp_path), unpipelined[1])
 
 
+@pytest.mark.torchrun
 def test_tied_embeddings_across_stages(tmp_path_factory):
     """The last stage's copy of the embedding gets the first stage's gradient added: pp × dp with tied
     embeddings trains like the unpipelined tied model, and its final model holds the one embedding."""
@@ -150,6 +154,7 @@ def test_tied_embeddings_across_stages(tmp_path_factory):
     assert torch.allclose(ours["embed.weight"], theirs["embed.weight"], atol=1e-4)
 
 
+@pytest.mark.torchrun
 def test_pipelined_resume_equals_uninterrupted(tmp_path, one_f_one_b, unpipelined):
     """Stopped after the checkpoint at step 3 (each stage's shards through torch.distributed.checkpoint) and
     restarted: the same losses as the uninterrupted pipelined run, and the same final model as unpipelined."""

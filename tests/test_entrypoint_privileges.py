@@ -57,6 +57,7 @@ def plan_channel(tmp_path: Path, readable: bool) -> Path:
     return channel
 
 
+@pytest.mark.torchrun
 def test_root_start_trains_as_the_user_in_root_owned_0700_folders(engine, image, tmp_path):
     volumes = {
         plan_channel(tmp_path, readable=False): "/opt/ml/input/data/plan",
@@ -88,6 +89,7 @@ def test_a_stranger_cannot_read_the_plan(engine, image, tmp_path):
     assert log == f"dockyard-entrypoint: error: cannot read the plan at {PLAN_PATH} as uid 4321: permission denied\n"
 
 
+@pytest.mark.torchrun
 def test_a_stranger_trains_as_itself_where_it_may_write(engine, image, tmp_path):
     volumes = {
         plan_channel(tmp_path, readable=True): "/opt/ml/input/data/plan",

@@ -11,6 +11,8 @@ import torch
 from entrypoint.data import SyntheticTokens
 from tests.entrypoint_support import losses, metrics, tiny_plan, train
 
+pytestmark = pytest.mark.torchrun
+
 EQUIVALENCE_TOLERANCE = 5e-4
 """fp32 on CPU, first 6 steps: the strategies differ only in how gradients are reduced. Observed: FSDP and
 ZeRO-1/2 within 1e-6 of DDP; ZeRO-3 (its own reduce-scatter order) drifts to ~1.2e-4 by step 6; FSDP + TP vs

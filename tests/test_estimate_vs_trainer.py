@@ -12,6 +12,8 @@ import pytest
 from compiler.planner import estimate
 from tests.helpers import plan_for
 
+pytestmark = pytest.mark.torchrun
+
 COUNT_SCRIPT = Path(__file__).with_name("count_states.py")
 
 

@@ -20,6 +20,8 @@ import pytest
 
 from compiler.spec.contract import PLAN_CHANNEL, PLAN_PATH
 
+pytestmark = pytest.mark.torchrun
+
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
 SCRIPT_DIR = Path(__file__).resolve().parent / "estimator"
 PLAN_HYPERPARAMETERS = {"epochs": 40, "lr": 0.5}

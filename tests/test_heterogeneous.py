@@ -142,6 +142,7 @@ shared = pathlib.Path(os.environ["SM_CHANNEL_TRAIN"])
 """
 
 
+@pytest.mark.torchrun
 def test_a_cpu_prep_group_feeds_the_training_group_on_local_containers(engine, tmp_path):
     """The local target emulates the groups: one container per host, SageMaker's resourceconfig.json in
     each, and the data folder shared by the groups it reaches (writable by the one that prepares it)."""

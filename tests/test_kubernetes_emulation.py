@@ -16,6 +16,8 @@ from compiler.targets.kubernetes import translate
 from tests.helpers import plan_for
 from tests.kubelet_emulation import LABEL, Emulation
 
+pytestmark = pytest.mark.torchrun
+
 SHORT = ("trainer.steps=20", "trainer.log_interval=2", "trainer.checkpoint_interval=10", "trainer.warmup_steps=2")
 
 

@@ -60,6 +60,7 @@ def leftovers(engine, run_id: str) -> list:
     return engine.containers.list(all=True, filters={"label": label}) + networks
 
 
+@pytest.mark.torchrun
 def test_smoke_job_trains_on_two_container_nodes(engine, tmp_path):
     result = subprocess.run(
         [DOCKYARD, "launch", *SHORT, "hydra.run.dir=run"], cwd=tmp_path, capture_output=True, text=True, timeout=600
@@ -85,6 +86,7 @@ def test_smoke_job_trains_on_two_container_nodes(engine, tmp_path):
     assert missing.returncode == 2 and "dockyard: error: run: no run 'no-such-run'" in missing.stderr
 
 
+@pytest.mark.torchrun
 def test_a_pipelined_job_trains_one_stage_per_container_node(engine, tmp_path):
     """pp=2 over two nodes of two processes: each node holds one stage, and the loss falls as without pp."""
     command = [DOCKYARD, "launch", *SHORT, "parallelism.pp=2", "parallelism.dp=-1", "hydra.run.dir=run"]
@@ -160,6 +162,7 @@ def wait_for_checkpoint(run_dir: Path, timeout: float = 300) -> None:
         time.sleep(0.5)
 
 
+@pytest.mark.torchrun
 def test_killed_node_fails_the_job_within_a_minute(engine, smoke_image, tmp_path):
     plan = plan_for(*SHORT, "trainer.steps=400", "trainer.checkpoint_interval=5")
     run_dir = tmp_path / "run"
@@ -175,6 +178,7 @@ def test_killed_node_fails_the_job_within_a_minute(engine, smoke_image, tmp_path
     assert leftovers(engine, "dockyard-fault-test") == []
 
 
+@pytest.mark.torchrun
 def test_retry_resumes_from_the_last_checkpoint(engine, smoke_image, tmp_path):
     plan = plan_for(*SHORT, "trainer.steps=30", "trainer.checkpoint_interval=5", "target.max_retries=1")
     run_dir = tmp_path / "run"
@@ -190,6 +194,7 @@ def test_retry_resumes_from_the_last_checkpoint(engine, smoke_image, tmp_path):
     assert json.loads((run_dir / "run.json").read_text())["attempts"] == 2
 
 
+@pytest.mark.torchrun
 def test_s3_channel_is_downloaded_and_the_trainer_reads_it(engine, smoke_image, s3_tokens, tmp_path):
     plan = plan_for(*SHORT, "trainer.steps=4", "trainer.checkpoint_interval=0", *S3_TOKENS)
     run_dir = tmp_path / "run"

@@ -182,6 +182,7 @@ def wait_for_checkpoint(run_dir: Path, timeout: float = 300) -> None:
         time.sleep(0.5)
 
 
+@pytest.mark.torchrun
 def test_smoke_job_trains_through_sbatch_on_two_nodes(engine, slurm_cluster, tmp_path):
     """The done criterion: `dockyard launch experiment=smoke target=slurm`, then status and logs by run id."""
     result = subprocess.run(
@@ -211,6 +212,7 @@ def test_smoke_job_trains_through_sbatch_on_two_nodes(engine, slurm_cluster, tmp
     assert '"step": 60' in logs.stdout and "n2 | plan        smoke" in logs.stdout
 
 
+@pytest.mark.torchrun
 def test_failed_node_fails_the_job(engine, slurm_image, tmp_path):
     run_dir = tmp_path / "run"
     plan = plan_for(*SHORT, "trainer.steps=400", "trainer.checkpoint_interval=5")
@@ -225,6 +227,7 @@ def test_failed_node_fails_the_job(engine, slurm_image, tmp_path):
     assert containers(engine, handle) == []
 
 
+@pytest.mark.torchrun
 def test_retry_requeues_the_job_and_resumes_from_the_last_checkpoint(engine, slurm_image, tmp_path):
     run_dir = tmp_path / "run"
     plan = plan_for(*SHORT, "trainer.steps=30", "trainer.checkpoint_interval=5", "target.max_retries=1")
@@ -239,6 +242,7 @@ def test_retry_requeues_the_job_and_resumes_from_the_last_checkpoint(engine, slu
     assert metrics(run_dir)[-1]["step"] == 30
 
 
+@pytest.mark.torchrun
 def test_stop_cancels_the_job_and_leaves_no_container(engine, slurm_image, tmp_path):
     launch = subprocess.Popen(
         [DOCKYARD, "launch", *SHORT, "trainer.steps=400", "hydra.run.dir=run"],
@@ -266,6 +270,7 @@ def test_stop_cancels_the_job_and_leaves_no_container(engine, slurm_image, tmp_p
         launch.kill()
 
 
+@pytest.mark.torchrun
 def test_s3_channel_is_copied_to_the_shared_run_folder_and_read_by_every_node(engine, slurm_image, s3_tokens, tmp_path):
     plan = plan_for(*SHORT, "trainer.steps=4", "trainer.checkpoint_interval=0", *S3_TOKENS)
     run_dir = tmp_path / "run"

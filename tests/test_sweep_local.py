@@ -9,9 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from compiler.targets.local.runner import RUN_LABEL
+
+pytestmark = pytest.mark.torchrun
 
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
 SWEEP = ["launch", "-m", "hydra/launcher=dockyard", "hydra.sweep.dir=sweep", "hydra.launcher.max_concurrent=2"]
