@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from compiler.images.build import build_image, ensure_base_image
+from compiler.spec.errors import ConfigError
 from compiler.targets import runs
+from compiler.targets.local import rules as local_rules
 from compiler.targets.local import runner as local_runner
 from compiler.targets.local import translate as local
 from compiler.targets.records import RunRecord
@@ -49,6 +51,19 @@ def test_every_node_gets_its_own_contract_files():
         mounts = {m.target: m for m in container.mounts}
         assert mounts["/opt/ml/input/data/plan"].read_only
         assert not mounts["/opt/ml/checkpoints"].read_only
+
+
+def test_the_local_target_starts_at_most_its_containers_and_processes():
+    """Each container carries the whole host list, so a request grows with the square of the nodes: the
+    limits hold at the boundary and are one ConfigError past it, before anything is rendered."""
+    limit = local_rules.MAX_CONTAINERS
+    plan = plan_for("experiment=smoke", f"hardware.nodes={limit}", "hardware.processes_per_node=1")
+    assert len(local.to_request(plan, "img", run_id="r", run_dir=Path("/runs/r")).containers) == limit
+    with pytest.raises(ConfigError, match=f"^hardware.nodes: asks for {limit + 1} containers"):
+        plan_for("experiment=smoke", f"hardware.nodes={limit + 1}", "hardware.processes_per_node=1")
+    per_node = local_rules.MAX_PROCESSES // 2 + 1
+    with pytest.raises(ConfigError, match=f"^hardware.processes_per_node: 2 nodes × {per_node} processes"):
+        plan_for("experiment=smoke", f"hardware.processes_per_node={per_node}")
 
 
 metrics = runs.loss_curve

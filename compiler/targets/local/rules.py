@@ -5,8 +5,42 @@ from pathlib import Path
 from compiler.spec import DataSource, Plan
 from compiler.spec.errors import ConfigError
 
+MAX_CONTAINERS = 64
+"""The most nodes (containers) one local job starts. They all run on this machine, and each is given the
+whole host list (SageMaker's resourceconfig.json), so the request grows with the square of their number:
+a hundred thousand would take more memory than the machine has before a container started."""
+
+MAX_PROCESSES = 256
+"""The most training processes one local job starts, all on this machine."""
+
+CLUSTER_TARGETS = "or a cluster target (target=slurm, target=kubernetes or target=sagemaker)"
+
 
 def check(plan: Plan) -> list[str]:
+    _check_size(plan)
+    _check_data(plan)
+    return []
+
+
+def _check_size(plan: Plan) -> None:
+    nodes = plan.layout.nodes
+    containers = nodes + sum(group.count for group in plan.hardware.groups.values())
+    if containers > MAX_CONTAINERS:
+        raise ConfigError(
+            "hardware.nodes" if nodes > MAX_CONTAINERS else "hardware.groups",
+            f"asks for {containers} containers, and the local target starts at most {MAX_CONTAINERS} on this machine",
+            f"use fewer nodes, {CLUSTER_TARGETS}",
+        )
+    if plan.layout.world_size > MAX_PROCESSES:
+        raise ConfigError(
+            "hardware.processes_per_node",
+            f"{nodes} nodes × {plan.layout.processes_per_node} processes = {plan.layout.world_size} processes, "
+            f"and the local target starts at most {MAX_PROCESSES} on this machine",
+            f"use fewer processes per node, {CLUSTER_TARGETS}",
+        )
+
+
+def _check_data(plan: Plan) -> None:
     """A host folder of token files is mounted into every node: it must be an absolute path that exists
     (a relative one would depend on where the job is started, and Docker would create a missing one)."""
     data = plan.data
@@ -19,4 +53,3 @@ def check(plan: Plan) -> list[str]:
             raise ConfigError(
                 "data.path", f"'{data.path}' is not a folder on this machine", "give the token files' folder"
             )
-    return []
