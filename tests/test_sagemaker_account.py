@@ -37,14 +37,20 @@ def test_what_the_config_sets_is_kept_and_nothing_is_asked(monkeypatch):
     assert runs.with_account_defaults(config) == config
 
 
-def test_without_credentials_the_error_names_the_key_and_the_fix(monkeypatch, tmp_path):
+@pytest.mark.parametrize(
+    ("given", "key"), [((), "image.registry"), (("image.registry=r.example.com",), "target.output_uri")]
+)
+def test_without_credentials_the_error_names_the_unset_key_and_the_fix(monkeypatch, tmp_path, given, key):
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    with pytest.raises(ConfigError, match=r"image.registry: is unset, and the caller's AWS account cannot be read"):
-        runs.with_account_defaults(compose_config(SMOKE))
+    with pytest.raises(ConfigError, match=rf"^{key}: is unset, and the caller's AWS account cannot be read") as raised:
+        runs.with_account_defaults(compose_config([*SMOKE, *given]))
+    fix = raised.value.one_line()
+    assert "target.output_uri=s3://<bucket>/<prefix>" in fix
+    assert ("image.registry=<account>" in fix) == (key == "image.registry")
 
 
 def test_submit_creates_the_default_bucket_like_the_sdk(aws):

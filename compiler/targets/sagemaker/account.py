@@ -17,24 +17,33 @@ def default_bucket(region: str, account: str) -> str:
     return f"sagemaker-{region}-{account}"
 
 
-def account_id(session: boto3.Session) -> str:
+EXAMPLES = {
+    "image.registry": "image.registry=<account>.dkr.ecr.<region>.amazonaws.com",
+    "target.output_uri": "target.output_uri=s3://<bucket>/<prefix>",
+}
+"""What each key the account would default looks like when the config sets it instead."""
+
+
+def account_id(session: boto3.Session, unset: tuple[str, ...]) -> str:
+    """The caller's account, read because the keys `unset` need it; an error names the first of them."""
     try:
         return session.client("sts").get_caller_identity()["Account"]
     except (BotoCoreError, ClientError) as error:
         raise ConfigError(
-            "image.registry",
+            unset[0],
             f"is unset, and the caller's AWS account cannot be read to default it ({error})",
-            "configure AWS credentials, or set image.registry=<account>.dkr.ecr.<region>.amazonaws.com "
-            "and target.output_uri=s3://<bucket>/<prefix>",
+            f"configure AWS credentials, or set {' and '.join(EXAMPLES[key] for key in unset)}",
         ) from None
 
 
 def defaults(config: Config, session: boto3.Session) -> dict[str, object]:
     """The dotted keys to set: only those the config leaves unset, and nothing asked when none is."""
     target, image = config.target, config.image
-    if image.registry is not None and target.output_uri is not None:
+    given = {"image.registry": image.registry, "target.output_uri": target.output_uri}
+    unset = tuple(key for key, value in given.items() if value is None)
+    if not unset:
         return {}
-    account = account_id(session)
+    account = account_id(session, unset)
     wanted: dict[str, object] = {}
     if image.registry is None:
         wanted |= {"image.registry": f"{account}.dkr.ecr.{target.region}.amazonaws.com", "image.push": True}
@@ -46,7 +55,9 @@ def defaults(config: Config, session: boto3.Session) -> dict[str, object]:
 def create_default_bucket(bucket: str, region: str, session: boto3.Session) -> bool:
     """Create the account's default bucket when it is the one the job writes to and it does not exist yet;
     True when it was created. Any other bucket is the user's to create (`check_resources` says so)."""
-    if not bucket.startswith(default_bucket(region, "")) or bucket != default_bucket(region, account_id(session)):
+    if not bucket.startswith(default_bucket(region, "")):
+        return False
+    if bucket != default_bucket(region, account_id(session, ("target.output_uri",))):
         return False
     s3 = session.client("s3")
     try:
