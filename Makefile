@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test plan build docker slurm lint bench bench-build clean
+.PHONY: run test test-services torchrun-loop plan build docker slurm lint bench bench-build clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV) || { apt-get update -qq && apt-get install -y -qq python3-venv && python3 -m venv $(VENV); }
@@ -26,10 +26,20 @@ docker:
 slurm:
 	scripts/ensure-slurm
 
-test: $(STAMP)
+# What the tests run on: the Docker engine and the Slurm cluster (a failure to start either only fails in CI,
+# where no test may skip for a missing piece).
+test-services:
 	@scripts/ensure-docker || [ "$${CI:-}" != true ]
 	@scripts/ensure-slurm || [ "$${CI:-}" != true ]
+
+test: $(STAMP) test-services
 	$(BIN)/pytest -q
+
+# The tests that start torchrun, N passes in a row (stops at the first failure): a teardown race or a
+# timeout that fails one run in twenty shows here, not in CI.
+N ?= 20
+torchrun-loop: $(STAMP) test-services
+	PYTEST=$(BIN)/pytest scripts/torchrun-loop $(N)
 
 plan: $(STAMP)  ## make plan ARGS="experiment=llama3-8b-p5x4 parallelism.tp=2"
 	$(BIN)/dockyard plan $(ARGS)
