@@ -173,6 +173,14 @@ def compose_available() -> None:
         pytest.skip(message)
 
 
+def remove_compose_containers(engine, container_root: Path) -> None:
+    """The SDK's local mode trains with `docker-compose up` and leaves the stopped containers behind (it takes
+    down only serving containers), two per run on the shared engine: remove those of this container root."""
+    for container in engine.containers.list(all=True, filters={"label": "com.docker.compose.project"}):
+        if container.labels.get("com.docker.compose.project.working_dir", "").startswith(f"{container_root}/"):
+            container.remove(force=True)
+
+
 def test_estimator_script_trains_under_the_sagemaker_sdks_local_mode(engine, tmp_path, points, monkeypatch):
     """The plan reaches the containers as dockyard's SageMaker request passes it: the `plan` channel and
     DOCKYARD_PLAN. The job's own hyperparameters win over the plan's, as on SageMaker."""
@@ -206,7 +214,10 @@ def test_estimator_script_trains_under_the_sagemaker_sdks_local_mode(engine, tmp
         hyperparameters=job_hyperparameters,
     )
     started = time.monotonic()
-    estimator.fit({PLAN_CHANNEL: f"file://{plan_channel}", "train": f"file://{points}"}, wait=True, logs="None")
+    try:
+        estimator.fit({PLAN_CHANNEL: f"file://{plan_channel}", "train": f"file://{points}"}, wait=True, logs="None")
+    finally:
+        remove_compose_containers(engine, tmp_path / "sdk")
     print(f"SageMaker SDK local mode: {time.monotonic() - started:.1f} s")
 
     with tarfile.open(tmp_path / "out/model.tar.gz") as archive:
