@@ -204,7 +204,9 @@ def expand_hostlist(text: str) -> list[str]:
             continue
         prefix, suffix = item[: match.start()], item[match.end() :]
         for part in match[1].split(","):
-            low, _, high = part.partition("-")
+            low, dash, high = part.partition("-")
+            if not (low.isdigit() and (high.isdigit() or not dash)):
+                raise ClusterError(f"host list {text!r}: [{match[1]}] is not a list of numbers and ranges")
             for number in range(int(low), int(high or low) + 1):
                 hosts += expand_hostlist(f"{prefix}{number:0{len(low)}d}{suffix}")
     return hosts
@@ -231,10 +233,11 @@ def from_skypilot(env: Mapping[str, str]) -> Node | None:
 
 
 def from_dockyard(env: Mapping[str, str]) -> Node | None:
-    """Explicit: DOCKYARD_HOSTS=a,b,c and DOCKYARD_CURRENT_HOST=b (or DOCKYARD_NODE_RANK=1)."""
+    """Explicit: DOCKYARD_HOSTS=a,b,c (or Slurm's compressed form, a[0-2]) and DOCKYARD_CURRENT_HOST=b (or
+    DOCKYARD_NODE_RANK=1)."""
     if "DOCKYARD_HOSTS" not in env:
         return None
-    hosts = [h.strip() for h in env["DOCKYARD_HOSTS"].split(",") if h.strip()]
+    hosts = [h.strip() for h in expand_hostlist(env["DOCKYARD_HOSTS"]) if h.strip()]
     port = _port(env, "DOCKYARD_MASTER_PORT")
     if "DOCKYARD_CURRENT_HOST" in env:
         return _from_host_list("dockyard", hosts, env["DOCKYARD_CURRENT_HOST"], port)

@@ -64,10 +64,17 @@ def test_kubeflow_rank_out_of_range():
         ("gpu-[01-03,7],login", ["gpu-01", "gpu-02", "gpu-03", "gpu-7", "login"]),
         ("r[1-2]-n[8-9]", ["r1-n8", "r1-n9", "r2-n8", "r2-n9"]),
         ("a[098-100]x", ["a098x", "a099x", "a100x"]),
+        ("run-node-0-[0-2].run", ["run-node-0-0.run", "run-node-0-1.run", "run-node-0-2.run"]),
     ],
 )
 def test_slurm_hostlist(text, hosts):
     assert expand_hostlist(text) == hosts
+
+
+@pytest.mark.parametrize("text", ["gpu-[a-b]", "gpu-[1-]", "gpu-[1-2-3]", "gpu-[]"])
+def test_a_malformed_hostlist_is_a_cluster_error(text):
+    with pytest.raises(ClusterError, match=r"is not a list of numbers and ranges"):
+        expand_hostlist(text)
 
 
 def test_slurm_rank_from_node_name():
@@ -84,6 +91,8 @@ def test_dockyard_variables():
     node = from_dockyard({"DOCKYARD_HOSTS": "b, a", "DOCKYARD_CURRENT_HOST": "b", "DOCKYARD_MASTER_PORT": "4000"})
     assert (node.hosts, node.node_rank, node.master_addr, node.master_port) == (("a", "b"), 1, "a", 4000)
     assert from_dockyard({"DOCKYARD_HOSTS": "x,y", "DOCKYARD_NODE_RANK": "1"}).current_host == "y"
+    compressed = from_dockyard({"DOCKYARD_HOSTS": "r-[0-9].r", "DOCKYARD_NODE_RANK": "9"})
+    assert (compressed.nnodes, compressed.current_host, compressed.master_addr) == (10, "r-9.r", "r-0.r")
 
 
 def test_discovery_order(tmp_path):

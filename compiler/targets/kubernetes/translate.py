@@ -11,9 +11,10 @@ deliver the plan) and the job, in one of three kinds (`target.kind_of_job`):
 - `indexed_job`: a plain Indexed Job and the headless Service its pods name as their subdomain (pod i is
   `<run>-<i>.<run>`), for clusters with neither operator.
 
-For JobSet and the Indexed Job, the manifest itself tells the entrypoint the cluster: DOCKYARD_HOSTS lists
-every pod's DNS name in index order, and DOCKYARD_NODE_RANK is the pod's completion index, which the Job
-controller writes into the pod's annotations (read through the downward API).
+For JobSet and the Indexed Job, the manifest itself tells the entrypoint the cluster: DOCKYARD_HOSTS names
+every pod in index order as one Slurm-style host list (`<run>-node-0-[0-3].<run>`), and
+DOCKYARD_NODE_RANK is the pod's completion index, which the Job controller writes into the pod's
+annotations (read through the downward API).
 
 `str(request)` is the multi-document YAML that is applied; `to_json()` the same objects as a List.
 """
@@ -99,21 +100,31 @@ def to_request(plan: Plan, image: str, *, run_id: str) -> KubernetesRequest:
     )
 
 
+def _indexed_host(kind: JobKind, run_id: str, index: str) -> str:
+    """The DNS name of an indexed pod: `index` is its completion index, or a Slurm-style range of them."""
+    if kind is JobKind.jobset:
+        return f"{run_id}-{REPLICATED_JOB}-0-{index}.{run_id}"
+    return f"{run_id}-{index}.{run_id}"
+
+
 def hostnames(plan: Plan, run_id: str) -> tuple[str, ...]:
     """Every pod's DNS name in its namespace, in rank order."""
     kind, nodes = plan.target.kind_of_job, plan.layout.nodes
-    if kind is JobKind.jobset:
-        return tuple(f"{run_id}-{REPLICATED_JOB}-0-{i}.{run_id}" for i in range(nodes))
-    if kind is JobKind.indexed_job:
-        return tuple(f"{run_id}-{i}.{run_id}" for i in range(nodes))
-    return (f"{run_id}-master-0", *(f"{run_id}-worker-{i}" for i in range(nodes - 1)))
+    if kind is JobKind.pytorchjob:
+        return (f"{run_id}-master-0", *(f"{run_id}-worker-{i}" for i in range(nodes - 1)))
+    return tuple(_indexed_host(kind, run_id, str(i)) for i in range(nodes))
 
 
 def _indexed_env(plan: Plan, run_id: str) -> list[dict]:
-    """What the entrypoint's `from_dockyard` discovery reads: the hosts, and this pod's index as its rank."""
+    """What the entrypoint's `from_dockyard` discovery reads: the hosts, and this pod's index as its rank.
+
+    The hosts go as one compressed host list (`<run>-node-0-[0-4999].<run>`), not spelled out: Linux
+    refuses to start a process with an environment string over 128 KiB, which a list of every pod's name
+    passes at about 2,000 nodes, and the manifest stays the same size whatever the node count."""
     index = {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}
+    every_index = f"[0-{plan.layout.nodes - 1}]"
     return [
-        {"name": "DOCKYARD_HOSTS", "value": ",".join(hostnames(plan, run_id))},
+        {"name": "DOCKYARD_HOSTS", "value": _indexed_host(plan.target.kind_of_job, run_id, every_index)},
         {"name": "DOCKYARD_NODE_RANK", "valueFrom": index},
         {"name": "DOCKYARD_MASTER_PORT", "value": str(MASTER_PORT)},
     ]
