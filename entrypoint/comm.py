@@ -207,7 +207,8 @@ class EnvRow:
     value: str
     reason: str
     set_here: bool
-    """False when the variable was already set (by the user): its value is kept, not dockyard's."""
+    """False when dockyard does not set it: the user already did (their value is kept), or its value is too
+    long to pass (the reason says so)."""
 
 
 def comm_env(

@@ -233,7 +233,26 @@ def toolkit_env(
         *_group_values(node, source),
         ("SM_TRAINING_ENV", env, "all of the above as the toolkit's Environment"),
     ]
-    return [env_row(name, encode(value), reason, environ) for name, value, reason in values]
+    return [_passable(env_row(name, encode(value), reason, environ), node) for name, value, reason in values]
+
+
+MAX_ARG_STRLEN = 128 * 1024
+"""Linux's limit on one `NAME=value` string in a new process's environment (bytes, with its NUL): execve
+fails with E2BIG past it, whatever the total."""
+
+
+def _passable(row: EnvRow, node: Node) -> EnvRow:
+    """The row, or, where its value cannot reach a process, the row left unset with why. The host lists in
+    SM_HOSTS, SM_RESOURCE_CONFIG and SM_TRAINING_ENV pass the limit at about 900 nodes; training must
+    start anyway, and the hosts are still in SM_HOST_COUNT, SM_CURRENT_HOST_RANK and SM_MASTER_ADDR."""
+    size = len(f"{row.name}={row.value}".encode()) + 1
+    if not row.set_here or size <= MAX_ARG_STRLEN:
+        return row
+    reason = (
+        f"left unset: {size:,} bytes for {node.nnodes} hosts is over Linux's {MAX_ARG_STRLEN:,}-byte limit on "
+        "one variable; the hosts are SM_HOST_COUNT, SM_CURRENT_HOST_RANK and SM_MASTER_ADDR"
+    )
+    return EnvRow(row.name, "", reason, False)
 
 
 def _group_values(node: Node, source: str) -> list[tuple[str, object, str]]:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from entrypoint.cluster import Paths
 from entrypoint.comm import Detected
-from entrypoint.main import explain, prepare
-from entrypoint.toolkit import Machine, cpus_online
+from entrypoint.main import child_environment, explain, prepare
+from entrypoint.toolkit import MAX_ARG_STRLEN, Machine, cpus_online
 from tests.entrypoint_support import (
     CLUSTER_ENVIRONMENTS,
     REPO,
@@ -99,6 +99,25 @@ def test_a_scheduler_that_names_only_the_master(tmp_path):
     env = variables(launch)
     assert json.loads(env["SM_HOSTS"]) == ["node-0", "node-1"] and env["SM_CURRENT_HOST"] == "node-1"
     assert env["SM_MASTER_ADDR"] == "llama-master-0" and env["SM_MASTER_PORT"] == "23456"
+
+
+def test_a_variable_too_long_to_pass_is_left_unset_and_the_script_still_starts(tmp_path):
+    """Past about 900 hosts the host lists in SM_TRAINING_ENV and SM_RESOURCE_CONFIG are over Linux's 128 KiB
+    limit on one variable: execve would fail with E2BIG and no node would train."""
+    plan = tiny_plan(*SCRIPT, "target=kubernetes", "hardware.nodes=3000", "parallelism.global_batch=24000")
+    environ = {"DOCKYARD_HOSTS": "r-node-0-[0-2999].r", "DOCKYARD_NODE_RANK": "2999", "DOCKYARD_ROOT": str(tmp_path)}
+    launch = prepare(plan, Path("/p.json"), environ, Detected(), tmp_path / "none", False, machine=MACHINE)
+    rows = {row.name: row for row in launch.env}
+    assert {name for name, row in rows.items() if not row.set_here} == {"SM_TRAINING_ENV"}
+    assert max(len(f"{row.name}={row.value}") for row in launch.env) < MAX_ARG_STRLEN
+    assert rows["SM_TRAINING_ENV"].reason.startswith("left unset: 266,200 bytes for 3000 hosts is over Linux's")
+    assert len(json.loads(rows["SM_HOSTS"].value)) == 3000
+    names = ("SM_HOST_COUNT", "SM_CURRENT_HOST_RANK", "SM_TRAINING_ENV")
+    show = f"import os; print(*(os.environ.get(name) for name in {names}))"
+    started = subprocess.run(
+        [sys.executable, "-c", show], env=child_environment(launch, {}), capture_output=True, text=True, check=True
+    )
+    assert started.stdout.split() == ["3000", "2999", "None"]
 
 
 def test_explain_golden(tmp_path, golden):
