@@ -80,22 +80,31 @@ def test_each_pod_finds_its_rank_and_the_master(kind):
     }
 
 
+def request_at_scale(kind: str, nodes: int) -> translate.KubernetesRequest:
+    overrides = (f"hardware.nodes={nodes}", f"parallelism.global_batch={nodes * 8}")
+    return request_for("experiment=llama3-8b-p5x4", "target=kubernetes", f"target.kind_of_job={kind}", *overrides)
+
+
 @pytest.mark.parametrize("kind", ["jobset", "indexed_job"])
 def test_the_pods_environment_does_not_grow_with_the_nodes(kind):
     """Linux starts no process with an environment string over 128 KiB (MAX_ARG_STRLEN); every pod's name
     spelled out in DOCKYARD_HOSTS passed that at about 2,000 nodes, and the manifest grew with the nodes."""
-
-    def request(nodes: int) -> translate.KubernetesRequest:
-        overrides = (f"hardware.nodes={nodes}", f"parallelism.global_batch={nodes * 8}")
-        return request_for("experiment=llama3-8b-p5x4", "target=kubernetes", f"target.kind_of_job={kind}", *overrides)
-
-    small, large = request(4), request(5000)
+    small, large = request_at_scale(kind, 4), request_at_scale(kind, 5000)
     assert len(str(large)) - len(str(small)) < 100
     last = pods(large.manifests)[-1]
     assert max(len(f"{name}={value}") for name, value in last.environment().items()) < 200
     node = discover(last.environment(), Path("/nonexistent"))
     assert (node.nnodes, node.node_rank, node.current_host) == (5000, 4999, last.dns_names[0])
     assert node.master_addr == pods(large.manifests)[0].dns_names[0]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_more_pods_than_a_job_may_have_is_a_config_error(kind):
+    """A billion nodes once spelled out a billion host names before anything said no (MemoryError)."""
+    assert len(str(request_at_scale(kind, rules.MAX_PODS))) < 20_000
+    with pytest.raises(ConfigError) as error:
+        request_at_scale(kind, rules.MAX_PODS + 1)
+    assert error.value.key == "hardware.nodes"
 
 
 def test_options_reach_the_manifests(crds):

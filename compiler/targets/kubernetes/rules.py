@@ -4,12 +4,22 @@ from compiler.spec import DataSource, KubernetesTarget, Plan
 from compiler.spec.errors import ConfigError
 from compiler.targets.kubernetes import validate
 
+MAX_PODS = 100_000
+"""The Job API's limit on an Indexed Job's parallelism (`maxParallelismForIndexedJob`), which JobSet's jobs
+are too; a PyTorchJob that large has no cluster to run on either (each pod takes a node of its own)."""
+
 
 def check(plan: Plan) -> list[str]:
     """Raise a ConfigError naming the key for what cannot run; return warnings for what runs but may surprise."""
     target = plan.target
     if not isinstance(target, KubernetesTarget):
         raise validate.wrong_target(target)
+    if plan.layout.nodes > MAX_PODS:
+        raise ConfigError(
+            "hardware.nodes",
+            f"asks for {plan.layout.nodes} pods, and Kubernetes runs at most {MAX_PODS:,} in one job",
+            "use fewer nodes",
+        )
     if plan.data.source in (DataSource.fsx, DataSource.efs) and plan.data.claim is None:
         raise ConfigError(
             "data.claim",
