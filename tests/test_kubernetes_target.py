@@ -164,6 +164,7 @@ def test_file_systems_mount_through_their_claim(crds):
         ((), "1smoke", "name"),
         ((), "s" * 56 + "-20261123-040715", "name"),
         (("target.namespace=Training",), "smoke-1", "target.namespace"),
+        (("target.namespace=" + "n" * 64,), "smoke-1", "target.namespace"),  # a label: 63 at most
         (("target.service_account=trainer_1",), "smoke-1", "target.service_account"),
         (("target.queue=a/b",), "smoke-1", "target.queue"),
         (("+target.labels={team: 'a b'}",), "smoke-1", "target.labels.team"),
@@ -177,6 +178,11 @@ def test_names_kubernetes_would_refuse_are_config_errors(overrides, run_id, key)
     assert error.value.key == key
 
 
+def test_the_longest_names_kubernetes_takes_are_accepted():
+    request = request_for("experiment=smoke", "target=kubernetes", "target.namespace=" + "n" * 63, run_id="smoke-1")
+    assert {manifest["metadata"]["namespace"] for manifest in request.manifests} == {"n" * 63}
+
+
 @pytest.mark.parametrize(
     ("field", "value", "key"),
     [
@@ -184,6 +190,7 @@ def test_names_kubernetes_would_refuse_are_config_errors(overrides, run_id, key)
         ("labels", {"team": "x" * 64}, "target.labels.team"),
         ("annotations", {"a/b/c": "x"}, "target.annotations.a/b/c"),
         ("annotations", {"Example.com/x": "x"}, "target.annotations.Example.com/x"),
+        ("annotations", {"a" * 254 + "/x": "x"}, "target.annotations." + "a" * 254 + "/x"),
         ("environment", {"1=2": "x"}, "target.environment.1=2"),
     ],
 )

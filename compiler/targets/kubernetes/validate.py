@@ -49,8 +49,9 @@ def check_names(plan: Plan, run_id: str, hostnames: tuple[str, ...]) -> None:
             f"pod host name '{longest}' is longer than {MAX_LABEL} characters",
             f"shorten name by {len(longest) - MAX_LABEL} characters",
         )
-    _check(DNS_LABEL, "target.namespace", target.namespace, "a DNS-1123 label (lower-case letters, digits, '-')")
-    subdomain = "a DNS-1123 subdomain (lower-case letters, digits, '-' and '.')"
+    label = f"a DNS-1123 label (at most {MAX_LABEL} lower-case letters, digits, '-')"
+    _check(DNS_LABEL, "target.namespace", target.namespace, label, limit=MAX_LABEL)
+    subdomain = f"a DNS-1123 subdomain (at most {MAX_SUBDOMAIN} lower-case letters, digits, '-' and '.')"
     for key in ("service_account", "priority_class", "scheduler_name", "claim"):
         if getattr(target, key) is not None:
             _check(DNS_SUBDOMAIN, f"target.{key}", getattr(target, key), subdomain)
@@ -78,7 +79,8 @@ def _check_keys(key: str, names: Iterable[str]) -> None:
     """Qualified names: an optional DNS subdomain prefix and '/', then a name of at most 63 characters."""
     for name in names:
         prefix, _, base = name.rpartition("/")
-        if (prefix and not DNS_SUBDOMAIN.fullmatch(prefix)) or not LABEL_NAME.fullmatch(base) or len(base) > MAX_LABEL:
+        bad_prefix = prefix and (not DNS_SUBDOMAIN.fullmatch(prefix) or len(prefix) > MAX_SUBDOMAIN)
+        if bad_prefix or not LABEL_NAME.fullmatch(base) or len(base) > MAX_LABEL:
             raise ConfigError(
                 f"{key}.{name}",
                 "is not a qualified name",
