@@ -5,6 +5,7 @@ environment tells the entrypoint (through the controllers' part of `tests.kubele
 
 import copy
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -176,6 +177,18 @@ def test_names_kubernetes_would_refuse_are_config_errors(overrides, run_id, key)
     with pytest.raises(ConfigError) as error:
         request_for("experiment=smoke", "target=kubernetes", *overrides, run_id=run_id)
     assert error.value.key == key
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_deadline_is_rounded_up_and_at_most_an_int64(kind):
+    """A run of a second's fraction once got activeDeadlineSeconds 0, which ends a job at once."""
+    request = request_for(
+        "experiment=smoke", "target=kubernetes", f"target.kind_of_job={kind}", "target.max_run_hours=1e-4"
+    )
+    assert re.findall(r'"activeDeadlineSeconds": (\d+)', request.to_json()) == ["1"]
+    with pytest.raises(ConfigError) as error:
+        request_for("experiment=smoke", "target=kubernetes", f"target.kind_of_job={kind}", "target.max_run_hours=3e15")
+    assert error.value.key == "target.max_run_hours"
 
 
 def test_the_longest_names_kubernetes_takes_are_accepted():

@@ -93,6 +93,22 @@ def test_time_limit_rounds_up_to_the_minute(hours, limit):
     assert translate.time_limit(hours) == limit
 
 
+def test_the_longest_time_limit_is_the_one_slurm_keeps(slurm_cluster, tmp_path):
+    """Slurm holds a time limit as seconds in a signed 32-bit integer: a minute past 24855-03:13:00 it silently
+    keeps another limit (a month, or UNLIMITED), so that is refused before sbatch."""
+    longest = translate.time_limit(translate.MAX_TIME_MINUTES / 60)
+    submit = ["sbatch", "--parsable", "--hold", f"--time={longest}", "--wrap=true"]
+    job = subprocess.run(submit, cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, check=True).stdout
+    finally:
+        subprocess.run(["scancel", job], check=True)
+    assert f"TimeLimit={longest} " in shown
+    with pytest.raises(ConfigError) as error:
+        translate.time_limit((translate.MAX_TIME_MINUTES + 1) / 60)
+    assert error.value.key == "target.max_run_hours"
+
+
 @pytest.mark.parametrize(
     ("overrides", "run_dir", "key"),
     [

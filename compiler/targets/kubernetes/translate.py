@@ -20,11 +20,13 @@ annotations (read through the downward API).
 """
 
 import json
+import math
 from dataclasses import dataclass
 
 import yaml
 
 from compiler.spec import JobKind, Plan
+from compiler.spec.errors import ConfigError
 from compiler.targets.kubernetes import rules, validate
 from compiler.targets.kubernetes.pod import (
     MASTER_PORT,
@@ -130,6 +132,22 @@ def _indexed_env(plan: Plan, run_id: str) -> list[dict]:
     ]
 
 
+MAX_DEADLINE_SECONDS = 2**63 - 1
+"""activeDeadlineSeconds is an int64 in the Job and the PyTorchJob's run policy."""
+
+
+def deadline_seconds(hours: float) -> int:
+    """`target.max_run_hours` as activeDeadlineSeconds, rounded up: a deadline of 0 would end the job at once."""
+    seconds = math.ceil(hours * 3600)
+    if seconds > MAX_DEADLINE_SECONDS:
+        raise ConfigError(
+            "target.max_run_hours",
+            f"{hours:.7g} hours is past the longest deadline a Kubernetes job takes (2^63-1 seconds)",
+            "ask for fewer hours",
+        )
+    return seconds
+
+
 def _indexed_job_spec(plan: Plan, image: str, run_id: str, *, backoff_limit: int, **pod_fields) -> dict:
     nodes = plan.layout.nodes
     pod = pod_template(plan, image, run_id, env=_indexed_env(plan, run_id), restart_policy="Never", **pod_fields)
@@ -138,7 +156,7 @@ def _indexed_job_spec(plan: Plan, image: str, run_id: str, *, backoff_limit: int
         "completions": nodes,
         "parallelism": nodes,
         "backoffLimit": backoff_limit,
-        "activeDeadlineSeconds": round(plan.target.max_run_hours * 3600),
+        "activeDeadlineSeconds": deadline_seconds(plan.target.max_run_hours),
         "template": pod,
     }
 
@@ -196,7 +214,7 @@ def pytorchjob(plan: Plan, image: str, run_id: str) -> tuple[dict, ...]:
         "nprocPerNode": str(plan.layout.processes_per_node),
         "runPolicy": {
             "backoffLimit": target.max_retries,
-            "activeDeadlineSeconds": round(target.max_run_hours * 3600),
+            "activeDeadlineSeconds": deadline_seconds(target.max_run_hours),
         },
         "pytorchReplicaSpecs": replicas,
     }

@@ -80,9 +80,23 @@ def runtime_image(kind: ContainerRuntime, reference: str) -> str:
     return reference
 
 
+MAX_TIME_MINUTES = 35_791_393
+"""The longest `--time` Slurm keeps as given (24855-03:13:00): it holds the limit as seconds in a signed 32-bit
+integer, and a minute more wraps it, silently, to another limit or to UNLIMITED (measured with Slurm 22.05's
+sbatch and scontrol)."""
+
+
 def time_limit(hours: float) -> str:
     """`--time` as days-hours:minutes:seconds, rounded up to the minute."""
-    days, minutes = divmod(math.ceil(hours * 60), 24 * 60)
+    total = math.ceil(hours * 60)
+    if total > MAX_TIME_MINUTES:
+        raise ConfigError(
+            "target.max_run_hours",
+            f"{hours:.10g} hours is past the longest time limit Slurm keeps, "
+            f"24855-03:13:00 ({MAX_TIME_MINUTES / 60:,.2f} hours)",
+            "ask for fewer hours",
+        )
+    days, minutes = divmod(total, 24 * 60)
     return f"{days}-{minutes // 60:02d}:{minutes % 60:02d}:00"
 
 
