@@ -194,6 +194,28 @@ def test_killed_node_fails_the_job_within_a_minute(engine, smoke_image, tmp_path
 
 
 @pytest.mark.torchrun
+def test_a_job_past_max_run_hours_is_stopped_with_a_checkpoint_and_not_retried(engine, smoke_image, tmp_path):
+    """At the deadline the nodes get SIGTERM, so the trainer saves where it is; a retry would run out of
+    time again, as a Slurm job ends at its time limit and a Kubernetes job at its deadline."""
+    limit_s = 30
+    overrides = (f"target.max_run_hours={limit_s / 3600}", "target.max_retries=2", "trainer.checkpoint_interval=0")
+    plan = plan_for(*SHORT, "trainer.steps=100000", *overrides)
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    thread, result = start_job(plan, smoke_image, run_dir, "dockyard-deadline-test")
+    thread.join(timeout=limit_s + 120)
+    assert not thread.is_alive()
+    assert limit_s <= time.monotonic() - started < limit_s + local_runner.STOP_TIMEOUT_S + 30
+    record = result[0]
+    assert (record.status, record.attempts, record.detail) == ("failed", 1, "ran past target.max_run_hours")
+    output = (tmp_path / "dockyard-deadline-test.out").read_text()
+    assert "the job ran past target.max_run_hours (0.00833333); stopping its nodes" in output
+    assert "restarting the job" not in output
+    assert any((run_dir / "checkpoints").glob("step-*/dockyard.json")), "no checkpoint was saved at SIGTERM"
+    assert leftovers(engine, "dockyard-deadline-test") == []
+
+
+@pytest.mark.torchrun
 def test_retry_resumes_from_the_last_checkpoint(engine, smoke_image, tmp_path):
     plan = plan_for(*SHORT, "trainer.steps=30", "trainer.checkpoint_interval=5", "target.max_retries=1")
     run_dir = tmp_path / "run"

@@ -40,11 +40,12 @@ class LocalTarget:
     def follow(self, request: LocalRequest, handle: dict, *, out: IO[str], interrupted) -> JobState:
         from compiler.targets.local import runner
 
-        exit_status, attempts = runner.run(request, out=out, interrupted=interrupted)
-        if exit_status == 0:
-            return JobState(status=COMPLETED, exit_status=0, attempts=attempts)
+        ending = runner.run(request, out=out, interrupted=interrupted)
+        if ending.status == 0:
+            return JobState(status=COMPLETED, exit_status=0, attempts=ending.attempts)
         status = STOPPED if interrupted is not None and interrupted.is_set() else FAILED
-        return JobState(status=status, exit_status=exit_status, attempts=attempts, detail=f"exit status {exit_status}")
+        detail = "ran past target.max_run_hours" if ending.out_of_time else f"exit status {ending.status}"
+        return JobState(status=status, exit_status=ending.status, attempts=ending.attempts, detail=detail)
 
     def notes(self, request) -> list[str]:
         return []

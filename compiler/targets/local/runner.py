@@ -2,12 +2,16 @@
 
 All nodes' logs stream live, each line prefixed by its node. The first node to fail stops the others and
 its exit status is the job's; containers and the network are removed on every exit, Ctrl-C included.
-`target.max_retries` starts a failed job again: it resumes from the checkpoints in the run folder.
+`target.max_retries` starts a failed job again: it resumes from the checkpoints in the run folder. An
+attempt still running after `target.max_run_hours` is stopped (SIGTERM first, so the trainer checkpoints)
+and not retried, as Slurm ends a job at its time limit and Kubernetes at its deadline.
 """
 
 import queue
 import sys
 import threading
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
@@ -21,6 +25,18 @@ STOP_TIMEOUT_S = 10
 RUN_LABEL = "dockyard.run_id"  # what `dockyard stop` finds a run's containers by
 SHM_SIZE = "1g"
 """torch's shared-memory tensors and data loader workers outgrow Docker's 64 MB default."""
+POLL_S = 60.0
+"""The longest one wait for a node's exit: the deadline is looked at in between."""
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a job ended: the exit status (the first failed node's), the attempts it took, and whether its
+    nodes were stopped at `target.max_run_hours`."""
+
+    status: int
+    attempts: int = 1
+    out_of_time: bool = False
 
 
 def prepare_host_folders(request: LocalRequest, plan_json: str) -> None:
@@ -42,20 +58,20 @@ def prepare_host_folders(request: LocalRequest, plan_json: str) -> None:
         Path(folder).chmod(0o777)  # also writable for an image started as a user the host does not know
 
 
-def run(request: LocalRequest, *, client=None, out: IO[str] = sys.stdout, interrupted=None) -> tuple[int, int]:
+def run(request: LocalRequest, *, client=None, out: IO[str] = sys.stdout, interrupted=None) -> Ending:
     """Run the job to its end, restarting it after a failure up to `max_retries` times (never once
-    `interrupted` is set); returns its exit status and the attempts it took."""
+    `interrupted` is set, nor after it ran out of time, which it would again)."""
     client = client or docker.from_env()
-    status, attempt = 1, 0
+    ending = Ending(status=1, attempts=0)
     for attempt in range(1, request.max_retries + 2):
         if attempt > 1:
             if interrupted is not None and interrupted.is_set():
-                return status, attempt - 1
+                return ending
             print(f"dockyard: restarting the job (retry {attempt - 1} of {request.max_retries})", file=out)
-        status = run_once(request, client, out)
-        if status == 0:
+        ending = replace(run_once(request, client, out), attempts=attempt)
+        if ending.status == 0 or ending.out_of_time:
             break
-    return status, attempt
+    return ending
 
 
 def running(run_id: str, client=None) -> bool:
@@ -70,7 +86,7 @@ def kill(run_id: str, client=None) -> None:
         container.kill()
 
 
-def run_once(request: LocalRequest, client, out: IO[str]) -> int:
+def run_once(request: LocalRequest, client, out: IO[str]) -> Ending:
     network = client.networks.create(request.network, driver="bridge")
     containers = []
     try:
@@ -109,20 +125,35 @@ def _create(client, spec: ContainerSpec, run_id: str):
     )
 
 
-def _wait_for_all(request: LocalRequest, containers: list, exits: queue.Queue, out: IO[str]) -> int:
-    """Wait until every node exits 0, or until the first failure, which stops the rest."""
+def _wait_for_all(request: LocalRequest, containers: list, exits: queue.Queue, out: IO[str]) -> Ending:
+    """Wait until every node exits 0, or until the first failure or the deadline, which stop the rest."""
+    deadline = time.monotonic() + request.max_run_seconds
     running = {host for host, _ in containers}
     while running:
-        host, status = exits.get()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            hours = request.max_run_seconds / 3600
+            print(f"dockyard: the job ran past target.max_run_hours ({hours:g}); stopping its nodes", file=out)
+            _stop(containers, running)
+            return Ending(status=1, out_of_time=True)
+        try:
+            host, status = exits.get(timeout=min(left, POLL_S))
+        except queue.Empty:
+            continue
         running.discard(host)
         if status != 0:
             reason = _failure_reason(Path(request.run_dir), host)
             print(f"dockyard: {host} failed with exit status {status}{reason}; stopping the other nodes", file=out)
-            for other, container in containers:
-                if other in running:
-                    container.stop(timeout=STOP_TIMEOUT_S)
-            return status
-    return 0
+            _stop(containers, running)
+            return Ending(status=status)
+    return Ending(status=0)
+
+
+def _stop(containers: list, running: set[str]) -> None:
+    """SIGTERM (the trainer saves a checkpoint), then SIGKILL after STOP_TIMEOUT_S."""
+    for host, container in containers:
+        if host in running:
+            container.stop(timeout=STOP_TIMEOUT_S)
 
 
 def _failure_reason(run_dir: Path, host: str) -> str:

@@ -9,6 +9,7 @@ arrives as the `plan` channel, so the same image runs unchanged here and on Sage
 """
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,8 @@ class LocalRequest:
     run_dir: str
     network: str
     max_retries: int
+    max_run_seconds: int
+    """`target.max_run_hours`: an attempt still running after it is stopped."""
     containers: tuple[ContainerSpec, ...]
     host_folders: tuple[str, ...] = field(default=())
     """Folders of the run the containers write to; the entrypoint hands them to its user (or checks them)."""
@@ -151,6 +154,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> LocalRe
         run_dir=str(run_dir),
         network=f"dockyard-{run_id}",
         max_retries=plan.target.max_retries,
+        max_run_seconds=math.ceil(plan.target.max_run_hours * 3600),
         containers=containers,
         host_folders=tuple(writable),
         downloads=downloads,
