@@ -22,7 +22,7 @@ from compiler.config.compose import (
     CONF_DIR,
     CONFIG_NAME,
     as_config_error,
-    reject_numbers_for_strings,
+    check_overrides,
     reject_numbers_in_files,
 )
 from compiler.spec.errors import ConfigError, UnknownNameError
@@ -91,7 +91,7 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
             folders.expect(override.partition("=")[2])
     sys.argv = [PROG, *overrides, *_staging(overrides)]
     try:
-        reject_numbers_for_strings([o for o in overrides if "=" in o and not o.startswith("-")])
+        check_overrides([o for o in overrides if ("=" in o or o.startswith("~")) and not o.startswith("-")])
         app()
     except PointFailedError as exc:  # a sweep's job failed: the others ran, the summary says how
         print(f"{PROG}: error: {exc}", file=sys.stderr)

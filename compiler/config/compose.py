@@ -128,12 +128,26 @@ def compose_config(overrides: Sequence[str] = (), config_dir: Path = CONF_DIR) -
 
 def compose_in_context(overrides: Sequence[str]) -> schema.Config:
     """Compose inside an already initialized Hydra context (many configs, one initialization)."""
-    reject_numbers_for_strings(overrides)
+    check_overrides(overrides)
     try:
         cfg = compose(CONFIG_NAME, overrides=list(overrides))
     except (ConfigCompositionException, OverrideParseException, ValueError, yaml.YAMLError) as exc:
         raise as_config_error(exc) from None
     return to_config(cfg)
+
+
+NAME_MAX = 255
+"""Linux's limit on one file name, in bytes. Hydra looks each override's key up as a config group, a folder
+of that name, and a longer key ends in ENAMETOOLONG (an OSError) in the middle of composing."""
+
+
+def check_overrides(overrides: Sequence[str]) -> None:
+    """What Hydra would not say in one line: keys too long to look up, floats given for text fields."""
+    for override in overrides:
+        key = override.partition("=")[0].lstrip("+~")
+        if len(key.encode()) > NAME_MAX:
+            raise ConfigError(key, f"is {len(key.encode())} bytes long, and a key is at most {NAME_MAX}", "shorten it")
+    reject_numbers_for_strings(overrides)
 
 
 def reject_numbers_for_strings(overrides: Sequence[str]) -> None:
