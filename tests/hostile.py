@@ -22,9 +22,9 @@ from compiler.spec import schema
 CANARY_VARIABLE = "DOCKYARD_CANARY_SECRET"
 CANARY = "canary-4f1d9a7c2e-secret"
 ERROR_LINE = re.compile(r"dockyard: error: (?:\[job \d+: [^\]]*\] )?(?P<key>[^:]+?): .+")
-NOT_SCHEMA_KEYS = {"overrides", "verb", "config", "hydra.run.dir", "hydra.output_subdir"}
-"""Keys an error may name that are not the schema's: the command line, the primary config file, and Hydra's
-run folder."""
+NOT_SCHEMA_KEYS = {"overrides", "verb", "config", "run", "hydra.run.dir", "hydra.sweep.dir", "hydra.output_subdir"}
+"""Keys an error may name that are not the schema's: the command line, the primary config file, the run a
+`status`, `logs` or `stop` names, and Hydra's run and sweep folders."""
 
 
 @dataclass

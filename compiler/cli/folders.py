@@ -20,7 +20,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from compiler.config.compose import as_config_error
+from compiler.config.compose import NAME_MAX, as_config_error
 from compiler.planner.grammar import check_name
 from compiler.spec.errors import ConfigError
 
@@ -91,6 +91,24 @@ def _mkdir_new(wanted: Path) -> Path:
         except FileExistsError:
             continue
     raise AssertionError("unreachable")
+
+
+PATH_MAX = 4096
+"""Linux's limit on a path, in bytes with its closing NUL."""
+FOLDER_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
+
+
+def check_folder(key: str, folder: str) -> None:
+    """A run or sweep folder the user names must be one the file system can hold: Hydra would otherwise fail
+    to create it with an OSError (ENAMETOOLONG), after the plan was made."""
+    path = Path(folder).absolute()
+    longest = max(path.parts, key=lambda part: len(part.encode()))
+    if len(longest.encode()) > NAME_MAX:
+        message = f"has a part of {len(longest.encode())} bytes, and a file name is at most {NAME_MAX}"
+        raise ConfigError(key, message, "name a shorter folder")
+    if len(str(path).encode()) >= PATH_MAX:
+        message = f"is {len(str(path).encode())} bytes as an absolute path, and a path is at most {PATH_MAX - 1}"
+        raise ConfigError(key, message, "name a shorter folder")
 
 
 def expect(run_dir: str) -> None:

@@ -86,11 +86,13 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
     user_wants_traceback = "HYDRA_FULL_ERROR" in os.environ
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
     folders.start()
-    for override in overrides:
-        if override.startswith("hydra.run.dir="):
-            folders.expect(override.partition("=")[2])
     sys.argv = [PROG, *overrides, *_staging(overrides)]
     try:
+        for key, _, folder in (override.partition("=") for override in overrides):
+            if key in folders.FOLDER_KEYS:
+                folders.check_folder(key, folder)
+            if key == "hydra.run.dir":
+                folders.expect(folder)
         check_overrides([o for o in overrides if ("=" in o or o.startswith("~")) and not o.startswith("-")])
         app()
     except PointFailedError as exc:  # a sweep's job failed: the others ran, the summary says how

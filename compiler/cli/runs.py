@@ -71,6 +71,6 @@ def main(verb: str, args: list[str]) -> None:
         parser.add_argument("action", choices=["release"], help="release: set the pool's keep-alive to 0")
     parser.add_argument("run", help="the run id `launch` printed, or the run folder (a sweep's folder for status)")
     run = parser.parse_args(args).run  # argparse exits 2 with one usage line on a mistake
-    if verb == "status" and (Path(run) / SWEEP_SUMMARY).exists():
+    if verb == "status" and records.holds_file(Path(run), SWEEP_SUMMARY):
         return sweep_status(Path(run))
     ACTIONS[verb](find_record(run))

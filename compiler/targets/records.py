@@ -7,6 +7,7 @@ run can be found and followed later from its folder or its id alone. A sweep's p
 job keeps a record too, with the status `invalid` or `dry-run`.
 """
 
+import errno
 import json
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -93,9 +94,20 @@ def load_all(folder: Path) -> list[RunRecord]:
     return sorted(found, key=lambda record: (record.num is None, record.num or 0, record.run_dir))
 
 
+def holds_file(folder: Path, name: str) -> bool:
+    """Whether `folder` has the file `name`; False also where `folder` is no name the file system can hold
+    (ENAMETOOLONG), as a run id of 300 characters is not."""
+    try:
+        return (folder / name).exists()
+    except OSError as error:
+        if error.errno != errno.ENAMETOOLONG:
+            raise
+        return False
+
+
 def find(run: str, search_root: Path) -> Path | None:
     """The folder of a run given its folder or its id (searched under `search_root`)."""
-    if (Path(run) / RECORD_FILE).exists():
+    if holds_file(Path(run), RECORD_FILE):
         return Path(run)
     for path in sorted(search_root.glob(f"**/{RECORD_FILE}")):
         if json.loads(path.read_text()).get("run_id") == run:
