@@ -142,15 +142,16 @@ def from_sagemaker(root: Path, env: Mapping[str, str]) -> Node | None:
     resources = config / "resourceconfig.json"
     if not resources.is_file():
         return None
-    data = json.loads(resources.read_text())
-    hyperparameters_file = config / "hyperparameters.json"
-    hyperparameters = json.loads(hyperparameters_file.read_text()) if hyperparameters_file.is_file() else {}
-    inputs_file = config / "inputdataconfig.json"
-    inputs = json.loads(inputs_file.read_text()) if inputs_file.is_file() else {}
+    data = _contract_file(resources)
+    hosts, current = data.get("hosts"), data.get("current_host")
+    if not (isinstance(hosts, list) and all(isinstance(h, str) for h in hosts) and isinstance(current, str)):
+        raise ClusterError(f"sagemaker: {resources} needs current_host, a string, and hosts, a list of strings")
+    hyperparameters = _contract_file(config / "hyperparameters.json")
+    inputs = _contract_file(config / "inputdataconfig.json")
     return _from_host_list(
         "sagemaker",
-        data["hosts"],
-        data["current_host"],
+        hosts,
+        current,
         _port(env, "DOCKYARD_MASTER_PORT"),
         network_interface=data.get("network_interface_name"),
         hyperparameters={str(k): str(v) for k, v in hyperparameters.items()},
@@ -158,6 +159,20 @@ def from_sagemaker(root: Path, env: Mapping[str, str]) -> Node | None:
         resource_config=data,
         input_data_config=inputs,
     )
+
+
+def _contract_file(path: Path) -> dict:
+    """One of SageMaker's contract files: a JSON object, or {} where the file is absent. One that does not
+    decode is a ClusterError naming it, so that every node says so in one line."""
+    if not path.is_file():
+        return {}
+    try:
+        value = json.loads(path.read_text())
+    except ValueError as error:  # JSON's errors and a file that is not UTF-8
+        raise ClusterError(f"sagemaker: {path} is not JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise ClusterError(f"sagemaker: {path} holds {json.dumps(value)[:40]}, not a JSON object")
+    return value
 
 
 def current_group(node: Node) -> str | None:

@@ -73,6 +73,28 @@ def test_plan_for_more_nodes_than_the_cluster_has(tmp_path):
     assert "the plan is for 2 nodes, but this single cluster has 1" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("file", "content", "says"),
+    [
+        ("resourceconfig.json", b"[1,2", "resourceconfig.json is not JSON: Expecting ',' delimiter"),
+        ("resourceconfig.json", b'{"current_host": 5, "hosts": "x"}', "needs current_host, a string, and hosts"),
+        ("resourceconfig.json", b"\xff\xfe", "resourceconfig.json is not JSON: 'utf-8' codec can't decode"),
+        ("hyperparameters.json", b'{"epochs": ', "hyperparameters.json is not JSON: Expecting value"),
+        ("hyperparameters.json", b'["a"]', 'hyperparameters.json holds ["a"], not a JSON object'),
+        ("inputdataconfig.json", b"null", "inputdataconfig.json holds null, not a JSON object"),
+    ],
+)
+def test_a_broken_contract_file_is_one_line(tmp_path, file, content, says):
+    """SageMaker's files as a careless platform or a hand-made local run might write them: every node
+    says what is wrong in one line and exits 2, as with a broken plan."""
+    root = sagemaker_tree(tmp_path / "ml", ["algo-1"], "algo-1")
+    (root / "input/config" / file).write_bytes(content)
+    plan = write_plan(tiny_plan(), tmp_path)
+    result = entrypoint("--explain", f"--plan={plan}", f"--sagemaker-root={root}", env=entrypoint_env(tmp_path / "r"))
+    assert result.returncode == 2, result.stdout
+    assert len(result.stderr.splitlines()) == 1 and says in result.stderr, result.stderr
+
+
 def script_plan(tmp_path, *overrides):
     """The script lies where an image puts it: in the code folder under the entrypoint's root."""
     code = Paths(tmp_path / "root").code
