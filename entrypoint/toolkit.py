@@ -230,7 +230,15 @@ def toolkit_env(
         ("SM_USER_ENTRY_POINT", env["user_entry_point"], "the script (trainer.script)"),
         ("SM_RESOURCE_CONFIG", env["resource_config"], source),
         ("SM_INPUT_DATA_CONFIG", env["input_data_config"], inputs),
-        *_group_values(node, source),
+        ("SM_CURRENT_INSTANCE_GROUP", env["current_instance_group"], f"this node's instance group ({source})"),
+        ("SM_CURRENT_INSTANCE_GROUP_HOSTS", env["current_instance_group_hosts"], f"the hosts of this group ({source})"),
+        ("SM_INSTANCE_GROUPS", env["instance_groups"], source),
+        ("SM_INSTANCE_GROUPS_DICT", env["instance_groups_dict"], source),
+        ("SM_DISTRIBUTION_INSTANCE_GROUPS", env["distribution_instance_groups"], "the groups a distribution spans"),
+        ("SM_IS_HETERO", env["is_hetero"], "whether the cluster has several instance groups"),
+        ("SM_MODULE_NAME", env["module_name"], "the script without .py"),
+        ("SM_FRAMEWORK_MODULE", env["framework_module"], "SAGEMAKER_TRAINING_MODULE (no framework container here)"),
+        ("SM_NUM_NEURONS", env["num_neurons"], "Neuron devices (dockyard runs on GPUs and CPUs)"),
         ("SM_TRAINING_ENV", env, "all of the above as the toolkit's Environment"),
     ]
     return [_passable(env_row(name, encode(value), reason, environ), node) for name, value, reason in values]
@@ -253,22 +261,6 @@ def _passable(row: EnvRow, node: Node) -> EnvRow:
         "one variable; the hosts are SM_HOST_COUNT, SM_CURRENT_HOST_RANK and SM_MASTER_ADDR"
     )
     return EnvRow(row.name, "", reason, False)
-
-
-def _group_values(node: Node, source: str) -> list[tuple[str, object, str]]:
-    """The toolkit's variables of a heterogeneous cluster (none on a cluster of one group)."""
-    config = node.resource_config or {}
-    if len(config.get("instance_groups", [])) < 2:  # SageMaker names even a one-type cluster's group
-        return []
-    groups = {group["instance_group_name"]: group for group in config["instance_groups"]}
-    current = config["current_group_name"]
-    return [
-        ("SM_CURRENT_INSTANCE_GROUP", current, source),
-        ("SM_CURRENT_INSTANCE_GROUP_HOSTS", groups[current]["hosts"], f"the hosts of this group ({source})"),
-        ("SM_INSTANCE_GROUPS", sorted(groups), source),
-        ("SM_INSTANCE_GROUPS_DICT", groups, source),
-        ("SM_IS_HETERO", True, "a cluster of several instance groups"),
-    ]
 
 
 def is_toolkit(row: EnvRow) -> bool:

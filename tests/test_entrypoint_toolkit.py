@@ -102,6 +102,59 @@ def test_a_scheduler_that_names_only_the_master(tmp_path):
     assert env["SM_MASTER_ADDR"] == "llama-master-0" and env["SM_MASTER_PORT"] == "23456"
 
 
+TOOLKIT_KEYS = (
+    "hosts",
+    "network_interface_name",
+    "hps",
+    "user_entry_point",
+    "framework_params",
+    "resource_config",
+    "input_data_config",
+    "output_data_dir",
+    "channels",
+    "current_host",
+    "current_instance_type",
+    "current_instance_group",
+    "current_instance_group_hosts",
+    "instance_groups",
+    "instance_groups_dict",
+    "distribution_instance_groups",
+    "is_hetero",
+    "module_name",
+    "log_level",
+    "framework_module",
+    "input_dir",
+    "input_config_dir",
+    "output_dir",
+    "num_cpus",
+    "num_gpus",
+    "num_neurons",
+    "model_dir",
+    "module_dir",
+    "training_env",
+    "user_args",
+    "output_intermediate_dir",
+)
+"""The keys of the training toolkit's `Environment.to_env_vars`, each set as SM_<KEY> on every job (`topology`
+only on GB200 UltraServers)."""
+
+
+def test_every_variable_the_toolkit_sets_is_set_on_a_cluster_of_one_group(tmp_path):
+    """A script written for SageMaker may read any of them; SageMaker names even a one-type cluster's group."""
+    environ = dict(CLUSTER_ENVIRONMENTS["slurm"])
+    launch = prepare(tiny_plan(*SCRIPT), Path("/p.json"), environ, Detected(), tmp_path, False, machine=MACHINE)
+    env = variables(launch)
+    assert {f"SM_{key.upper()}" for key in TOOLKIT_KEYS} <= set(env)
+    assert (env["SM_CURRENT_INSTANCE_GROUP"], env["SM_IS_HETERO"], env["SM_NUM_NEURONS"]) == (
+        "homogeneousCluster",
+        "false",
+        "0",
+    )
+    assert json.loads(env["SM_INSTANCE_GROUPS"]) == ["homogeneousCluster"]
+    assert json.loads(env["SM_CURRENT_INSTANCE_GROUP_HOSTS"]) == json.loads(env["SM_HOSTS"]) == ["p5-st-1", "p5-st-2"]
+    assert (env["SM_MODULE_NAME"], env["SM_FRAMEWORK_MODULE"]) == ("train", "")
+
+
 def test_a_variable_too_long_to_pass_is_left_unset_and_the_script_still_starts(tmp_path):
     """Past about 900 hosts the host lists in SM_TRAINING_ENV and SM_RESOURCE_CONFIG are over Linux's 128 KiB
     limit on one variable: execve would fail with E2BIG and no node would train."""

@@ -102,7 +102,7 @@ def test_another_groups_node_runs_its_command(tmp_path):
     assert launch.node.hosts == ("algo-1",)
     env = {row.name: row.value for row in launch.env}
     assert env["SM_CURRENT_INSTANCE_GROUP"] == "prep"
-    assert json.loads(env["SM_INSTANCE_GROUPS"]) == ["prep", "train"]
+    assert json.loads(env["SM_INSTANCE_GROUPS"]) == ["train", "prep"]  # resourceconfig.json's order, as the toolkit
 
 
 TRAIN_SCRIPT = '''
