@@ -19,8 +19,8 @@ import torch
 from compiler.config.compose import compose_config
 from compiler.planner.compile import compile_plan
 from compiler.spec.schema import Checkpointing
-from entrypoint.model import Decoder, loss_fn
-from entrypoint.offload import ActivationOffload
+from entrypoint.trainer.model import Decoder, loss_fn
+from entrypoint.trainer.offload import ActivationOffload
 
 
 def step_seconds(model: Decoder, tokens: torch.Tensor, args: argparse.Namespace) -> float:

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from compiler.config.compose import compose_config
 from compiler.planner.compile import compile_plan
 from compiler.spec import Plan
-from entrypoint.model import Decoder
+from entrypoint.trainer.model import Decoder
 
 
 def plan_for(args: argparse.Namespace, scope: str) -> Plan:
@@ -41,7 +41,7 @@ def plan_for(args: argparse.Namespace, scope: str) -> Plan:
 
 def timed_steps(plan: Plan) -> tuple[list[float], list[float]]:
     """Seconds of each step, and each step's loss."""
-    from entrypoint.parallel import TorchEngine
+    from entrypoint.trainer.parallel import TorchEngine
 
     torch.manual_seed(plan.trainer.seed)
     engine = TorchEngine(plan, Decoder(plan.model), torch.device("cpu"))

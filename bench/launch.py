@@ -4,7 +4,7 @@ Both run the smoke plan (2 nodes × 2 CPU processes, the built-in trainer); the 
 training step's metrics line. `dockyard launch` runs with its image already built (one warm-up launch
 first), so the difference is what dockyard adds: compose and validate, the no-op build check, two
 containers on a Docker network, the entrypoint's discovery and environment. Baseline: two torchrun
-processes on the host (`--nnodes=2`, master on 127.0.0.1) starting `entrypoint.train` with the same plan.
+processes on the host (`--nnodes=2`, master on 127.0.0.1) starting `entrypoint.trainer.train` with the same plan.
 
     python bench/launch.py        (needs a Docker engine; prints seconds and the overhead)
 """
@@ -71,7 +71,7 @@ def torchrun_seconds(folder: Path) -> float:
             "--master-addr=127.0.0.1",
             "--master-port=29511",
             "-m",
-            "entrypoint.train",
+            "entrypoint.trainer",
             f"--plan={plan_file}",
         ]
         for rank in (0, 1)

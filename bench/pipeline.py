@@ -74,7 +74,12 @@ def median_step_seconds(plan: Plan, skip: int) -> float:
         env = {**os.environ, "DOCKYARD_ROOT": str(root), "DOCKYARD_BACKEND": "gloo", "OMP_NUM_THREADS": "1"}
         env["PYTHONPATH"] = str(REPO)
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-        command += [f"--nproc-per-node={plan.layout.world_size}", "-m", "entrypoint.train", f"--plan={root}/plan.json"]
+        command += [
+            f"--nproc-per-node={plan.layout.world_size}",
+            "-m",
+            "entrypoint.trainer",
+            f"--plan={root}/plan.json",
+        ]
         done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
         if done.returncode:
             raise RuntimeError(done.stdout[-3000:] + done.stderr[-3000:])

@@ -1,5 +1,5 @@
 """`python -m entrypoint` is `dockyard-entrypoint` (where the console script is not installed)."""
 
-from entrypoint.main import main
+from entrypoint.launcher.main import main
 
 main()

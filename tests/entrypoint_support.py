@@ -156,11 +156,11 @@ def train(plan: Plan, root: Path, timeout: float = 240, **env: str) -> list[dict
 def run_on_two_ranks(body: str, plan: Plan, folder: Path, timeout: float = 120) -> str:
     """Run a test's script on two torchrun ranks, with the plan's path as its argument; its standard output.
 
-    The script ends here, the way the trainer ends (`entrypoint.teardown.leave`), so that no test script can
+    The script ends here, the way the trainer ends (`entrypoint.trainer.teardown.leave`), so that no test script can
     end another way: one whose objects still hold the process group when it exits (a pipeline engine, an FSDP
     mesh) can abort at interpreter shutdown, after its work is done, and fail the test by chance."""
     script = folder / "two_ranks.py"
-    script.write_text(f"{body}\nfrom entrypoint.teardown import leave\nleave()\n")
+    script.write_text(f"{body}\nfrom entrypoint.trainer.teardown import leave\nleave()\n")
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={free_port()}"]
     command += [str(script), str(write_plan(plan, folder))]
     env = entrypoint_env(folder)

@@ -10,8 +10,8 @@ import torch
 from compiler.planner import estimate
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import Checkpointing
-from entrypoint.model import Decoder, loss_fn
-from entrypoint.offload import ActivationOffload
+from entrypoint.trainer.model import Decoder, loss_fn
+from entrypoint.trainer.offload import ActivationOffload
 from tests.entrypoint_support import losses, tiny_plan, train
 from tests.helpers import plan_for
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_KINDS = {"local", "sagemaker", "kubernetes", "slurm"}
-TARGET_SCHEMAS = {"LocalTarget", "SageMakerTarget", "KubernetesTarget", "SlurmTarget"}
+TARGET_SCHEMAS = {"LocalTargetConfig", "SageMakerTargetConfig", "KubernetesTargetConfig", "SlurmTargetConfig"}
 OUTSIDE_TARGETS = [
     path
     for folder in ("compiler", "entrypoint", "hydra_plugins")
@@ -60,14 +60,14 @@ def test_the_check_finds_a_branch(tmp_path):
     sample.write_text(
         "if plan.target.kind is schema.TargetKind.local: pass\n"
         "if record.target == 'sagemaker': pass\n"
-        "if isinstance(target, schema.KubernetesTarget): pass\n"
+        "if isinstance(target, schema.KubernetesTargetConfig): pass\n"
     )
     assert len(target_branches(sample)) == 3
 
 
 RUNTIME_IMPORTS = """
 import sys
-import entrypoint.main, entrypoint.train, entrypoint.parallel, entrypoint.zero
+import entrypoint.launcher.main, entrypoint.trainer.train, entrypoint.trainer.parallel, entrypoint.trainer.zero
 host_side = [
     name for name in sys.modules
     if name.split(".")[0] in ("hydra", "omegaconf", "docker", "jinja2")

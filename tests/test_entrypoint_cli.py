@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from entrypoint.cluster import Paths
-from entrypoint.comm import Detected
-from entrypoint.main import prepare
+from entrypoint.launcher.cluster import Paths
+from entrypoint.launcher.comm import Detected
+from entrypoint.launcher.main import prepare
 from tests.entrypoint_support import (
     REPO,
     device_tree,
@@ -46,7 +46,7 @@ def test_explain_prints_the_launch_and_trains_nothing(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "cluster     single: node 0 of 1" in result.stdout
     assert "backend     gloo" in result.stdout
-    assert "-m entrypoint.train" in result.stdout
+    assert "-m entrypoint.trainer" in result.stdout
     assert not (tmp_path / "root").exists()
 
 

@@ -5,10 +5,10 @@ import sys
 
 import pytest
 
-from entrypoint.cluster import (
+from compiler.spec.hostlist import HostListError, expand_hostlist
+from entrypoint.launcher.cluster import (
     ClusterError,
     discover,
-    expand_hostlist,
     from_dockyard,
     from_kubeflow,
     from_sagemaker,
@@ -73,8 +73,10 @@ def test_slurm_hostlist(text, hosts):
 
 @pytest.mark.parametrize("text", ["gpu-[a-b]", "gpu-[1-]", "gpu-[1-2-3]", "gpu-[]"])
 def test_a_malformed_hostlist_is_a_cluster_error(text):
-    with pytest.raises(ClusterError, match=r"is not a list of numbers and ranges"):
+    with pytest.raises(HostListError, match=r"is not a list of numbers and ranges"):
         expand_hostlist(text)
+    with pytest.raises(ClusterError, match=r"is not a list of numbers and ranges"):
+        from_slurm({"SLURM_JOB_NODELIST": text, "SLURMD_NODENAME": "gpu-1"})
 
 
 def test_slurm_rank_from_node_name():
@@ -128,6 +130,9 @@ def test_wait_for_hosts_times_out():
 
 
 def test_entrypoint_imports_neither_hydra_nor_docker():
-    code = "import sys, entrypoint.main, entrypoint.train; print(sorted({'hydra', 'docker'} & set(sys.modules)))"
+    code = (
+        "import sys, entrypoint.launcher.main, entrypoint.trainer.train; "
+        "print(sorted({'hydra', 'docker'} & set(sys.modules)))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.backend import BackendError, choose_backend
-from entrypoint.cluster import single_node
-from entrypoint.comm import Detected, comm_env, detect
-from entrypoint.main import explain, prepare
+from entrypoint.launcher.backend import BackendError, choose_backend
+from entrypoint.launcher.cluster import single_node
+from entrypoint.launcher.comm import Detected, comm_env, detect
+from entrypoint.launcher.main import explain, prepare
 from tests.entrypoint_support import CLUSTER_ENVIRONMENTS, GPU_MODELS, STACKS, device_tree, plan_for, sagemaker_tree
 
 PLAN_PATH = Path("/opt/dockyard/plan.json")

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from entrypoint import checkpoint
+from entrypoint.trainer import checkpoint
 from tests.entrypoint_support import entrypoint_env, free_port, metrics, start_entrypoint, tiny_plan, train, write_plan
 
 pytestmark = pytest.mark.torchrun
@@ -50,7 +50,9 @@ def wait_until_training(root: Path, processes, limit: float = 90) -> None:
 def trainer_process(entrypoint) -> psutil.Process:
     children = psutil.Process(entrypoint.pid).children(recursive=True)
     commands = {child: " ".join(child.cmdline()) for child in children}
-    return next(c for c, line in commands.items() if "entrypoint.train" in line and "torch.distributed.run" not in line)
+    return next(
+        c for c, line in commands.items() if "entrypoint.trainer" in line and "torch.distributed.run" not in line
+    )
 
 
 def finish(process, limit: float) -> tuple[int, str, float]:

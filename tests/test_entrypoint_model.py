@@ -5,18 +5,18 @@ import pytest
 import torch
 
 from compiler.spec.schema import Checkpointing
-from entrypoint.data import Batches, SyntheticTokens, TokenFiles
-from entrypoint.model import Decoder
-from entrypoint.optim import lr_at
-from entrypoint.zero import deepspeed_config
+from entrypoint.trainer.data import Batches, SyntheticTokens, TokenFiles
+from entrypoint.trainer.model import Decoder
+from entrypoint.trainer.optim import lr_at
+from entrypoint.trainer.zero import deepspeed_config
 from tests.entrypoint_support import plan_for, run_on_two_ranks, tiny_plan
 
 META_INIT = """
 import sys, torch, torch.distributed as dist
 from compiler.spec import Plan
-from entrypoint.model import Decoder
-from entrypoint.parallel import TorchEngine
-from entrypoint.data import Batches, make_source
+from entrypoint.trainer.model import Decoder
+from entrypoint.trainer.parallel import TorchEngine
+from entrypoint.trainer.data import Batches, make_source
 
 plan = Plan.from_json(open(sys.argv[1]).read())
 dist.init_process_group("gloo")

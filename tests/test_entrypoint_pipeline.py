@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from entrypoint.model import Decoder
+from entrypoint.trainer.model import Decoder
 from tests.entrypoint_support import losses, metrics, run_on_two_ranks, tiny_plan, train
 
 UNTIED = "model.tied_embeddings=false"  # the embedding and the head are different weights
@@ -44,8 +44,8 @@ PIPELINES = {
 META_STAGES = """
 import sys, torch, torch.distributed as dist
 from compiler.spec import Plan
-from entrypoint.data import Batches, make_source
-from entrypoint.pipeline import PipelineEngine
+from entrypoint.trainer.data import Batches, make_source
+from entrypoint.trainer.pipeline import PipelineEngine
 
 plan = Plan.from_json(open(sys.argv[1]).read())
 dist.init_process_group("gloo")

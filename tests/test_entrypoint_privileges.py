@@ -11,8 +11,8 @@ import pytest
 
 from compiler.images.build import BuiltImage, build_image, ensure_base_image
 from compiler.spec.contract import PLAN_CHANNEL, PLAN_PATH
-from entrypoint.main import USER_ERROR
-from entrypoint.privileges import find_account
+from entrypoint.launcher.main import USER_ERROR
+from entrypoint.launcher.privileges import find_account
 from tests.entrypoint_support import tiny_plan, write_plan
 
 STRANGER = "4321:4321"

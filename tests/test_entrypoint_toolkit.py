@@ -9,10 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from entrypoint.cluster import Paths
-from entrypoint.comm import Detected
-from entrypoint.main import child_environment, explain, prepare
-from entrypoint.toolkit import MAX_ARG_STRLEN, Machine, cpus_online
+from entrypoint.launcher.cluster import Paths
+from entrypoint.launcher.comm import Detected
+from entrypoint.launcher.main import child_environment, explain, prepare
+from entrypoint.launcher.toolkit import MAX_ARG_STRLEN, Machine, cpus_online
 from tests.entrypoint_support import (
     CLUSTER_ENVIRONMENTS,
     REPO,

@@ -8,7 +8,7 @@ uninterrupted run ends.
 import pytest
 import torch
 
-from entrypoint.data import SyntheticTokens
+from entrypoint.trainer.data import SyntheticTokens
 from tests.entrypoint_support import losses, metrics, tiny_plan, train
 
 pytestmark = pytest.mark.torchrun

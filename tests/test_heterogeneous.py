@@ -10,8 +10,8 @@ import pytest
 from compiler.spec import Plan
 from compiler.spec.errors import ConfigError
 from compiler.targets.sagemaker import translate as sagemaker
-from entrypoint.comm import Detected
-from entrypoint.main import prepare
+from entrypoint.launcher.comm import Detected
+from entrypoint.launcher.main import prepare
 from tests.entrypoint_support import hetero_tree
 from tests.helpers import plan_for
 

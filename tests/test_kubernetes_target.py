@@ -13,7 +13,7 @@ import yaml
 
 from compiler.spec.errors import ConfigError
 from compiler.targets.kubernetes import rules, translate, validate
-from entrypoint.cluster import discover
+from entrypoint.launcher.cluster import discover
 from tests.helpers import PRESETS, plan_for
 from tests.kubelet_emulation import pods
 

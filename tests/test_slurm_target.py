@@ -146,7 +146,7 @@ SHORT = [
 def test_tasks_find_their_rank_and_master_from_slurms_variables(slurm_cluster):
     """What srun sets for one task per node is what the entrypoint's discovery reads."""
     code = (
-        "import os; from entrypoint.cluster import discover; n = discover(os.environ); "
+        "import os; from entrypoint.launcher.cluster import discover; n = discover(os.environ); "
         "print(n.source, n.node_rank, n.nnodes, n.master_addr, ','.join(n.hosts))"
     )
     result = subprocess.run(

@@ -1,6 +1,6 @@
 """The Kubernetes target's own rules: what its manifests need from the config that other targets do not."""
 
-from compiler.spec import DataSource, KubernetesTarget, Plan
+from compiler.spec import DataSource, KubernetesTargetConfig, Plan
 from compiler.spec.errors import ConfigError
 from compiler.targets.kubernetes import validate
 
@@ -12,7 +12,7 @@ are too; a PyTorchJob that large has no cluster to run on either (each pod takes
 def check(plan: Plan) -> list[str]:
     """Raise a ConfigError naming the key for what cannot run; return warnings for what runs but may surprise."""
     target = plan.target
-    if not isinstance(target, KubernetesTarget):
+    if not isinstance(target, KubernetesTargetConfig):
         raise validate.wrong_target(target)
     if plan.layout.nodes > MAX_PODS:
         raise ConfigError(

@@ -18,8 +18,8 @@ from typing import IO
 import docker
 from docker.types import DeviceRequest
 
+from compiler.spec.s3 import download_s3
 from compiler.targets.local.translate import ContainerSpec, LocalRequest
-from entrypoint.s3 import download_s3
 
 STOP_TIMEOUT_S = 10
 RUN_LABEL = "dockyard.run_id"  # what `dockyard stop` finds a run's containers by

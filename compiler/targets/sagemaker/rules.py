@@ -11,7 +11,7 @@ import botocore.session
 from compiler.images.push import ECR_REGISTRY
 from compiler.planner.grammar import shown
 from compiler.planner.rules import check_s3_uri
-from compiler.spec import DataSource, Plan, SageMakerTarget
+from compiler.spec import DataSource, Plan, SageMakerTargetConfig
 from compiler.spec.errors import ConfigError, UnknownNameError
 
 SUBNET, SECURITY_GROUP = re.compile(r"subnet-[0-9a-f]{8,17}"), re.compile(r"sg-[0-9a-f]{8,17}")
@@ -57,7 +57,7 @@ def check_shape(key: str, shape: str, value) -> None:
 def check(plan: Plan) -> list[str]:
     """SageMaker's own limits (CreateTrainingJob's constraints), for a plan that targets it."""
     target = plan.target
-    if not isinstance(target, SageMakerTarget):
+    if not isinstance(target, SageMakerTargetConfig):
         raise ConfigError("target", f"plan is for target {target.kind.value}, not sagemaker", "use target=sagemaker")
     if target.max_retries:
         check_shape("target.max_retries", "MaximumRetryAttempts", target.max_retries)

@@ -15,7 +15,7 @@ from botocore.validate import validate_parameters
 from compiler.spec import Plan
 from compiler.spec.contract import CONTAINER_ROOT, PLAN_CHANNEL, PLAN_PATH
 from compiler.spec.errors import ConfigError
-from compiler.spec.schema import DataSource, Entry, SageMakerTarget
+from compiler.spec.schema import DataSource, Entry, SageMakerTargetConfig
 
 FILE_SYSTEM_TYPES = {DataSource.fsx: "FSxLustre", DataSource.efs: "EFS"}
 REPORTED_METRICS = ("loss", "tokens_per_s", "grad_norm", "mfu")
@@ -61,7 +61,7 @@ class SageMakerRequest:
 def to_request(plan: Plan, image: str, *, run_id: str, job_prefix: str) -> SageMakerRequest:
     """`job_prefix` is an s3:// prefix for this job's plan, output and (by default) checkpoints."""
     target = plan.target
-    if not isinstance(target, SageMakerTarget):
+    if not isinstance(target, SageMakerTargetConfig):
         raise ConfigError("target", f"plan is for target {target.kind.value}, not sagemaker", "use target=sagemaker")
     if target.role_arn is None:
         raise ConfigError("target.role_arn", "is missing", "set target.role_arn=arn:aws:iam::<account>:role/<name>")

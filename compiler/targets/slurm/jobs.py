@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import IO
 
 from compiler.spec.errors import ConfigError
+from compiler.spec.hostlist import expand_hostlist
+from compiler.spec.s3 import download_s3
 from compiler.targets.base import COMPLETED, FAILED, FINAL_STATUSES, PENDING, RUNNING, STOPPED, JobState
 from compiler.targets.slurm.translate import SlurmRequest
-from entrypoint.cluster import expand_hostlist
-from entrypoint.s3 import download_s3
 
 POLL_S = 1.0
 

@@ -34,7 +34,7 @@ FOLDER = re.compile(r"/[A-Za-z0-9._/+@=-]*")
 """Absolute paths that fit unquoted in `#SBATCH --output` and in `src:dst[:ro]` mount lists."""
 
 SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURMD_NODENAME", "SLURM_RESTART_COUNT", "MASTER_PORT")
-"""What the entrypoint reads in a Slurm task (entrypoint.cluster.from_slurm), passed into docker containers;
+"""What the entrypoint reads in a Slurm task (entrypoint.launcher.cluster.from_slurm), passed into docker containers;
 pyxis and apptainer pass the task's whole environment."""
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from compiler.spec.contract import CODE_DIR, CONTAINER_ROOT
+from compiler.spec.hostlist import HostListError, expand_hostlist
 
 DEFAULT_PORT = 29500
 SAGEMAKER_ROOT = Path(CONTAINER_ROOT)
@@ -209,22 +210,11 @@ def from_kubeflow(env: Mapping[str, str]) -> Node | None:
     return Node(source="kubeflow", hosts=(master,), nnodes=nnodes, node_rank=rank, master_addr=master, master_port=port)
 
 
-def expand_hostlist(text: str) -> list[str]:
-    """Slurm's compressed host list: 'gpu-[01-03,7],login' → gpu-01, gpu-02, gpu-03, gpu-7, login."""
-    hosts: list[str] = []
-    for item in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text):
-        match = re.search(r"\[([^\]]*)\]", item)
-        if not match:
-            hosts.append(item)
-            continue
-        prefix, suffix = item[: match.start()], item[match.end() :]
-        for part in match[1].split(","):
-            low, dash, high = part.partition("-")
-            if not (low.isdigit() and (high.isdigit() or not dash)):
-                raise ClusterError(f"host list {text!r}: [{match[1]}] is not a list of numbers and ranges")
-            for number in range(int(low), int(high or low) + 1):
-                hosts += expand_hostlist(f"{prefix}{number:0{len(low)}d}{suffix}")
-    return hosts
+def _hosts(text: str) -> list[str]:
+    try:
+        return expand_hostlist(text)
+    except HostListError as error:
+        raise ClusterError(str(error)) from None
 
 
 def from_slurm(env: Mapping[str, str]) -> Node | None:
@@ -232,7 +222,7 @@ def from_slurm(env: Mapping[str, str]) -> Node | None:
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if not nodelist or "SLURMD_NODENAME" not in env:
         return None
-    return _from_host_list("slurm", expand_hostlist(nodelist), env["SLURMD_NODENAME"], _port(env, "MASTER_PORT"))
+    return _from_host_list("slurm", _hosts(nodelist), env["SLURMD_NODENAME"], _port(env, "MASTER_PORT"))
 
 
 def from_skypilot(env: Mapping[str, str]) -> Node | None:
@@ -252,7 +242,7 @@ def from_dockyard(env: Mapping[str, str]) -> Node | None:
     DOCKYARD_NODE_RANK=1)."""
     if "DOCKYARD_HOSTS" not in env:
         return None
-    hosts = [h.strip() for h in expand_hostlist(env["DOCKYARD_HOSTS"]) if h.strip()]
+    hosts = [h.strip() for h in _hosts(env["DOCKYARD_HOSTS"]) if h.strip()]
     port = _port(env, "DOCKYARD_MASTER_PORT")
     if "DOCKYARD_CURRENT_HOST" in env:
         return _from_host_list("dockyard", hosts, env["DOCKYARD_CURRENT_HOST"], port)

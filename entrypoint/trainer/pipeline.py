@@ -38,9 +38,9 @@ from torch.distributed.pipelining import (
 from torch.utils.checkpoint import checkpoint
 
 from compiler.spec import Plan
-from entrypoint.model import Decoder, loss_fn, rope_tables
-from entrypoint.optim import adamw, grad_norm, scale_gradients, set_lr
-from entrypoint.parallel import fully_shard_options, tensor_parallel
+from entrypoint.trainer.model import Decoder, loss_fn, rope_tables
+from entrypoint.trainer.optim import adamw, grad_norm, scale_gradients, set_lr
+from entrypoint.trainer.parallel import fully_shard_options, tensor_parallel
 
 SCHEDULES = {
     "gpipe": ScheduleGPipe,

@@ -11,7 +11,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from entrypoint.cluster import Paths
+from entrypoint.launcher.cluster import Paths
 
 
 class PathError(RuntimeError):

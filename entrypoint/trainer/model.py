@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from compiler.spec.schema import Activation, Checkpointing, ModelConfig, Norm, Position
-from entrypoint.offload import ActivationOffload
+from entrypoint.trainer.offload import ActivationOffload
 
 
 def _norm(model: ModelConfig) -> nn.Module:

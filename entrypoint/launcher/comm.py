@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from entrypoint.cluster import Node
+from entrypoint.launcher.cluster import Node
 
 Version = tuple[int, ...]
 

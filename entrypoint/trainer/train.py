@@ -1,4 +1,4 @@
-"""The built-in trainer, one process per rank under torchrun: `python -m entrypoint.train --plan plan.json`.
+"""The built-in trainer, one process per rank under torchrun: `python -m entrypoint.trainer --plan plan.json`.
 
 It reads top to bottom: process group, model, strategy, data, resume, the derived numbers, the loop,
 the final model. The entrypoint sets DOCKYARD_BACKEND, DOCKYARD_ROOT and DOCKYARD_TIMEOUT; torchrun sets
@@ -19,17 +19,17 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from compiler.spec import Plan
+from compiler.spec.s3 import download_s3
 from compiler.spec.schema import Compile, DataSource, Strategy
-from entrypoint import checkpoint
-from entrypoint.cluster import Paths
-from entrypoint.compiled import use_warm_cache
-from entrypoint.data import Batches, data_folder, make_source
-from entrypoint.main import DEFAULT_TIMEOUT_S
-from entrypoint.metrics import MetricsLog, memory_gib, mfu
-from entrypoint.model import Decoder
-from entrypoint.optim import lr_at
-from entrypoint.s3 import download_s3
-from entrypoint.teardown import leave
+from entrypoint.launcher.cluster import Paths
+from entrypoint.launcher.main import DEFAULT_TIMEOUT_S
+from entrypoint.trainer import checkpoint
+from entrypoint.trainer.compiled import use_warm_cache
+from entrypoint.trainer.data import Batches, data_folder, make_source
+from entrypoint.trainer.metrics import MetricsLog, memory_gib, mfu
+from entrypoint.trainer.model import Decoder
+from entrypoint.trainer.optim import lr_at
+from entrypoint.trainer.teardown import leave
 
 
 def init_distributed(plan: Plan, timeout_s: float) -> torch.device:
@@ -61,11 +61,11 @@ def builds_on_meta(plan: Plan) -> bool:
 def make_engine(plan: Plan, device: torch.device):
     torch.manual_seed(plan.trainer.seed)
     if plan.layout.pp > 1:
-        from entrypoint.pipeline import PipelineEngine
+        from entrypoint.trainer.pipeline import PipelineEngine
 
         return PipelineEngine(plan, device, on_meta=builds_on_meta(plan))
     if plan.parallelism.strategy.is_deepspeed:
-        from entrypoint.zero import DeepSpeedEngine
+        from entrypoint.trainer.zero import DeepSpeedEngine
 
         return DeepSpeedEngine(plan, device)  # builds the model itself: ZeRO-3 partitions it while building
     if builds_on_meta(plan):
@@ -74,7 +74,7 @@ def make_engine(plan: Plan, device: torch.device):
     else:
         with device:
             model = Decoder(plan.model)
-    from entrypoint.parallel import TorchEngine
+    from entrypoint.trainer.parallel import TorchEngine
 
     return TorchEngine(plan, model, device)
 
@@ -221,7 +221,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
 
 @record
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m entrypoint.train", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m entrypoint.trainer", description=__doc__)
     parser.add_argument("--plan", required=True, type=Path)
     args = parser.parse_args(argv)
     plan = Plan.from_json(args.plan.read_text())

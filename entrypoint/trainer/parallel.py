@@ -26,10 +26,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from compiler.spec import Plan
 from compiler.spec.schema import ModelConfig, Offload, Precision, Strategy
-from entrypoint.compiled import apply_compile
-from entrypoint.model import Decoder, loss_fn
-from entrypoint.offload import ActivationOffload
-from entrypoint.optim import adamw, clip_gradients, set_lr
+from entrypoint.trainer.compiled import apply_compile
+from entrypoint.trainer.model import Decoder, loss_fn
+from entrypoint.trainer.offload import ActivationOffload
+from entrypoint.trainer.optim import adamw, clip_gradients, set_lr
 
 DTYPES = {Precision.bf16: torch.bfloat16, Precision.fp16: torch.float16, Precision.fp32: torch.float32}
 

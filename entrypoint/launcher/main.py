@@ -26,9 +26,9 @@ from compiler.spec import Plan
 from compiler.spec.contract import RUN_AS_USER
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import Entry, Launcher
-from entrypoint import toolkit
-from entrypoint.backend import Backend, BackendError, choose_backend, smddp_available
-from entrypoint.cluster import (
+from entrypoint.launcher import toolkit
+from entrypoint.launcher.backend import Backend, BackendError, choose_backend, smddp_available
+from entrypoint.launcher.cluster import (
     SAGEMAKER_ROOT,
     ClusterError,
     Node,
@@ -38,8 +38,8 @@ from entrypoint.cluster import (
     wait_for_hosts,
     within_group,
 )
-from entrypoint.comm import Detected, EnvRow, comm_env, default_interface, detect
-from entrypoint.privileges import Account, PathError, check_writable, drop_to, find_account, hand_over
+from entrypoint.launcher.comm import Detected, EnvRow, comm_env, default_interface, detect
+from entrypoint.launcher.privileges import Account, PathError, check_writable, drop_to, find_account, hand_over
 
 DEFAULT_PLAN = Path("/opt/dockyard/plan.json")
 """Where images bake the plan; --plan or DOCKYARD_PLAN point elsewhere."""
@@ -113,7 +113,7 @@ def prepare(
 def trainer_env(
     backend: str, root: Path, timeout: float, environ: Mapping[str, str], account: Account | None
 ) -> list[EnvRow]:
-    """What the trainer reads from the entrypoint (`entrypoint.train`), and unbuffered logs."""
+    """What the trainer reads from the entrypoint (`entrypoint.trainer.train`), and unbuffered logs."""
     rows = [
         EnvRow("DOCKYARD_BACKEND", backend, "the process-group backend chosen above", True),
         EnvRow("DOCKYARD_ROOT", str(root), "data, model, checkpoints, metrics and failure live under it", True),
@@ -153,7 +153,7 @@ def launch_command(plan: Plan, node: Node, paths: Paths, plan_path: Path, argume
         "--max-restarts=0",
     )
     if trainer.entry is Entry.builtin:
-        return (*launcher, "-m", "entrypoint.train", f"--plan={plan_path}")
+        return (*launcher, "-m", "entrypoint.trainer", f"--plan={plan_path}")
     return (*launcher, str(paths.code / trainer.script), *arguments)
 
 

@@ -10,9 +10,9 @@ import torch.distributed as dist
 
 from compiler.spec import Plan
 from compiler.spec.schema import Offload, Precision, Strategy
-from entrypoint.compiled import apply_compile
-from entrypoint.model import Decoder, loss_fn
-from entrypoint.optim import adamw, set_lr
+from entrypoint.trainer.compiled import apply_compile
+from entrypoint.trainer.model import Decoder, loss_fn
+from entrypoint.trainer.optim import adamw, set_lr
 
 STAGES = {Strategy.zero1: 1, Strategy.zero2: 2, Strategy.zero3: 3}
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from compiler.spec import Plan
 from compiler.spec.schema import Entry
-from entrypoint.cluster import Node, Paths
-from entrypoint.comm import EnvRow, env_row
+from entrypoint.launcher.cluster import Node, Paths
+from entrypoint.launcher.comm import EnvRow, env_row
 
 SAGEMAKER_PREFIX = "sagemaker_"
 TOOLKIT_PARAMETERS = (

@@ -1,0 +1,94 @@
+"""Typed schemas of every config group, and so of the Plan's sections: one module per group, all named
+here (`schema.ModelConfig`), as the YAML → schema → Plan layers read them.
+
+YAML files in `conf/` extend these dataclasses (see `compiler.config.store`), so a misspelled key or a
+value of the wrong type is rejected while Hydra composes the config, before any of dockyard's own
+checks run. Cross-field rules live in `compiler.planner`, not here. Standard library only: the image
+ships this package, and the entrypoint reads the plan through it.
+"""
+
+from compiler.spec.schema.config import (
+    Config,
+)
+from compiler.spec.schema.data import (
+    DataConfig,
+    DataSource,
+    InputMode,
+)
+from compiler.spec.schema.hardware import (
+    HardwareConfig,
+    InstanceGroup,
+)
+from compiler.spec.schema.image import (
+    ImageConfig,
+    ImageFamily,
+)
+from compiler.spec.schema.missing import MISSING
+from compiler.spec.schema.model import (
+    Activation,
+    ModelConfig,
+    Norm,
+    Position,
+)
+from compiler.spec.schema.parallelism import (
+    Checkpointing,
+    Offload,
+    ParallelismConfig,
+    Precision,
+    Strategy,
+)
+from compiler.spec.schema.target import (
+    ContainerRuntime,
+    JobKind,
+    KubernetesTargetConfig,
+    LocalTargetConfig,
+    SageMakerTargetConfig,
+    SlurmTargetConfig,
+    TargetConfig,
+    TargetKind,
+)
+from compiler.spec.schema.trainer import (
+    COMPILE_MODES,
+    Compile,
+    Entry,
+    Launcher,
+    LrScaling,
+    LrSchedule,
+    TrainerConfig,
+)
+
+__all__ = [
+    "MISSING",
+    "Config",
+    "DataSource",
+    "InputMode",
+    "DataConfig",
+    "InstanceGroup",
+    "HardwareConfig",
+    "ImageFamily",
+    "ImageConfig",
+    "Activation",
+    "Norm",
+    "Position",
+    "ModelConfig",
+    "Strategy",
+    "Checkpointing",
+    "Precision",
+    "Offload",
+    "ParallelismConfig",
+    "TargetKind",
+    "TargetConfig",
+    "LocalTargetConfig",
+    "SageMakerTargetConfig",
+    "JobKind",
+    "KubernetesTargetConfig",
+    "ContainerRuntime",
+    "SlurmTargetConfig",
+    "Entry",
+    "Launcher",
+    "LrSchedule",
+    "Compile",
+    "COMPILE_MODES",
+    "LrScaling",
+    "TrainerConfig",
+]

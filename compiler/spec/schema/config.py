@@ -1,0 +1,34 @@
+"""The primary config: one node per group plus the run's name."""
+
+from dataclasses import dataclass
+from typing import Any
+
+from compiler.spec.schema.data import DataConfig
+from compiler.spec.schema.hardware import HardwareConfig
+from compiler.spec.schema.image import ImageConfig
+from compiler.spec.schema.missing import MISSING
+from compiler.spec.schema.model import ModelConfig
+from compiler.spec.schema.parallelism import ParallelismConfig
+from compiler.spec.schema.trainer import TrainerConfig
+
+
+@dataclass
+class Config:
+    """The primary config: one node per group plus the run's name."""
+
+    name: str = MISSING
+    """The run's name: it names the image, the run folder and the job."""
+    model: ModelConfig = MISSING
+    """The `model/` option."""
+    parallelism: ParallelismConfig = MISSING
+    """The `parallelism/` option."""
+    hardware: HardwareConfig = MISSING
+    """The `hardware/` option."""
+    data: DataConfig = MISSING
+    """The `data/` option."""
+    image: ImageConfig = MISSING
+    """The `image/` option."""
+    target: Any = MISSING
+    """One of the TargetConfig subclasses; the `target/` option picks which."""
+    trainer: TrainerConfig = MISSING
+    """The `trainer/` option."""

@@ -1,0 +1,49 @@
+"""The `image/` group: how the container image is made."""
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from compiler.spec.schema.missing import MISSING
+
+
+class ImageFamily(Enum):
+    cpu_local = "cpu_local"
+    cuda = "cuda"
+    dlc = "dlc"
+
+
+@dataclass
+class ImageConfig:
+    family: ImageFamily = ImageFamily.cpu_local
+    """How the image is made: cpu_local (a local Debian base), cuda (a CUDA base) or dlc (an AWS DLC base)."""
+    name: str = "dockyard/${name}"
+    """Repository of the built image; the tag is the content hash."""
+    base: str = MISSING
+    """The image the build starts FROM (an OCI image reference)."""
+    registry: str | None = None
+    """Registry host (and port) the image is pushed to, like <account>.dkr.ecr.<region>.amazonaws.com."""
+    push: bool = False
+    """Push the built image to `registry` and pin the job to its digest (needed by remote targets)."""
+    python_packages: list[str] = field(default_factory=list)
+    """Pinned extra packages for the image (pip requirement lines)."""
+    system_packages: list[str] = field(default_factory=list)
+    """Extra apt packages for the system layer (cpu_local and cuda)."""
+    torch: str | None = "2.13.0"
+    """torch version: cpu_local installs its +cpu wheel from the wheelhouse, cuda the build for `cuda` from
+    PyTorch's index; null on dlc, whose base brings its own."""
+    deepspeed: str | None = "0.19.8"
+    """DeepSpeed version (installed after torch, against it); null to leave it out."""
+    boto3: str = "1.44.5"
+    """boto3 version in the image (the runtime's S3 downloads)."""
+    wheelhouse: list[str] = field(default_factory=list)
+    """Folders searched for the torch wheel of cpu_local; empty means the find-links of pip's configuration."""
+    cuda: str | None = None
+    """cuda only: the base image's CUDA version (major.minor); it picks the NCCL and torch builds."""
+    efa_installer: str | None = None
+    """cuda only: the AWS EFA installer version (libfabric, the EFA provider, Open MPI)."""
+    aws_ofi_nccl: str | None = None
+    """cuda only: the aws-ofi-nccl plugin version that lets NCCL use EFA."""
+    nccl: str | None = None
+    """cuda only: the NCCL package version (apt, like 2.27.7-1)."""
+    gdrcopy: str | None = None
+    """cuda only: the GDRCopy user-space library version (the kernel module belongs to the host)."""

@@ -1,0 +1,88 @@
+"""The `trainer/` group: the built-in trainer's recipe, or the user's script."""
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Entry(Enum):
+    builtin = "builtin"
+    script = "script"
+
+
+class Launcher(Enum):
+    torchrun = "torchrun"
+    """One process per GPU (or CPU slot) under torchrun, as SageMaker's `torch_distributed` starts a script."""
+    per_node = "per_node"
+    """One process per node that starts its own workers, as SageMaker's plain estimator starts a script."""
+
+
+class LrSchedule(Enum):
+    cosine = "cosine"
+    linear = "linear"
+    constant = "constant"
+
+
+class Compile(Enum):
+    """What `torch.compile` compiles. `false` keeps YAML's boolean as its value, so `trainer.compile=false`
+    reads as written."""
+
+    false = False
+    blocks = "blocks"
+    model = "model"
+
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+"""torch.compile's modes (`trainer.compile_mode`)."""
+
+
+class LrScaling(Enum):
+    none = "none"
+    linear = "linear"
+    sqrt = "sqrt"
+
+
+@dataclass
+class TrainerConfig:
+    entry: Entry = Entry.builtin
+    """builtin (dockyard's trainer) or script (your own, from `source_dir`)."""
+    steps: int = 100
+    """Optimizer steps to train."""
+    lr: float = 3e-4
+    """Peak learning rate (AdamW), at the global batch `base_batch` when `lr_scaling` is set."""
+    lr_scaling: LrScaling = LrScaling.none
+    """How the peak learning rate follows the global batch: none, linear (× batch/base_batch) or sqrt
+    (× its square root), so a sweep over the batch keeps one recipe."""
+    base_batch: int | None = None
+    """The global batch, in sequences, that `lr` was tuned at (needed by `lr_scaling`)."""
+    min_lr_ratio: float = 0.1
+    """The final learning rate of a decaying schedule, as a fraction of `lr`."""
+    lr_schedule: LrSchedule = LrSchedule.cosine
+    """How the learning rate moves after warmup: cosine, linear or constant."""
+    warmup_steps: int = 0
+    """Steps of linear warmup from 0 to `lr`."""
+    weight_decay: float = 0.1
+    """AdamW's decoupled weight decay (not applied to norms and biases)."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value; 0 turns clipping off."""
+    checkpoint_interval: int = 0
+    """Steps between checkpoints; 0 keeps only the final model."""
+    log_interval: int = 10
+    """Steps between metrics lines."""
+    seed: int = 1234
+    """Seed of the model's initialisation and the synthetic data."""
+    compile: Any = False
+    """torch.compile: false, blocks (each transformer block) or model (the whole model); the planner resolves
+    it to a `Compile`'s value (YAML reads `false` as a boolean, which an enum field would refuse)."""
+    compile_mode: str = "default"
+    """torch.compile's mode: default, reduce-overhead, max-autotune or max-autotune-no-cudagraphs."""
+    source_dir: str | None = None
+    """entry=script: the folder with the user's code, baked into the image's last layer."""
+    script: str | None = None
+    """entry=script: the file to start, relative to `source_dir`."""
+    launcher: Launcher = Launcher.torchrun
+    """entry=script: torchrun (a process per GPU) or per_node (one process per node, managing its workers)."""
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    """entry=script: passed to the script as --key value arguments."""
+    group_commands: dict[str, str] = field(default_factory=dict)
+    """The command each group of `hardware.groups` runs (split like a shell line, run without a shell)."""

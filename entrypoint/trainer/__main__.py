@@ -1,0 +1,3 @@
+from entrypoint.trainer.train import main
+
+main()
