@@ -1,6 +1,6 @@
 """The Kubernetes target's translator: golden manifests for every preset and each kind of job, each checked
 against the schemas a cluster enforces (kubernetes-validate for core kinds, the published CRDs kept in
-../shared/k8s for JobSet and PyTorchJob), the names the API server would refuse, and what each pod's
+tests/data/crds for JobSet and PyTorchJob), the names the API server would refuse, and what each pod's
 environment tells the entrypoint (through the controllers' part of `tests.kubelet_emulation`)."""
 
 import copy
