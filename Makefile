@@ -50,6 +50,7 @@ build: $(STAMP) docker  ## make build ARGS="experiment=llama3-8b-p5x4"
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(BIN)/python bench/compile.py
