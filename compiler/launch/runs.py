@@ -110,7 +110,7 @@ def refresh(record: RunRecord) -> RunRecord:
     if target is None or (record.status in FINAL_STATUSES and not target.capabilities.warm_pools):
         return record
     state = target.status(record.handle)
-    changes = {"status": state.status, "detail": state.detail, "warm_pool": state.warm_pool}
+    changes: dict[str, object] = {"status": state.status, "detail": state.detail, "warm_pool": state.warm_pool}
     if state.metrics:
         changes["final"] = dict(state.metrics)
     return records.update(record, **changes, **billing(state))
