@@ -16,6 +16,7 @@ from compiler.cli import folders
 from compiler.config.compose import to_config
 from compiler.launch import modes, runs
 from compiler.launch.plan import PLAN_FILE, REPORT_FILE, checked_plan, with_account_defaults, write_plan
+from compiler.launch.prepare import prepare
 from compiler.planner.summary import report_markdown, summary_lines
 from compiler.spec import Plan
 from compiler.spec.errors import ConfigError
@@ -86,10 +87,13 @@ def dry_run_task(cfg: DictConfig) -> None:
 
     run_dir = run_folder()
     with folders.results_in(run_dir, keep=False):
-        plan = checked_plan(with_account_defaults(to_config(cfg)))
-        image = runs.dry_run_image(plan, planned_reference(plan, cwd=Path.cwd()))
-        request = runs.translate(plan, image, runs.run_id_for(plan, datetime.now(UTC)), run_dir)
-        print(request, end="")
-        runs.print_notes(plan, request)
-        if plan.image.push:
-            print(f"dockyard: {image} is built and pushed at launch, which pins it by digest", file=sys.stderr)
+        prepared = prepare(
+            to_config(cfg),
+            run_dir,
+            run_id=lambda plan: runs.run_id_for(plan, datetime.now(UTC)),
+            planned=lambda plan: planned_reference(plan, cwd=Path.cwd()),
+        )
+        print(prepared.request, end="")
+        runs.print_notes(prepared.plan, prepared.request)
+        if prepared.plan.image.push:
+            print(f"dockyard: {prepared.image} is built and pushed at launch, which pins it by digest", file=sys.stderr)

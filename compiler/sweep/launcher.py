@@ -28,7 +28,8 @@ from omegaconf.errors import OmegaConfBaseException
 from compiler.config.compose import as_config_error, reject_numbers_in_files, to_config
 from compiler.launch import runs, summary
 from compiler.launch.errors import InvalidSweepError, PointFailedError
-from compiler.launch.plan import checked_plan, with_account_defaults, write_plan
+from compiler.launch.plan import write_plan
+from compiler.launch.prepare import prepare
 from compiler.spec import Plan
 from compiler.spec.errors import ConfigError
 from compiler.sweep.compose import PointComposer
@@ -117,16 +118,17 @@ class Sweep:
             point.run_dir = Path(str(cfg.hydra.sweep.dir), str(cfg.hydra.sweep.subdir)).resolve()
             point.cfg, point.hydra_cfg = split_hydra_node(cfg)
             reject_numbers_in_files(point.hydra_cfg.hydra, point.cfg)
-            point.plan = checked_plan(with_account_defaults(to_config(cfg), out=self.out))
-            point.run_id = f"{runs.run_id_for(point.plan, self.started)}-{num}"
-            planned = self._expected_image(point.plan)
-            point.request = self._translate(point, runs.dry_run_image(point.plan, planned))
+            prepared = prepare(
+                to_config(cfg),
+                point.run_dir,
+                run_id=lambda plan: f"{runs.run_id_for(plan, self.started)}-{num}",
+                planned=self._expected_image,
+                out=self.out,
+            )
+            point.plan, point.run_id, point.request = prepared.plan, prepared.run_id, prepared.request
         except (ConfigError, HydraException, OmegaConfBaseException, ValueError) as exc:
             point.error = as_config_error(exc).one_line()
         return point
-
-    def _translate(self, point: Point, image: str):
-        return runs.translate(point.plan, image, point.run_id, point.run_dir)
 
     def _expected_image(self, plan: Plan) -> str:
         """The content-hash reference a build of `plan` makes. The build context depends only on the image
@@ -167,7 +169,7 @@ class Sweep:
                 built_by_tag[expected] = build_and_record(point.plan, point.run_dir, cwd=Path.cwd(), out=self.out)
             built = built_by_tag[expected]
             (point.run_dir / IMAGE_FILE).write_text(built.to_json() + "\n")
-            point.request = self._translate(point, built.digest or built.reference)
+            point.request = runs.translate(point.plan, built.digest or built.reference, point.run_id, point.run_dir)
 
     def _submit(self, points: list[Point]) -> None:
         for point in points:
