@@ -50,6 +50,8 @@ build: $(STAMP) docker  ## make build ARGS="experiment=llama3-8b-p5x4"
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/compile.py

@@ -17,7 +17,7 @@ import time
 import torch
 
 from compiler.config.compose import compose_config
-from compiler.planner.compile import compile_plan
+from compiler.launch.plan import checked_plan
 from compiler.spec.schema import Checkpointing
 from entrypoint.trainer.model import Decoder, loss_fn
 from entrypoint.trainer.offload import ActivationOffload
@@ -48,7 +48,7 @@ def main() -> None:
     args = parser.parse_args()
     device = torch.device(args.device)
     config = compose_config(["experiment=smoke", f"model={args.model}", f"model.seq_len={args.seq_len}"])
-    model_config = compile_plan(config).model
+    model_config = checked_plan(config).model
     torch.manual_seed(0)
     model = Decoder(model_config).to(device)
     shape = (args.micro_batch, args.seq_len + 1)

@@ -20,7 +20,7 @@ from pathlib import Path
 from compiler.config.compose import compose_config
 from compiler.images.build import build_image, docker_client, ensure_base_image, send_build
 from compiler.images.context import BuildContext, build_context
-from compiler.planner.compile import compile_plan
+from compiler.launch.plan import checked_plan
 
 OVERRIDES = ["experiment=smoke", "trainer=script", "trainer.source_dir=code", "trainer.script=train.py"]
 NAIVE_DOCKERFILE = """\
@@ -56,7 +56,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         project = Path(folder)
         make_project(project)
-        plan = compile_plan(compose_config(OVERRIDES))
+        plan = checked_plan(compose_config(OVERRIDES))
         ensure_base_image(client, plan.image, sys.stdout)
 
         def ours(use_cache: bool = True):

@@ -18,7 +18,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 from compiler.config.compose import CONF_DIR, CONFIG_NAME, compose_config, compose_in_context
-from compiler.planner.compile import compile_plan
+from compiler.launch.plan import checked_plan
 
 MODELS = ["tiny", "gpt2-124m", "gpt2-350m", "llama3.2-1b", "llama3-8b"]
 STRATEGIES = ["ddp", "fsdp", "fsdp-hybrid", "zero1", "zero2", "zero3"]
@@ -48,7 +48,7 @@ def one_plan_ms(repeats: int = 20) -> float:
     with tempfile.TemporaryDirectory() as folder:
         for _ in range(repeats):
             start = time.perf_counter()
-            plan = compile_plan(compose_config(["experiment=llama3-8b-p5x4"]))
+            plan = checked_plan(compose_config(["experiment=llama3-8b-p5x4"]))
             (Path(folder) / "plan.json").write_text(plan.to_json(indent=2))
             times.append(time.perf_counter() - start)
     return statistics.median(times) * 1000
@@ -66,11 +66,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--points", type=int, default=1000)
     points = grid(parser.parse_args().points)
-    compile_plan(compose_config(["experiment=smoke"]))  # warm imports and caches
+    checked_plan(compose_config(["experiment=smoke"]))  # warm imports and caches
 
     print(f"one plan (initialize, compose, validate, write plan.json): {one_plan_ms():.1f} ms (median of 20)")
     baseline = timed(points, lambda o: compose(CONFIG_NAME, overrides=o))
-    dockyard = timed(points, lambda o: compile_plan(compose_in_context(o)).to_json())
+    dockyard = timed(points, lambda o: checked_plan(compose_in_context(o)).to_json())
     n = len(points)
     print(f"{n} points, Hydra compose only (baseline): {baseline:.2f} s = {n / baseline:,.0f} configs/s")
     print(f"{n} points, compose + validate + plan JSON:  {dockyard:.2f} s = {n / dockyard:,.0f} configs/s")

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from compiler.config.compose import compose_config
-from compiler.planner.compile import compile_plan
+from compiler.launch.plan import checked_plan
 from compiler.spec import Plan
 from entrypoint.trainer.model import Decoder
 
@@ -36,7 +36,7 @@ def plan_for(args: argparse.Namespace, scope: str) -> Plan:
         f"trainer.steps={args.steps}",
         f"trainer.compile={scope}",
     ]
-    return compile_plan(compose_config(overrides))
+    return checked_plan(compose_config(overrides))
 
 
 def timed_steps(plan: Plan) -> tuple[list[float], list[float]]:

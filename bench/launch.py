@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from compiler.config.compose import compose_config
-from compiler.planner.compile import compile_plan
+from compiler.launch.plan import checked_plan
 
 OVERRIDES = [
     "experiment=smoke",
@@ -57,7 +57,7 @@ def launch_seconds(folder: Path) -> float:
 
 
 def torchrun_seconds(folder: Path) -> float:
-    plan = compile_plan(compose_config(OVERRIDES))
+    plan = checked_plan(compose_config(OVERRIDES))
     plan_file = folder / "plan.json"
     plan_file.write_text(plan.to_json())
     commands = [

@@ -36,8 +36,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from compiler.config.compose import compose_config  # noqa: E402
+from compiler.launch.plan import checked_plan  # noqa: E402
 from compiler.planner import estimate  # noqa: E402
-from compiler.planner.compile import compile_plan  # noqa: E402
 from compiler.planner.pipeline import bubble_fraction  # noqa: E402
 from compiler.spec import Plan  # noqa: E402
 from compiler.spec.ranks import PIPELINE_SCHEDULES  # noqa: E402
@@ -58,7 +58,7 @@ MODEL = (
 
 
 def plan_for(overrides: tuple[str, ...]) -> Plan:
-    return compile_plan(compose_config(overrides))
+    return checked_plan(compose_config(overrides))
 
 
 def step_seconds(plan: Plan, skip: int, repeat: int) -> float:

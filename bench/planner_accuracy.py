@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from compiler.config.compose import compose_config  # noqa: E402
-from compiler.planner.compile import compile_plan  # noqa: E402
+from compiler.launch.plan import checked_plan  # noqa: E402
 from compiler.spec import Plan  # noqa: E402
 
 GPT_SMALL = ("model=tiny", "model.hidden=256", "model.ffn_hidden=1024", "model.vocab=8192")
@@ -128,7 +128,7 @@ def plan_for(extra: tuple[str, ...], strategy: str, ranks: int, micro_batch: int
         "trainer.grad_clip=1.0",
         *extra,
     ]
-    return compile_plan(compose_config(overrides))
+    return checked_plan(compose_config(overrides))
 
 
 def measure(plan: Plan, device_type: str) -> dict:

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from compiler.config.compose import compose_config  # noqa: E402
-from compiler.planner.compile import compile_plan  # noqa: E402
+from compiler.launch.plan import checked_plan  # noqa: E402
 
 INSTANCE_BY_GPU = {"H100": "p5.48xlarge", "H200": "p5en.48xlarge", "A100": "p4de.24xlarge", "A10G": "g5.48xlarge"}
 MICRO_BATCH = {"gpt2-124m": 16, "gpt2-350m": 8}
@@ -62,7 +62,7 @@ def plan_json(model: str, strategy: str, compiled: bool, gpus: int, instance: st
         "trainer.checkpoint_interval=0",
         f"trainer.compile={'blocks' if compiled else 'false'}",
     ]
-    return compile_plan(compose_config(overrides)).to_json()
+    return checked_plan(compose_config(overrides)).to_json()
 
 
 def run(plan: str, folder: Path) -> list[dict]:

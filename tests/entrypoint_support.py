@@ -9,7 +9,7 @@ from functools import cache
 from pathlib import Path
 
 from compiler.config.compose import compose_config
-from compiler.planner.compile import compile_plan
+from compiler.launch.plan import checked_plan
 from compiler.spec import Plan
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,7 +29,7 @@ TINY = (
 
 @cache
 def plan_for(*overrides: str) -> Plan:
-    return compile_plan(compose_config(overrides))
+    return checked_plan(compose_config(overrides))
 
 
 def tiny_plan(*overrides: str) -> Plan:

@@ -1,5 +1,9 @@
 """The rules that keep the layout simple, checked on the source (DESIGN.md, "Rules that keep it simple").
 
+- The layering is import-linter's contracts (`[tool.importlinter]` in pyproject.toml): the host's layers,
+  host and runtime apart, a torch-free launcher, and one way from a config to a checked plan. They hold on
+  the tree, and a copy of the tree with a deliberate violation fails the contract it breaks.
+
 - Only the targets package knows which targets exist: no module outside `compiler/targets/` branches on
   a target kind (`TargetKind.x`, `kind == "x"`, a target's schema class). The entrypoint may compare
   names: it tells apart the clusters it lands on (SageMaker's, Slurm's), which is not the plan's target.
@@ -8,9 +12,13 @@
 """
 
 import ast
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_KINDS = {"local", "sagemaker", "kubernetes", "slurm"}
@@ -81,3 +89,78 @@ def test_the_runtime_imports_only_the_plans_types():
     result = subprocess.run([sys.executable, "-c", RUNTIME_IMPORTS], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+LAUNCHER_IMPORTS = """
+import sys
+import entrypoint.launcher.main
+print("torch" in sys.modules)
+"""
+
+
+def test_the_launcher_loads_no_torch():
+    """The import contract ignores `Layout.build_mesh`'s lazy torch import; running the launcher loads none."""
+    result = subprocess.run([sys.executable, "-c", LAUNCHER_IMPORTS], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """`lint-imports` on the packages under `root`, with the contracts of `root/pyproject.toml`."""
+    command = [str(Path(sys.executable).with_name("lint-imports")), "--no-cache"]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
+
+
+def test_the_import_contracts_hold():
+    result = lint_imports(REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+VIOLATIONS = {
+    "compiler/planner/x.py": ("from compiler.targets import registry\n", "The host's layers"),
+    "compiler/sweep/x.py": ("from compiler.cli import tasks\n", "The host's layers"),
+    "compiler/targets/x.py": ("from compiler.images import push\n", "The host's layers"),
+    "compiler/cli/x.py": ("import entrypoint.launcher.main\n", "Host code never imports the runtime"),
+    "entrypoint/x.py": ("from compiler.planner import estimate\n", "The runtime imports only the Plan's types"),
+    "entrypoint/launcher/x.py": ("def f():\n    import torch\n", "The runtime's launcher imports no torch"),
+    "compiler/cli/y.py": ("from compiler.planner.compile import compile_plan\n", "Only the launch layer compiles"),
+}
+"""A module that breaks one contract (a lazy import inside a function counts too), and the contract's name."""
+
+
+@pytest.fixture(scope="module")
+def tree_copy(tmp_path_factory) -> Path:
+    """The project's Python packages and its contracts, copied to break."""
+    copy = tmp_path_factory.mktemp("tree")
+    for name in ("compiler", "entrypoint", "hydra_plugins"):
+        shutil.copytree(REPO / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", copy / "pyproject.toml")
+    return copy
+
+
+@pytest.mark.parametrize("module", VIOLATIONS)
+def test_a_violation_breaks_its_contract(tree_copy: Path, module: str):
+    source, contract = VIOLATIONS[module]
+    path = tree_copy / module
+    path.write_text(source)
+    try:
+        result = lint_imports(tree_copy)
+    finally:
+        path.unlink()
+    assert result.returncode == 1, result.stdout + result.stderr
+    broken = result.stdout.split("Broken contracts")[1]
+    assert contract in broken and "1 broken" in result.stdout, result.stdout
+
+
+def test_nothing_outside_the_launch_layer_compiles_a_plan():
+    """Tests and benches, which import-linter does not see, reach a plan through `compiler.launch.plan`."""
+    found = [
+        f"{path.relative_to(REPO)}:{node.lineno}"
+        for folder in ("tests", "bench")
+        for path in sorted((REPO / folder).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module == "compiler.planner.compile"
+    ]
+    assert found == []

@@ -6,7 +6,7 @@ import re
 import botocore.session
 import pytest
 
-from compiler.planner.catalog import INSTANCE_TYPES, LOCAL_CPU, instance_type
+from compiler.core.catalog import INSTANCE_TYPES, LOCAL_CPU, instance_type
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError
 from compiler.targets.sagemaker import translate as sagemaker

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler.sweep import summary
+from compiler.launch import summary
 from compiler.targets.records import RunRecord
 from tests.helpers import plan_for
 

@@ -136,7 +136,7 @@ def test_cpu_plans_carry_no_gpu_estimate():
 
 def _config_and_instance(*overrides):
     from compiler.config.compose import compose_config
-    from compiler.planner.catalog import instance_type
+    from compiler.core.catalog import instance_type
 
     config = compose_config(overrides)
     return config, instance_type(config.hardware.instance_type)

@@ -147,7 +147,7 @@ def test_a_cpu_prep_group_feeds_the_training_group_on_local_containers(engine, t
     """The local target emulates the groups: one container per host, SageMaker's resourceconfig.json in
     each, and the data folder shared by the groups it reaches (writable by the one that prepares it)."""
     from compiler.images.build import build_image, ensure_base_image
-    from compiler.targets import runs
+    from compiler.launch import runs
     from compiler.targets.local import translate as local
 
     (tmp_path / "src").mkdir()

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from compiler.cli import folders
 from compiler.config.compose import CONF_DIR
 from compiler.images.render import TEMPLATES, render_dockerfile
-from compiler.planner.compile import compile_plan
+from compiler.launch.plan import checked_plan
 from compiler.spec import Plan, schema
 from compiler.spec.errors import ConfigError
 from tests.hostile import CANARY, CANARY_VARIABLE, assert_canary_nowhere, assert_clean, invoke
@@ -276,14 +276,14 @@ def test_no_hostile_value_reaches_a_dockerfile(family, key):
     """Every image value with every hostile text, past Hydra's parser: the plan is refused naming the key,
     or its Dockerfile has exactly the instructions of the untouched one (nothing injected)."""
     config = valid_config(family)
-    baseline = instructions(render_dockerfile(compile_plan(config)))
+    baseline = instructions(render_dockerfile(checked_plan(config)))
     current = getattr(config.image, key)
     for text in INJECTIONS:
         hostile = f"{current or '1.2'}{text}"
         value = [hostile] if isinstance(current, list) else hostile
         image = dataclasses.replace(config.image, **{key: value})
         try:
-            plan = compile_plan(dataclasses.replace(config, image=image))
+            plan = checked_plan(dataclasses.replace(config, image=image))
         except ConfigError as error:
             assert error.key == f"image.{key}", error
             continue

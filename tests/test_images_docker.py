@@ -19,7 +19,7 @@ import pytest
 from compiler.config.compose import compose_config
 from compiler.images.build import BuiltImage, build_image, ensure_base_image
 from compiler.images.workflow import build_and_record
-from compiler.planner.compile import compile_plan
+from compiler.launch.plan import checked_plan
 from tests.test_architecture import RUNTIME_IMPORTS
 
 FAKE_AWS = {
@@ -49,7 +49,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def smoke(engine: docker.DockerClient, project: Path) -> BuiltImage:
     """The smoke image with user code, built (or found) with AWS credentials in the environment."""
-    plan = compile_plan(compose_config(SMOKE))
+    plan = checked_plan(compose_config(SMOKE))
     ensure_base_image(engine, plan.image, sys.stdout)
     saved = {name: os.environ.get(name) for name in FAKE_AWS}
     os.environ.update(FAKE_AWS)
@@ -82,7 +82,7 @@ def test_image_has_the_stack_and_a_user_to_drop_to(engine: docker.DockerClient, 
     ], "the user's code, less what .dockerignore excludes"
     config = engine.images.get(smoke.reference).attrs["Config"]
     assert config["Entrypoint"] == ["dockyard-entrypoint"]
-    plan = compile_plan(compose_config(SMOKE))
+    plan = checked_plan(compose_config(SMOKE))
     assert config["Labels"]["dockyard.plan"] == plan.content_hash
     assert config["Labels"]["dockyard.version"] == "0.1.0"
 
@@ -102,7 +102,7 @@ def test_the_image_runtime_loads_no_host_side_module(engine: docker.DockerClient
 
 
 def test_nothing_changed_builds_nothing_in_under_a_second(engine: docker.DockerClient, smoke, project) -> None:
-    plan = compile_plan(compose_config(SMOKE))
+    plan = checked_plan(compose_config(SMOKE))
     start = time.monotonic()
     again = build_image(plan, engine, cwd=project, out=io.StringIO())
     elapsed = time.monotonic() - start
@@ -116,7 +116,7 @@ def test_a_code_change_rebuilds_only_the_last_layer(engine: docker.DockerClient,
     # A new value every run, so that this build always has something to do.
     (changed / "code" / "pkg" / "model.py").write_text(f"LAYERS = 2  # {uuid.uuid4()}\n")
     log = io.StringIO()
-    rebuilt = build_image(compile_plan(compose_config(SMOKE)), engine, cwd=changed, out=log)
+    rebuilt = build_image(checked_plan(compose_config(SMOKE)), engine, cwd=changed, out=log)
     assert rebuilt.built and rebuilt.reference != smoke.reference
     layers_built = [s.instruction for s in rebuilt.steps_run if s.instruction.split()[0] in LAYER_STEPS]
     assert layers_built == ["COPY --chown=dockyard:dockyard code/ /opt/ml/code/"], log.getvalue()
@@ -138,7 +138,7 @@ def test_no_credentials_in_any_layer(engine: docker.DockerClient, smoke: BuiltIm
 
 
 def test_push_records_the_digest_and_the_image_pulls_back_by_it(engine, smoke, project, registry, tmp_path) -> None:
-    plan = compile_plan(compose_config([*SMOKE, "image.push=true", f"image.registry={registry}"]))
+    plan = checked_plan(compose_config([*SMOKE, "image.push=true", f"image.registry={registry}"]))
     pushed = build_and_record(plan, tmp_path, cwd=project, out=io.StringIO())
     assert pushed.digest.startswith(f"{registry}/dockyard/smoke@sha256:")
     assert f'"digest": "{pushed.digest}"' in (tmp_path / "image.json").read_text()

@@ -2,7 +2,8 @@
 
 import boto3
 
-from compiler.images.push import ECR_REGISTRY, ecr_login
+from compiler.core.grammar import ECR_REGISTRY
+from compiler.images.push import ecr_login
 
 ACCOUNT, REGION = "123456789012", "us-west-2"
 

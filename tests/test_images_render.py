@@ -10,7 +10,7 @@ from compiler.config.compose import compose_config
 from compiler.images import context
 from compiler.images.context import build_context, find_torch_wheel, user_code_files, wheelhouse_folders
 from compiler.images.render import render_dockerfile
-from compiler.planner.compile import compile_plan
+from compiler.launch.plan import checked_plan
 from compiler.spec.errors import ConfigError
 
 LLAMA = ["data.token_dtype=uint32"]  # a 128k vocabulary needs 32-bit token files
@@ -34,7 +34,7 @@ PRESETS = {
 
 
 def plan_of(*overrides: str):
-    return compile_plan(compose_config(list(overrides)))
+    return checked_plan(compose_config(list(overrides)))
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -194,7 +194,7 @@ HOST_SIDE_EDITS = (
 )
 HOST_SIDE_EDITS += (
     "compiler/planner/estimate.py",
-    "compiler/targets/runs.py",
+    "compiler/launch/runs.py",
     "hydra_plugins/dockyard_launcher/config.py",
 )
 

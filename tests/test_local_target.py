@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from compiler.images.build import build_image, ensure_base_image
+from compiler.launch import runs
 from compiler.spec.errors import ConfigError
-from compiler.targets import runs
 from compiler.targets.local import rules as local_rules
 from compiler.targets.local import runner as local_runner
 from compiler.targets.local import translate as local

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler.config.compose import CONF_DIR, compose_in_context
-from compiler.planner.compile import compile_plan
+from compiler.launch.plan import checked_plan
 from compiler.spec import Plan
 from compiler.spec.errors import ConfigError
 
@@ -62,13 +62,13 @@ def valid_overrides(draw) -> list[str]:
 @SETTINGS
 @given(valid_overrides())
 def test_valid_configs_compile_with_consistent_layout(overrides):
-    plan = compile_plan(compose_in_context(overrides))
+    plan = checked_plan(compose_in_context(overrides))
     layout, batch = plan.layout, plan.batch
     assert layout.dp * layout.tp * layout.pp == layout.world_size == layout.nodes * layout.processes_per_node
     assert batch.global_batch == batch.micro_batch * batch.grad_accum * layout.dp
     assert batch.tokens_per_step == batch.global_batch * plan.model.seq_len
     assert layout.dp % layout.shard_degree == 0
-    again = compile_plan(compose_in_context(list(reversed(overrides))))
+    again = checked_plan(compose_in_context(list(reversed(overrides))))
     assert again.content_hash == plan.content_hash
     assert Plan.from_json(plan.to_json()).content_hash == plan.content_hash
 
@@ -116,7 +116,7 @@ VALUES = st.one_of(
 def test_any_value_gives_a_plan_or_a_config_error(assignments):
     overrides = [f"{key}={value}" for key, value in dict(assignments).items()]
     try:
-        plan = compile_plan(compose_in_context(overrides))
+        plan = checked_plan(compose_in_context(overrides))
     except ConfigError as error:
         assert "\n" not in error.one_line()
         assert error.key

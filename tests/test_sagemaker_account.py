@@ -6,9 +6,8 @@ import json
 import pytest
 
 from compiler.config.compose import compose_config
-from compiler.planner.compile import compile_plan
+from compiler.launch.plan import checked_plan, with_account_defaults
 from compiler.spec.errors import ConfigError
-from compiler.targets import runs
 from compiler.targets.sagemaker import account
 from compiler.targets.sagemaker import submit as sagemaker_submit
 from compiler.targets.sagemaker import translate as sagemaker
@@ -34,7 +33,7 @@ def test_the_dry_run_takes_and_says_the_accounts_defaults(aws_env, tmp_path):
 def test_what_the_config_sets_is_kept_and_nothing_is_asked(monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens: any call would fail
     config = compose_config([*SMOKE, "image.registry=r.example.com", "target.output_uri=s3://my-bucket/x"])
-    assert runs.with_account_defaults(config) == config
+    assert with_account_defaults(config) == config
 
 
 @pytest.mark.parametrize(
@@ -47,14 +46,14 @@ def test_without_credentials_the_error_names_the_unset_key_and_the_fix(monkeypat
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     with pytest.raises(ConfigError, match=rf"^{key}: is unset, and the caller's AWS account cannot be read") as raised:
-        runs.with_account_defaults(compose_config([*SMOKE, *given]))
+        with_account_defaults(compose_config([*SMOKE, *given]))
     fix = raised.value.one_line()
     assert "target.output_uri=s3://<bucket>/<prefix>" in fix
     assert ("image.registry=<account>" in fix) == (key == "image.registry")
 
 
 def test_submit_creates_the_default_bucket_like_the_sdk(aws):
-    plan = compile_plan(runs.with_account_defaults(compose_config(SMOKE)))
+    plan = checked_plan(with_account_defaults(compose_config(SMOKE)))
     request = sagemaker.to_request(plan, f"{REGISTRY}/dockyard/smoke@sha256:{'0' * 64}", run_id="smoke-1",
                                    job_prefix=f"{plan.target.output_uri}/smoke-1")  # fmt: skip
     assert BUCKET not in [b["Name"] for b in aws.client("s3").list_buckets()["Buckets"]]

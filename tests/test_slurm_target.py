@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from compiler.images.build import build_image, ensure_base_image
+from compiler.launch import runs
 from compiler.spec.errors import ConfigError
-from compiler.targets import runs
 from compiler.targets.base import COMPLETED, FAILED, PENDING, RUNNING, STOPPED, JobState
 from compiler.targets.slurm import TARGET, translate
 from tests.helpers import S3_TOKENS, plan_for

@@ -6,7 +6,7 @@ import contextlib
 import io
 
 from compiler.cli import runs as cli_runs
-from compiler.sweep import summary
+from compiler.launch import summary
 from compiler.targets import records
 from compiler.targets.sagemaker import job_billing
 from compiler.targets.sagemaker import submit as sagemaker_submit

@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from compiler.core.capabilities import Capabilities
 from compiler.images.build import planned_reference
+from compiler.launch import runs
 from compiler.spec import TargetKind
 from compiler.spec.errors import ConfigError
-from compiler.targets import registry, runs
-from compiler.targets.base import Capabilities
+from compiler.targets import registry
 from tests.helpers import plan_for
 
 ROLE = "arn:aws:iam::123456789012:role/dockyard-training"

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from compiler.config.compose import NAME_MAX, as_config_error
-from compiler.planner.grammar import check_name
+from compiler.core.grammar import check_name
 from compiler.spec.errors import ConfigError
 
 RESOLVER = "dockyard.fresh_dir"

@@ -25,8 +25,8 @@ from compiler.config.compose import (
     check_overrides,
     reject_numbers_in_files,
 )
+from compiler.launch.errors import InvalidSweepError, PointFailedError
 from compiler.spec.errors import ConfigError, UnknownNameError
-from compiler.sweep.launcher import InvalidSweepError, PointFailedError
 
 folders.register()
 PROG = "dockyard"

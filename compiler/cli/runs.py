@@ -8,11 +8,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from compiler.launch import runs, summary
 from compiler.spec.errors import ConfigError
-from compiler.targets import records, registry, runs
-
-SWEEP_SUMMARY = "summary.csv"
-"""What marks a sweep's folder (`compiler.sweep.summary.SUMMARY_CSV`, not imported: it brings Hydra in)."""
+from compiler.targets import records, registry
 
 
 def find_record(run: str) -> records.RunRecord:
@@ -59,9 +57,7 @@ ACTIONS = {"status": status, "logs": logs, "stop": stop, "warm-pool": release_wa
 
 def sweep_status(sweep_dir: Path) -> None:
     """A sweep's folder: refresh the points still running, rewrite its summary and print it."""
-    from compiler.sweep import launcher, summary
-
-    launcher.refresh(sweep_dir)
+    summary.refresh(sweep_dir)
     print((sweep_dir / summary.SUMMARY_MD).read_text(), end="")
 
 
@@ -71,6 +67,6 @@ def main(verb: str, args: list[str]) -> None:
         parser.add_argument("action", choices=["release"], help="release: set the pool's keep-alive to 0")
     parser.add_argument("run", help="the run id `launch` printed, or the run folder (a sweep's folder for status)")
     run = parser.parse_args(args).run  # argparse exits 2 with one usage line on a mistake
-    if verb == "status" and records.holds_file(Path(run), SWEEP_SUMMARY):
+    if verb == "status" and records.holds_file(Path(run), summary.SUMMARY_CSV):
         return sweep_status(Path(run))
     ACTIONS[verb](find_record(run))

@@ -5,7 +5,6 @@ it succeeds (`compiler.cli.folders`), so a user's mistake leaves nothing half-wr
 that another command, or the user, put there.
 """
 
-import shutil
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,36 +14,25 @@ from omegaconf import DictConfig
 
 from compiler.cli import folders
 from compiler.config.compose import to_config
-from compiler.planner.compile import compile_plan
+from compiler.launch import modes, runs
+from compiler.launch.plan import PLAN_FILE, REPORT_FILE, checked_plan, with_account_defaults, write_plan
+from compiler.launch.prepare import prepare
 from compiler.planner.summary import report_markdown, summary_lines
 from compiler.spec import Plan
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import Config
-from compiler.targets import records, runs
+from compiler.targets import records
 from compiler.targets.base import COMPLETED
-
-PLAN_FILE, REPORT_FILE, IMAGE_FILE = "plan.json", "report.md", "image.json"
-RUN_FILES = (PLAN_FILE, REPORT_FILE, IMAGE_FILE)
 
 
 def run_folder() -> Path:
     return Path(HydraConfig.get().runtime.output_dir).resolve()
 
 
-def discard(run_dir: Path) -> None:
-    """Remove an empty sweep folder Hydra made (its .hydra folder, then the folders left empty) up to the
-    working directory."""
-    shutil.rmtree(run_dir / ".hydra", ignore_errors=True)
-    cwd, folder = Path.cwd().resolve(), run_dir
-    while folder != cwd and cwd in folder.parents and not any(folder.iterdir()):
-        folder.rmdir()
-        folder = folder.parent
-
-
 def compile_into(config: Config, stage: Path, run_dir: Path) -> Plan:
     """Compile, print the summary, and write plan.json and report.md (into `stage`, bound for `run_dir`)."""
-    plan = compile_plan(config)
-    (stage / PLAN_FILE).write_text(plan.to_json(indent=2) + "\n")
+    plan = checked_plan(config)
+    write_plan(plan, stage)
     (stage / REPORT_FILE).write_text(report_markdown(plan))
     print("\n".join(summary_lines(plan)))
     print(f"wrote     {run_dir / PLAN_FILE} and {REPORT_FILE}")
@@ -67,13 +55,14 @@ def build_task(cfg: DictConfig) -> None:
         build_and_record(compile_into(to_config(cfg), stage, run_dir), run_dir, cwd=Path.cwd(), stage=stage)
 
 
+@modes.sweeps_as(modes.LAUNCH)
 def launch_task(cfg: DictConfig) -> None:
     """`build`, then translate the plan for its target and submit it; exits with the job's status."""
     from compiler.images.workflow import build_and_record
 
     run_dir = run_folder()
     with folders.results_in(run_dir) as stage:
-        plan = compile_into(runs.with_account_defaults(to_config(cfg)), stage, run_dir)
+        plan = compile_into(with_account_defaults(to_config(cfg)), stage, run_dir)
         built = build_and_record(plan, run_dir, cwd=Path.cwd(), stage=stage)
         run_id = runs.run_id_for(plan, datetime.now(UTC))
         request = runs.translate(plan, built.digest or built.reference, run_id, run_dir)
@@ -91,16 +80,20 @@ def launch_task(cfg: DictConfig) -> None:
         sys.exit(record.exit_status or 1)
 
 
+@modes.sweeps_as(modes.DRY_RUN)
 def dry_run_task(cfg: DictConfig) -> None:
     """Print exactly the request `launch` would submit; build nothing, start nothing, keep no run folder."""
     from compiler.images.build import planned_reference
 
     run_dir = run_folder()
     with folders.results_in(run_dir, keep=False):
-        plan = compile_plan(runs.with_account_defaults(to_config(cfg)))
-        image = runs.dry_run_image(plan, planned_reference(plan, cwd=Path.cwd()))
-        request = runs.translate(plan, image, runs.run_id_for(plan, datetime.now(UTC)), run_dir)
-        print(request, end="")
-        runs.print_notes(plan, request)
-        if plan.image.push:
-            print(f"dockyard: {image} is built and pushed at launch, which pins it by digest", file=sys.stderr)
+        prepared = prepare(
+            to_config(cfg),
+            run_dir,
+            run_id=lambda plan: runs.run_id_for(plan, datetime.now(UTC)),
+            planned=lambda plan: planned_reference(plan, cwd=Path.cwd()),
+        )
+        print(prepared.request, end="")
+        runs.print_notes(prepared.plan, prepared.request)
+        if prepared.plan.image.push:
+            print(f"dockyard: {prepared.image} is built and pushed at launch, which pins it by digest", file=sys.stderr)

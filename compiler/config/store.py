@@ -13,7 +13,7 @@ chosen hardware through the `image_for_hardware` group, one option per hardware 
 
 from hydra.core.config_store import ConfigStore
 
-from compiler.planner.catalog import INSTANCE_TYPES, LOCAL_CPU, SAGEMAKER_PREFIX
+from compiler.core.catalog import INSTANCE_TYPES, LOCAL_CPU, SAGEMAKER_PREFIX
 from compiler.spec import schema
 from compiler.spec.plan import TARGETS_BY_KIND
 

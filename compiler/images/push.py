@@ -6,16 +6,14 @@ never written down. Other registries use the engine's own login (`docker login`)
 """
 
 import base64
-import re
 import sys
 from typing import IO
 
 import docker
 
+from compiler.core.grammar import ECR_REGISTRY
 from compiler.images.build import BuildError, BuiltImage
 from compiler.spec import schema
-
-ECR_REGISTRY = re.compile(r"(?P<account>\d{12})\.dkr\.ecr(-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?")
 
 
 def push_image(

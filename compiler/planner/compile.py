@@ -2,18 +2,22 @@
 
 One pass: it resolves the parallel layout and the batch, runs every rule true for all targets
 (`compiler.planner.rules`), then the plan's target's own rules (`Target.check`), and fails with the first
-`ConfigError`. Values the runtime needs from the planner (FLOPs per token, DeepSpeed's buckets) are
-resolved into `Plan.derived`, so the image does not carry the planner.
+`ConfigError`. The planner knows no target: the caller (`compiler.launch.plan`, the one way from a config to
+a plan) resolves the target and passes in its capabilities and its rules. Values the runtime needs from
+the planner (FLOPs per token, DeepSpeed's buckets) are resolved into `Plan.derived`, so the image does not
+carry the planner.
 """
 
 import dataclasses
 import math
+from collections.abc import Callable
 
-from compiler.planner import catalog, estimate, fit, grammar, rules
+from compiler.core import catalog, grammar
+from compiler.core.capabilities import TargetCapabilities
+from compiler.planner import estimate, fit, rules
 from compiler.planner.layout import resolve_batch, resolve_layout
 from compiler.spec import Batch, Derived, Estimate, Layout, Plan, schema
 from compiler.spec.errors import ConfigError
-from compiler.targets import registry
 
 
 def scaled_lr(trainer: schema.TrainerConfig, global_batch: int) -> float:
@@ -32,8 +36,9 @@ def scaled_lr(trainer: schema.TrainerConfig, global_batch: int) -> float:
     return trainer.lr * (ratio if trainer.lr_scaling is schema.LrScaling.linear else math.sqrt(ratio))
 
 
-def compile_plan(config: schema.Config) -> Plan:
-    """Validate `config` and derive everything the rest of dockyard needs from it.
+def compile_plan(config: schema.Config, targets: TargetCapabilities, target_check: Callable[[Plan], list[str]]) -> Plan:
+    """Validate `config` and derive everything the rest of dockyard needs from it; `targets` holds what the
+    plan's target (and every other) offers, `target_check` is that target's own rules.
 
     The plan holds the parallelism section with every -1 and `auto` resolved, so two configs that mean
     the same layout (dp=-1 and dp=4 on four ranks) have the same plan and the same hash.
@@ -41,9 +46,9 @@ def compile_plan(config: schema.Config) -> Plan:
     grammar.check_name(config.name)
     config = dataclasses.replace(config, trainer=rules.resolve_compile(config.trainer))
     instance = catalog.instance_type(config.hardware.instance_type)
-    if rules.capabilities(config).managed_prices:
+    if targets.own.managed_prices:
         instance = dataclasses.replace(instance, price_per_hour=instance.managed_price_per_hour)
-    warnings = list(rules.check_hardware(config, instance))
+    warnings = list(rules.check_hardware(config, instance, targets))
     warnings += rules.check_model(config.model)
     layout = resolve_layout(config, instance)
     config = fit.resolve_micro_batch(config, instance, layout)
@@ -56,7 +61,7 @@ def compile_plan(config: schema.Config) -> Plan:
         )
     batch = resolve_batch(config.parallelism, config.model.seq_len, layout)
     for check in rules.CROSS_FIELD_CHECKS:
-        warnings += check(config, instance, layout)
+        warnings += check(config, instance, layout, targets)
     config = dataclasses.replace(config, parallelism=_resolved(config.parallelism, layout, batch))
     predicted = None
     if instance.has_gpus:
@@ -97,7 +102,7 @@ def compile_plan(config: schema.Config) -> Plan:
         estimate=predicted,
         warnings=(),
     )
-    warnings += registry.get(config.target.kind.value).check(plan)
+    warnings += target_check(plan)
     return dataclasses.replace(plan, warnings=tuple(warnings))
 
 

@@ -9,8 +9,8 @@ nodes; among those, the fastest predicted step first), each with its predicted p
 import dataclasses
 from collections.abc import Iterator
 
+from compiler.core.catalog import InstanceType
 from compiler.planner import estimate
-from compiler.planner.catalog import InstanceType
 from compiler.planner.layout import Batch, Layout, resolve_batch, resolve_layout
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError

@@ -11,12 +11,13 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from compiler.planner import grammar
-from compiler.planner.catalog import InstanceType
+from compiler.core import grammar
+from compiler.core.catalog import InstanceType
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError
 
 if TYPE_CHECKING:
+    from compiler.core.capabilities import TargetCapabilities
     from compiler.planner.layout import Layout
 
 CUDA_BASE_TAG = re.compile(
@@ -31,7 +32,9 @@ IMAGE_PINS = {
 """The version pins each image family uses; deepspeed may be null wherever it applies."""
 
 
-def check_image(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:
+def check_image(
+    config: schema.Config, instance: InstanceType, layout: Layout, targets: TargetCapabilities
+) -> Iterator[str]:
     image = config.image
     if image.family is schema.ImageFamily.cpu_local and instance.has_gpus:
         raise ConfigError(

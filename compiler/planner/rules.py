@@ -3,7 +3,8 @@ yields warnings.
 
 The checks run in one pass from `compiler.planner.compile.compile_plan`, after the layout is resolved, in
 the order of `CROSS_FIELD_CHECKS`. What depends on where the plan runs is asked of the target's
-`Capabilities`; a target's own limits are its `check` (`compiler/targets/<kind>/rules.py`).
+`Capabilities`, which the caller passes in (`targets`); a target's own limits are its `check`
+(`compiler/targets/<kind>/rules.py`).
 """
 
 from __future__ import annotations
@@ -13,20 +14,17 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from compiler.planner import catalog, grammar
-from compiler.planner.catalog import INSTANCE_TYPES, LOCAL_CPU
+from compiler.core import catalog, grammar
+from compiler.core.capabilities import TargetCapabilities
+from compiler.core.catalog import INSTANCE_TYPES, LOCAL_CPU
 from compiler.planner.image_rules import check_image
 from compiler.spec import InstanceType, schema
 from compiler.spec.contract import PLAN_CHANNEL
 from compiler.spec.errors import ConfigError, UnsupportedError
-from compiler.targets import registry
-from compiler.targets.base import Capabilities
 
 if TYPE_CHECKING:
     from compiler.spec import Layout
 
-S3_URI = re.compile(r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?P<key>/[\x21-\x7e]*)?")
-"""A bucket and a key of printable ASCII characters (no spaces or control characters)."""
 CHANNEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.\-_]{0,63}")
 """SageMaker's channel names, less '.' and '..', which would escape /opt/ml/input/data."""
 FILE_SYSTEM_ID = re.compile(r"fs-[0-9a-f]{8,40}")
@@ -38,11 +36,7 @@ RELATIVE_PATH = re.compile(r"[\w.+@=,-][\w./+@=,-]*")
 UINT16_VOCAB = 2**16
 
 
-def capabilities(config: schema.Config) -> Capabilities:
-    return registry.get(config.target.kind.value).capabilities
-
-
-def check_hardware(config: schema.Config, instance: InstanceType) -> Iterator[str]:
+def check_hardware(config: schema.Config, instance: InstanceType, targets: TargetCapabilities) -> Iterator[str]:
     hardware = config.hardware
     if hardware.nodes < 1:
         raise ConfigError("hardware.nodes", f"must be at least 1 (got {hardware.nodes})")
@@ -53,7 +47,7 @@ def check_hardware(config: schema.Config, instance: InstanceType) -> Iterator[st
             f"hardware.processes_per_node={hardware.processes_per_node} leaves "
             f"{instance.gpus - hardware.processes_per_node} of {instance.gpus} GPUs per node idle"
         )
-    if instance.name == LOCAL_CPU.name and not capabilities(config).host_cpu:
+    if instance.name == LOCAL_CPU.name and not targets.own.host_cpu:
         raise ConfigError(
             "hardware.instance_type",
             f"'cpu' is this machine's own CPUs, and target={config.target.kind.value} starts instances",
@@ -95,7 +89,9 @@ def check_model(model: schema.ModelConfig) -> Iterator[str]:
     yield from ()
 
 
-def check_strategy(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:
+def check_strategy(
+    config: schema.Config, instance: InstanceType, layout: Layout, targets: TargetCapabilities
+) -> Iterator[str]:
     par, strategy = config.parallelism, config.parallelism.strategy
     if strategy.is_deepspeed and layout.tp > 1:
         raise UnsupportedError(
@@ -110,7 +106,7 @@ def check_strategy(config: schema.Config, instance: InstanceType, layout: Layout
             "use parallelism=fsdp for tp > 1",
         )
     if strategy is schema.Strategy.smddp:
-        if not capabilities(config).smddp:
+        if not targets.own.smddp:
             raise ConfigError(
                 "parallelism.strategy",
                 f"smddp is SageMaker's library, and target={config.target.kind.value} does not provide it",
@@ -185,7 +181,9 @@ def _check_activation_offload(par: schema.ParallelismConfig, instance: InstanceT
         yield "activation_offload on CPU copies activations within the same memory: it only costs time"
 
 
-def check_data(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:
+def check_data(
+    config: schema.Config, instance: InstanceType, layout: Layout, targets: TargetCapabilities
+) -> Iterator[str]:
     data, target = config.data, config.target.kind
     source = data.source
     if not CHANNEL_NAME.fullmatch(data.channel):
@@ -197,18 +195,18 @@ def check_data(config: schema.Config, instance: InstanceType, layout: Layout) ->
     if data.channel == PLAN_CHANNEL:
         raise ConfigError("data.channel", f"'{PLAN_CHANNEL}' is the channel of the plan itself", "name it train")
     if source is schema.DataSource.s3:
-        check_s3_uri("data.uri", data.uri)
+        grammar.check_s3_uri("data.uri", data.uri)
     if source is schema.DataSource.local:
         if not data.path:
             raise ConfigError("data.path", "is missing", "set data.path to the host folder of token files")
-        if not capabilities(config).host_folders:
+        if not targets.own.host_folders:
             raise ConfigError(
                 "data.source",
                 f"a host folder cannot reach target={target.value}",
                 "upload it to S3 and use data=s3 data.uri=s3://...",
             )
     if source in (schema.DataSource.fsx, schema.DataSource.efs):
-        _check_file_system(config)
+        _check_file_system(config, targets)
     if source is not schema.DataSource.synthetic:
         if data.token_dtype not in ("uint16", "uint32"):
             raise ConfigError("data.token_dtype", f"'{data.token_dtype}' is not a token type", "use uint16 or uint32")
@@ -221,7 +219,7 @@ def check_data(config: schema.Config, instance: InstanceType, layout: Layout) ->
     yield from ()
 
 
-def _check_file_system(config: schema.Config) -> None:
+def _check_file_system(config: schema.Config, targets: TargetCapabilities) -> None:
     data, target = config.data, config.target
     if data.file_system_id is None:
         raise ConfigError("data.file_system_id", "is missing", "set data.file_system_id=fs-...")
@@ -235,8 +233,8 @@ def _check_file_system(config: schema.Config) -> None:
         raise ConfigError(
             "data.path", f"{grammar.shown(data.path)} is not an absolute path inside the file system", "start it with /"
         )
-    mounting = [kind for kind in registry.kinds() if data.source in registry.get(kind).capabilities.file_systems]
-    if data.source not in capabilities(config).file_systems:
+    mounting = targets.kinds_with(data.source)
+    if data.source not in targets.own.file_systems:
         raise ConfigError(
             "data.source",
             f"{data.source.value} file systems cannot be mounted on target={target.kind.value}",
@@ -248,17 +246,9 @@ def _check_file_system(config: schema.Config) -> None:
         )
 
 
-def check_s3_uri(key: str, uri: str | None) -> None:
-    if uri is None:
-        raise ConfigError(key, "is missing", f"set {key}=s3://bucket/prefix")
-    match = S3_URI.fullmatch(uri) if isinstance(uri, str) else None
-    if not match or ".." in match["bucket"]:
-        raise ConfigError(
-            key, f"{grammar.shown(uri)} is not an S3 URI", "use s3://bucket/prefix with a lower-case bucket name"
-        )
-
-
-def check_target(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:
+def check_target(
+    config: schema.Config, instance: InstanceType, layout: Layout, targets: TargetCapabilities
+) -> Iterator[str]:
     target = config.target
     if target.max_retries < 0:
         raise ConfigError("target.max_retries", f"cannot be negative (got {target.max_retries})")
@@ -280,7 +270,9 @@ def check_target(config: schema.Config, instance: InstanceType, layout: Layout) 
     yield from ()
 
 
-def check_trainer(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:
+def check_trainer(
+    config: schema.Config, instance: InstanceType, layout: Layout, targets: TargetCapabilities
+) -> Iterator[str]:
     trainer = config.trainer
     if trainer.steps < 1:
         raise ConfigError("trainer.steps", f"must be at least 1 (got {trainer.steps})")
@@ -361,7 +353,9 @@ GROUP_NAME = re.compile(r"[a-zA-Z0-9](-?[a-zA-Z0-9]){0,62}")
 """A group's name: also a SageMaker InstanceGroupName (1 to 64 characters) and safe in host names."""
 
 
-def check_groups(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:
+def check_groups(
+    config: schema.Config, instance: InstanceType, layout: Layout, targets: TargetCapabilities
+) -> Iterator[str]:
     """A heterogeneous cluster: named groups of known types on a target that runs them, each with its
     command, and the data channel reaching only groups that exist."""
     hardware, commands = config.hardware, config.trainer.group_commands
@@ -370,7 +364,7 @@ def check_groups(config: schema.Config, instance: InstanceType, layout: Layout) 
             if value:
                 raise ConfigError(key, "is set, but hardware.groups is empty", "add the groups to hardware.groups")
         return
-    if not capabilities(config).instance_groups:
+    if not targets.own.instance_groups:
         raise UnsupportedError(
             "hardware.groups", f"target={config.target.kind.value} runs one group of instances", "use target=sagemaker"
         )

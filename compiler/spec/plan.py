@@ -114,9 +114,11 @@ def _typed(cls: type, data: Any, path: str) -> Any:
     if not isinstance(data, dict):
         raise PlanError(path.rstrip("."), f"is {type(data).__name__}, not an object (plan schema {SCHEMA_VERSION})")
     if cls is schema.TargetConfig:
-        cls = TARGETS_BY_KIND.get(data.get("kind"))
-        if cls is None:
-            raise PlanError(f"{path}kind", f"unknown target kind {data.get('kind')!r} (plan schema {SCHEMA_VERSION})")
+        kind = data.get("kind")
+        target = TARGETS_BY_KIND.get(kind) if isinstance(kind, str) else None
+        if target is None:
+            raise PlanError(f"{path}kind", f"unknown target kind {kind!r} (plan schema {SCHEMA_VERSION})")
+        cls = target
     known = {f.name for f in fields(cls)}
     for name in data.keys() - known:
         raise PlanError(f"{path}{name}", f"is not a field of plan schema {SCHEMA_VERSION}")
@@ -143,7 +145,7 @@ def _value(hint: Any, raw: Any, key: str) -> Any:
     if isinstance(hint, types.UnionType) and raw is not None:  # X | None
         hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
     try:
-        if is_dataclass(hint):
+        if isinstance(hint, type) and is_dataclass(hint):
             return _typed(hint, raw, key + ".")
         if isinstance(hint, type) and issubclass(hint, Enum):
             return hint(raw)

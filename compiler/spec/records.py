@@ -85,7 +85,8 @@ class Memory:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def largest_term(self) -> str:
-        return max(self.terms, key=self.terms.get)
+        terms = self.terms
+        return max(terms, key=terms.__getitem__)
 
 
 @dataclass(frozen=True, kw_only=True)

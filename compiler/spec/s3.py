@@ -5,9 +5,18 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, Protocol
 
 
-def download_s3(uri: str, folder: Path, client_factory: Callable[[], object] | None = None) -> None:
+class S3Client(Protocol):
+    """What this module asks of boto3's S3 client (the tests pass a fake)."""
+
+    def get_paginator(self, operation_name: str) -> Any: ...
+
+    def download_file(self, bucket: str, key: str, filename: str, /) -> None: ...
+
+
+def download_s3(uri: str, folder: Path, client_factory: Callable[[], S3Client] | None = None) -> None:
     """Fetch every object under `uri` into `folder`, several at a time; files already there are kept."""
     bucket, _, prefix = uri.removeprefix("s3://").partition("/")
     if client_factory is None:

@@ -3,16 +3,17 @@
 A batch of points goes through four steps, each finished for every point before the next starts:
 compose and validate (plan, image reference and request: a mistake in any point stops the sweep before
 anything runs, unless `skip_invalid`), build (one build per distinct image), submit (at most
-`max_concurrent` jobs at once, each through `compiler.targets.runs` as a single launch goes, with the same
+`max_concurrent` jobs at once, each through `compiler.launch.runs` as a single launch goes, with the same
 run record; a failed job fails its point only) and report (the summary and the loss plot, one JobReturn per
 point in order). `dry_run` stops after the first step
 and writes each point's request instead of submitting it.
 """
 
 import dataclasses
+import shutil
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,25 +25,19 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, flag_override, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from compiler.cli import tasks
 from compiler.config.compose import as_config_error, reject_numbers_in_files, to_config
-from compiler.planner.compile import compile_plan
+from compiler.launch import runs, summary
+from compiler.launch.errors import InvalidSweepError, PointFailedError
+from compiler.launch.plan import write_plan
+from compiler.launch.prepare import prepare
 from compiler.spec import Plan
 from compiler.spec.errors import ConfigError
-from compiler.sweep import summary
 from compiler.sweep.compose import PointComposer
-from compiler.targets import records, registry, runs
+from compiler.targets import records, registry
 from compiler.targets.base import CANCELLED, COMPLETED, FAILED, STOPPED
 from compiler.targets.records import DRY_RUN, INVALID, RunRecord
 
 REQUEST_FILE = "request.json"
-
-
-def mode_of(task_function: Callable | None) -> str | None:
-    """How the launcher runs `task_function`: "launch" or "dry_run" for dockyard's launch tasks (the CLI's
-    wrapper names them in `__wrapped__`), None for any other, which it runs as Hydra's basic launcher does."""
-    task = getattr(task_function, "__wrapped__", task_function)
-    return {tasks.launch_task: "launch", tasks.dry_run_task: "dry_run"}.get(task)
 
 
 @dataclass(frozen=True)
@@ -52,22 +47,6 @@ class Options:
     dry_run: bool = False
     wait: bool = True
     objective: str | None = None
-
-
-class InvalidSweepError(ConfigError):
-    """Some points cannot run; `points` has one line for each (job, overrides, key and reason)."""
-
-    def __init__(self, points: Sequence["Point"], total: int) -> None:
-        super().__init__(
-            "sweep",
-            f"{len(points)} of {total} points are invalid, nothing was launched",
-            "fix them, or set hydra.launcher.skip_invalid=true to run the others",
-        )
-        self.points = [f"[job {p.num}: {' '.join(p.overrides)}] {p.error}" for p in points]
-
-
-class PointFailedError(Exception):
-    """A point that did not complete; the JobReturn's value, which Hydra's sweepers raise."""
 
 
 @dataclass
@@ -109,7 +88,7 @@ class Sweep:
         invalid = [p for p in points if p.error]
         if invalid and not self.options.skip_invalid:
             self._discard_if_empty()
-            raise InvalidSweepError(invalid, len(points))
+            raise InvalidSweepError([f"[job {p.num}: {' '.join(p.overrides)}] {p.error}" for p in invalid], len(points))
         valid = [p for p in points if not p.error]
         for point in invalid:
             folder = point.run_dir or self.sweep_dir / f"invalid-{point.num}"
@@ -139,16 +118,17 @@ class Sweep:
             point.run_dir = Path(str(cfg.hydra.sweep.dir), str(cfg.hydra.sweep.subdir)).resolve()
             point.cfg, point.hydra_cfg = split_hydra_node(cfg)
             reject_numbers_in_files(point.hydra_cfg.hydra, point.cfg)
-            point.plan = compile_plan(runs.with_account_defaults(to_config(cfg), out=self.out))
-            point.run_id = f"{runs.run_id_for(point.plan, self.started)}-{num}"
-            planned = self._expected_image(point.plan)
-            point.request = self._translate(point, runs.dry_run_image(point.plan, planned))
+            prepared = prepare(
+                to_config(cfg),
+                point.run_dir,
+                run_id=lambda plan: f"{runs.run_id_for(plan, self.started)}-{num}",
+                planned=self._expected_image,
+                out=self.out,
+            )
+            point.plan, point.run_id, point.request = prepared.plan, prepared.run_id, prepared.request
         except (ConfigError, HydraException, OmegaConfBaseException, ValueError) as exc:
             point.error = as_config_error(exc).one_line()
         return point
-
-    def _translate(self, point: Point, image: str):
-        return runs.translate(point.plan, image, point.run_id, point.run_dir)
 
     def _expected_image(self, plan: Plan) -> str:
         """The content-hash reference a build of `plan` makes. The build context depends only on the image
@@ -166,7 +146,7 @@ class Sweep:
         """Nothing ran: take back the multirun.yaml Hydra wrote, unless earlier batches left points."""
         if self.sweep_dir.is_dir() and not any(self.sweep_dir.glob(f"**/{records.RECORD_FILE}")):
             (self.sweep_dir / "multirun.yaml").unlink(missing_ok=True)
-            tasks.discard(self.sweep_dir)
+            discard(self.sweep_dir)
 
     def _dry_run(self, points: list[Point]) -> None:
         for point in points:
@@ -189,7 +169,7 @@ class Sweep:
                 built_by_tag[expected] = build_and_record(point.plan, point.run_dir, cwd=Path.cwd(), out=self.out)
             built = built_by_tag[expected]
             (point.run_dir / IMAGE_FILE).write_text(built.to_json() + "\n")
-            point.request = self._translate(point, built.digest or built.reference)
+            point.request = runs.translate(point.plan, built.digest or built.reference, point.run_id, point.run_dir)
 
     def _submit(self, points: list[Point]) -> None:
         for point in points:
@@ -226,7 +206,7 @@ class Sweep:
         _save_config(point.cfg, "config.yaml", output)
         _save_config(point.hydra_cfg, "hydra.yaml", output)
         _save_config(OmegaConf.create(list(point.overrides)), "overrides.yaml", output)
-        (point.run_dir / tasks.PLAN_FILE).write_text(point.plan.to_json(indent=2) + "\n")
+        write_plan(point.plan, point.run_dir)
 
     def _run_guarded(self, point: Point) -> RunRecord:
         out = PrefixedWriter(self.out, f"[#{point.num}] ")
@@ -291,11 +271,14 @@ def split_hydra_node(cfg: DictConfig) -> tuple[DictConfig, DictConfig]:
     return cfg, hydra_cfg
 
 
-def refresh(sweep_dir: Path) -> list[RunRecord]:
-    """`dockyard status SWEEP_DIR`: ask the target about every point still open, then rewrite the summary."""
-    for record in records.load_all(sweep_dir):
-        runs.refresh(record)
-    return summary.write(sweep_dir)
+def discard(sweep_dir: Path) -> None:
+    """Remove an empty sweep folder Hydra made (its .hydra folder, then the folders left empty) up to the
+    working directory."""
+    shutil.rmtree(sweep_dir / ".hydra", ignore_errors=True)
+    cwd, folder = Path.cwd().resolve(), sweep_dir
+    while folder != cwd and cwd in folder.parents and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
 
 
 class PrefixedWriter:

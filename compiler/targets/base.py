@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol, runtime_checkable
 
-from compiler.spec import DataSource, Plan
+from compiler.core.capabilities import Capabilities
+from compiler.spec import Plan
 from compiler.spec.schema import Config
 
 PENDING, RUNNING, COMPLETED, FAILED, STOPPED, CANCELLED = (
@@ -28,27 +29,6 @@ PENDING, RUNNING, COMPLETED, FAILED, STOPPED, CANCELLED = (
 STATUSES = (PENDING, RUNNING, COMPLETED, FAILED, STOPPED, CANCELLED)
 """One set of statuses for a run on every target (and a sweep's points)."""
 FINAL_STATUSES = (COMPLETED, FAILED, STOPPED, CANCELLED)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Capabilities:
-    """What the generic rules need to know about a target, so they never name one."""
-
-    host_cpu: bool
-    """Runs on the CPUs of machines it does not choose (`hardware=cpu`: local containers, a cluster's
-    nodes); a target that starts instances needs a catalog type instead (ml.m5.xlarge)."""
-    host_folders: bool
-    """Mounts a folder of the submitting host as a channel (`data=local`)."""
-    file_systems: tuple[DataSource, ...] = ()
-    """Shared file systems it mounts as channels (fsx, efs)."""
-    smddp: bool = False
-    """Provides SageMaker's distributed data-parallel library."""
-    instance_groups: bool = False
-    """Runs a heterogeneous cluster (`hardware.groups`): instance groups with their own types and commands."""
-    warm_pools: bool = False
-    """Keeps a finished job's instances for the next one (`dockyard warm-pool release RUN` ends that)."""
-    managed_prices: bool = False
-    """Bills the instances at its own rate (SageMaker's `ml.` training price), not EC2's."""
 
 
 @dataclass(frozen=True, kw_only=True)

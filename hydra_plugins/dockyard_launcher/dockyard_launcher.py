@@ -35,18 +35,19 @@ class DockyardLauncher(Launcher):
 
     def validates_every_point(self) -> bool:
         """True when the batch goes to `compiler.sweep.launcher`, which composes and checks every point first."""
-        from compiler.sweep import launcher
+        from compiler.launch import modes
 
-        return launcher.mode_of(self.task_function) is not None
+        return modes.mode_of(self.task_function) is not None
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from compiler.launch import modes
         from compiler.sweep import launcher
 
-        mode = launcher.mode_of(self.task_function)
+        mode = modes.mode_of(self.task_function)
         if mode is None:
             return self._launch_basic(job_overrides, initial_job_idx)
         if self.sweep is None:  # kept across batches (Optuna launches one batch of trials at a time)
-            options = launcher.Options(**{**self.options, "dry_run": self.options["dry_run"] or mode == "dry_run"})
+            options = launcher.Options(**{**self.options, "dry_run": self.options["dry_run"] or mode == modes.DRY_RUN})
             self.sweep = launcher.Sweep(self.hydra_context.config_loader, self.config, options)
         return self.sweep.launch(job_overrides, initial_job_idx)
 

@@ -18,7 +18,7 @@ class InstanceGroup:
 @dataclass
 class HardwareConfig:
     instance_type: str = MISSING
-    """An instance type of `compiler/planner/catalog.py` (p5.48xlarge, ...), or `cpu` for CPU-only nodes."""
+    """An instance type of `compiler/core/catalog.py` (p5.48xlarge, ...), or `cpu` for CPU-only nodes."""
     nodes: int = 1
     """Instances (nodes) the job runs on."""
     processes_per_node: int = -1

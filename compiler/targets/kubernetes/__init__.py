@@ -9,9 +9,10 @@ followed, so planning and dry runs need no cluster.
 from pathlib import Path
 from typing import IO
 
+from compiler.core.capabilities import Capabilities
 from compiler.spec import DataSource, Plan
 from compiler.spec.schema import Config
-from compiler.targets.base import Capabilities, JobState
+from compiler.targets.base import JobState
 from compiler.targets.kubernetes import rules
 from compiler.targets.kubernetes.translate import KubernetesRequest, to_request
 

@@ -7,9 +7,10 @@ restarts a failed job up to `target.max_retries` times and removes everything on
 from pathlib import Path
 from typing import IO
 
+from compiler.core.capabilities import Capabilities
 from compiler.spec import Plan
 from compiler.spec.schema import Config
-from compiler.targets.base import COMPLETED, FAILED, RUNNING, STOPPED, Capabilities, JobState
+from compiler.targets.base import COMPLETED, FAILED, RUNNING, STOPPED, JobState
 from compiler.targets.local import rules
 from compiler.targets.local.translate import LocalRequest, to_request
 

@@ -13,7 +13,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from compiler.planner.catalog import LOCAL_CPU, instance_type
+from compiler.core.catalog import LOCAL_CPU, instance_type
 from compiler.spec import DataSource, Entry, Plan
 from compiler.spec.contract import CONTAINER_ROOT, PLAN_CHANNEL, PLAN_PATH
 

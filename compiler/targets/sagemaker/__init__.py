@@ -11,10 +11,11 @@ from typing import IO
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from compiler.core.capabilities import Capabilities
 from compiler.spec import DataSource, Plan
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import Config
-from compiler.targets.base import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, STOPPED, Capabilities, JobState
+from compiler.targets.base import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, STOPPED, JobState
 from compiler.targets.sagemaker import rules
 from compiler.targets.sagemaker.translate import SageMakerRequest, to_request
 

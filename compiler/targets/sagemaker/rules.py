@@ -8,9 +8,7 @@ import re
 
 import botocore.session
 
-from compiler.images.push import ECR_REGISTRY
-from compiler.planner.grammar import shown
-from compiler.planner.rules import check_s3_uri
+from compiler.core.grammar import ECR_REGISTRY, check_s3_uri, shown
 from compiler.spec import DataSource, Plan, SageMakerTargetConfig
 from compiler.spec.errors import ConfigError, UnknownNameError
 

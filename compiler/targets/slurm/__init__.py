@@ -4,9 +4,10 @@ commands on the login node (`jobs`), checked by its own rules (`rules`)."""
 from pathlib import Path
 from typing import IO
 
+from compiler.core.capabilities import Capabilities
 from compiler.spec import Plan
 from compiler.spec.schema import Config
-from compiler.targets.base import Capabilities, JobState
+from compiler.targets.base import JobState
 from compiler.targets.slurm import jobs, rules, translate
 from compiler.targets.slurm.translate import SlurmRequest
 

@@ -3,7 +3,6 @@ translate, submit, record, follow, stop. It asks the registry for the plan's tar
 that is.
 """
 
-import dataclasses
 import json
 import re
 import sys
@@ -13,7 +12,6 @@ from pathlib import Path
 from typing import IO
 
 from compiler.spec import Plan
-from compiler.spec.schema import Config
 from compiler.targets import records, registry
 from compiler.targets.base import FINAL_STATUSES, PENDING, RUNNING, STOPPED, JobState, Request
 from compiler.targets.records import RunRecord
@@ -23,24 +21,6 @@ def run_id_for(plan: Plan, now: datetime) -> str:
     """`<name>-<UTC time>`: a valid container, network, SageMaker job and DNS name (≤ 63 characters)."""
     name = re.sub(r"[^a-zA-Z0-9]+", "-", plan.name).strip("-")[:40].lower() or "run"
     return f"{name}-{now:%Y%m%d-%H%M%S}"
-
-
-def with_account_defaults(config: Config, out: IO[str] | None = None) -> Config:
-    """`config` with the values the caller's account gives the keys it leaves unset (each said on `out`,
-    standard error by default)."""
-    values = registry.get(config.target.kind.value).account_defaults(config)
-    for key, value in values.items():
-        print(f"dockyard: {key} defaults to {value} (the caller's account)", file=out or sys.stderr)
-    return with_values(config, values)
-
-
-def with_values(config, values: dict[str, object]):
-    """A copy of the typed `config` with dotted keys set (`image.registry`)."""
-    for key, value in values.items():
-        head, _, rest = key.partition(".")
-        inner = with_values(getattr(config, head), {rest: value}) if rest else value
-        config = dataclasses.replace(config, **{head: inner})
-    return config
 
 
 def translate(plan: Plan, image: str, run_id: str, run_dir: Path) -> Request:
@@ -130,7 +110,7 @@ def refresh(record: RunRecord) -> RunRecord:
     if target is None or (record.status in FINAL_STATUSES and not target.capabilities.warm_pools):
         return record
     state = target.status(record.handle)
-    changes = {"status": state.status, "detail": state.detail, "warm_pool": state.warm_pool}
+    changes: dict[str, object] = {"status": state.status, "detail": state.detail, "warm_pool": state.warm_pool}
     if state.metrics:
         changes["final"] = dict(state.metrics)
     return records.update(record, **changes, **billing(state))

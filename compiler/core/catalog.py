@@ -14,6 +14,8 @@ row's comment says what stands in. `hardware.price_per_hour` overrides both (a d
 Every SageMaker training type here is also known by the name the console shows, `ml.<type>`.
 """
 
+from typing import TypedDict
+
 from compiler.spec.errors import UnknownNameError
 from compiler.spec.records import InstanceType
 
@@ -37,27 +39,38 @@ LOCAL_CPU = InstanceType(
 )
 """This machine's own CPUs (local containers, a Slurm or Kubernetes CPU node): no size and no price."""
 
-NO_GPU = dict(gpu_model="none", gpu_memory_gib=0, peak_bf16_tflops=0, peak_fp16_tflops=0, gpu_link_gbps=0)
+
+class Gpu(TypedDict):
+    """The per-GPU fields of an `InstanceType`, shared by a family's sizes."""
+
+    gpu_model: str
+    gpu_memory_gib: float
+    peak_bf16_tflops: float
+    peak_fp16_tflops: float
+    gpu_link_gbps: float
+
+
+NO_GPU = Gpu(gpu_model="none", gpu_memory_gib=0, peak_bf16_tflops=0, peak_fp16_tflops=0, gpu_link_gbps=0)
 # NVIDIA datasheets. V100 SXM2: 125 TFLOPS fp16 tensor, NVLink 2.0 300 GB/s both directions. T4: 65 TFLOPS
 # fp16 tensor, PCIe 3.0 x16. A10G: AWS's figure for g5 (the A10's 125 bf16 at A10G's lower clocks and power).
 # L4: 242 fp16/bf16 with sparsity, 121 dense. L40S: 362 fp16/bf16 dense. A100: 312, NVLink 3.0 600 GB/s.
 # H100/H200 SXM: 989, NVLink 4.0 900 GB/s. PCIe 4.0 x16 is 32 GB/s one way, 3.0 x16 16 GB/s.
-V100_16 = dict(
+V100_16 = Gpu(
     gpu_model="V100-SXM2-16GB", gpu_memory_gib=16, peak_bf16_tflops=0, peak_fp16_tflops=125, gpu_link_gbps=150 * 8
 )
-V100_32 = dict(V100_16, gpu_model="V100-SXM2-32GB", gpu_memory_gib=32)
-T4 = dict(gpu_model="T4-16GB", gpu_memory_gib=16, peak_bf16_tflops=0, peak_fp16_tflops=65, gpu_link_gbps=16 * 8)
-A10G = dict(gpu_model="A10G-24GB", gpu_memory_gib=24, peak_bf16_tflops=70, peak_fp16_tflops=70, gpu_link_gbps=32 * 8)
-L4 = dict(gpu_model="L4-24GB", gpu_memory_gib=24, peak_bf16_tflops=121, peak_fp16_tflops=121, gpu_link_gbps=32 * 8)
-L40S = dict(gpu_model="L40S-48GB", gpu_memory_gib=48, peak_bf16_tflops=362, peak_fp16_tflops=362, gpu_link_gbps=32 * 8)
-A100_40 = dict(
+V100_32: Gpu = {**V100_16, "gpu_model": "V100-SXM2-32GB", "gpu_memory_gib": 32}
+T4 = Gpu(gpu_model="T4-16GB", gpu_memory_gib=16, peak_bf16_tflops=0, peak_fp16_tflops=65, gpu_link_gbps=16 * 8)
+A10G = Gpu(gpu_model="A10G-24GB", gpu_memory_gib=24, peak_bf16_tflops=70, peak_fp16_tflops=70, gpu_link_gbps=32 * 8)
+L4 = Gpu(gpu_model="L4-24GB", gpu_memory_gib=24, peak_bf16_tflops=121, peak_fp16_tflops=121, gpu_link_gbps=32 * 8)
+L40S = Gpu(gpu_model="L40S-48GB", gpu_memory_gib=48, peak_bf16_tflops=362, peak_fp16_tflops=362, gpu_link_gbps=32 * 8)
+A100_40 = Gpu(
     gpu_model="A100-SXM4-40GB", gpu_memory_gib=40, peak_bf16_tflops=312, peak_fp16_tflops=312, gpu_link_gbps=300 * 8
 )
-A100_80 = dict(A100_40, gpu_model="A100-SXM4-80GB", gpu_memory_gib=80)
-H100 = dict(
+A100_80: Gpu = {**A100_40, "gpu_model": "A100-SXM4-80GB", "gpu_memory_gib": 80}
+H100 = Gpu(
     gpu_model="H100-SXM5-80GB", gpu_memory_gib=80, peak_bf16_tflops=989, peak_fp16_tflops=989, gpu_link_gbps=450 * 8
 )
-H200 = dict(H100, gpu_model="H200-SXM5-141GB", gpu_memory_gib=141)
+H200: Gpu = {**H100, "gpu_model": "H200-SXM5-141GB", "gpu_memory_gib": 141}
 
 SMDDP_TYPES = frozenset({"p3.16xlarge", "p3dn.24xlarge", "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge"})
 """The types SageMaker's data-parallel library supports (its documentation's list of supported instances)."""

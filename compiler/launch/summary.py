@@ -14,8 +14,9 @@ import csv
 import statistics
 from pathlib import Path
 
+from compiler.launch.runs import loss_curve
+from compiler.launch.runs import refresh as refresh_run
 from compiler.targets.records import RunRecord, load_all
-from compiler.targets.runs import loss_curve
 
 SUMMARY_MD, SUMMARY_CSV, LOSS_PLOT = "summary.md", "summary.csv", "loss.png"
 COLUMNS = (
@@ -105,6 +106,13 @@ def write(sweep_dir: Path) -> list[RunRecord]:
     if curves:
         plot(curves, common, sweep_dir / LOSS_PLOT)
     return records
+
+
+def refresh(sweep_dir: Path) -> list[RunRecord]:
+    """`dockyard status SWEEP_DIR`: ask the target about every point still open, then rewrite the summary."""
+    for record in load_all(sweep_dir):
+        refresh_run(record)
+    return write(sweep_dir)
 
 
 def shared_overrides(records: list[RunRecord]) -> frozenset[str]:

@@ -29,6 +29,10 @@ SageMaker tag; the run id and the job name derive from it."""
 RELEASE = re.compile(r"\d+(?:\.\d+)+")
 DEBIAN_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
 DEBIAN_VERSION = re.compile(r"(?:\d+:)?[0-9][A-Za-z0-9.+~]*(?:-[A-Za-z0-9.+~]+)*")
+S3_URI = re.compile(r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?P<key>/[\x21-\x7e]*)?")
+"""A bucket and a key of printable ASCII characters (no spaces or control characters)."""
+ECR_REGISTRY = re.compile(r"(?P<account>\d{12})\.dkr\.ecr(-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?")
+"""An Amazon ECR registry host: the images push there with ECR's login, and SageMaker pulls only from there."""
 
 
 def check(key: str, value: str, pattern: re.Pattern, what: str, fix: str) -> None:
@@ -99,3 +103,11 @@ def check_pinned_requirement(key: str, line: str) -> None:
         Version(pins[0].version)
     except InvalidVersion:
         raise ConfigError(key, f"{shown(line)} pins no valid version", "use name==1.2.3") from None
+
+
+def check_s3_uri(key: str, uri: str | None) -> None:
+    if uri is None:
+        raise ConfigError(key, "is missing", f"set {key}=s3://bucket/prefix")
+    match = S3_URI.fullmatch(uri) if isinstance(uri, str) else None
+    if not match or ".." in match["bucket"]:
+        raise ConfigError(key, f"{shown(uri)} is not an S3 URI", "use s3://bucket/prefix with a lower-case bucket name")
