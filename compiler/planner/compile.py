@@ -13,6 +13,7 @@ from compiler.planner import catalog, estimate, fit, grammar, rules
 from compiler.planner.layout import resolve_batch, resolve_layout
 from compiler.spec import Batch, Derived, Estimate, Layout, Plan, schema
 from compiler.spec.errors import ConfigError
+from compiler.spec.strategies import DEEPSPEED_ENGINE, facts
 from compiler.targets import registry
 
 
@@ -91,7 +92,7 @@ def compile_plan(config: schema.Config) -> Plan:
             flops_per_token=estimate.flops_per_token(config.model),
             lr=scaled_lr(config.trainer, batch.global_batch),
             deepspeed_buckets=estimate.deepspeed_buckets(config.model)
-            if config.parallelism.strategy.is_deepspeed
+            if facts(config.parallelism.strategy).engine == DEEPSPEED_ENGINE
             else {},
         ),
         estimate=predicted,
@@ -102,7 +103,7 @@ def compile_plan(config: schema.Config) -> Plan:
 
 
 def _resolved(par: schema.ParallelismConfig, layout: Layout, batch: Batch) -> schema.ParallelismConfig:
-    hybrid = par.strategy is schema.Strategy.fsdp_hybrid
+    hybrid = facts(par.strategy).shard_groups
     return dataclasses.replace(
         par,
         dp=layout.dp,

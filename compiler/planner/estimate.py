@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from compiler.planner.pipeline import bubble_fraction
 from compiler.spec import Batch, InstanceType, Layout, Memory, Throughput, schema
+from compiler.spec.strategies import DEEPSPEED_ENGINE, facts
 
 GIB = 2**30
 CUDA_CONTEXT_BYTES = 600 * 2**20
@@ -120,12 +121,12 @@ def _mlp_inputs(model: schema.ModelConfig) -> int:
 
 def state_bytes_per_parameter(par: schema.ParallelismConfig, shard: int) -> tuple[float, float, float]:
     """(parameter, gradient, optimizer) bytes per parameter on one GPU, before tensor parallelism."""
-    strategy, full = par.strategy, par.mixed_precision is schema.Precision.fp32
-    if strategy.is_deepspeed:
+    strategy, full = facts(par.strategy), par.mixed_precision is schema.Precision.fp32
+    if strategy.engine == DEEPSPEED_ENGINE:
         weight = 4 if full else 2
         optimizer = (8 if full else 12) / shard
-        gradient = weight / shard if strategy in (schema.Strategy.zero2, schema.Strategy.zero3) else weight
-        parameter = weight / shard if strategy is schema.Strategy.zero3 else weight
+        gradient = weight / shard if strategy.shards_gradients else weight
+        parameter = weight / shard if strategy.shards_parameters else weight
     else:
         parameter, gradient, optimizer = 4 / shard, 4 / shard, 8 / shard
     if par.offload is not schema.Offload.none:
@@ -160,7 +161,7 @@ def activation_bytes_per_token(model: schema.ModelConfig, par: schema.Parallelis
 def _autocast(par: schema.ParallelismConfig) -> bool:
     """DDP and smddp keep fp32 weights and compute in bf16/fp16 under autocast; FSDP and DeepSpeed cast
     the weights themselves."""
-    ddp = par.strategy in (schema.Strategy.ddp, schema.Strategy.smddp) and par.pp == 1  # pipelines: FSDP2
+    ddp = facts(par.strategy).replicated and par.pp == 1  # pipelines: FSDP2
     return ddp and par.mixed_precision is not schema.Precision.fp32
 
 
@@ -200,12 +201,13 @@ def _share_memory(
     held, per_layer = _communication_bytes(model, par, layout, share)
     in_layers = tokens * activation["live"] + per_layer
     if logits >= in_layers:
-        if par.strategy in (schema.Strategy.fsdp, schema.Strategy.fsdp_hybrid) and par.grad_accum == 1:
+        strategy = facts(par.strategy)
+        if strategy.engine != DEEPSPEED_ENGINE and strategy.shards_gradients and par.grad_accum == 1:
             states[1] = 0  # FSDP's sharded gradients appear in the layers' backward, after the loss's
         tensors = [*states, kept, logits, held]
     else:
         tensors = [*states, kept + tokens * activation["live"], 0, held + per_layer]
-    groups = 1 + (tp > 1) + (par.strategy is schema.Strategy.fsdp_hybrid) + (layout.pp > 1)
+    groups = 1 + (tp > 1) + facts(par.strategy).shard_groups + (layout.pp > 1)
     context = CUDA_CONTEXT_BYTES + groups * NCCL_BYTES_PER_GROUP
     parameters, gradients, optimizer, activations, logits, communication = (round(t) for t in tensors)
     return Memory(
@@ -269,14 +271,14 @@ def _communication_bytes(
     or with shard groups of one) stays gathered from its first backward to the step's last, and accumulates
     its unsharded gradients until then: twice the stage's parameters.
     """
-    strategy, element = par.strategy, 4 if par.mixed_precision is schema.Precision.fp32 else 2
+    strategy, element = facts(par.strategy), 4 if par.mixed_precision is schema.Precision.fp32 else 2
     layer = layer_parameters(model) / layout.tp
     if layout.pp > 1:
         stage = parameter_count(model, share) - share.layers * layer_parameters(model) + share.layers * layer
         return 2 * stage * element, 0
-    if strategy in (schema.Strategy.ddp, schema.Strategy.smddp):
+    if strategy.replicated:
         return 0, 0
-    if strategy.is_deepspeed:
+    if strategy.engine == DEEPSPEED_ENGINE:
         buckets = deepspeed_buckets(model)
         gathered = (layer + buckets["stage3_prefetch_bucket_size"]) * element if strategy.shards_parameters else 0
         return buckets["reduce_bucket_size"] * element, gathered
@@ -375,8 +377,7 @@ def _reductions_per_step(par: schema.ParallelismConfig, batch: Batch) -> int:
     """Sharded gradients are reduced (and ZeRO-3/FSDP parameters gathered) for every micro batch; DDP and
     ZeRO-1 accumulate locally and reduce once per optimizer step, and so does a pipeline stage (the schedule
     holds FSDP's reduction back until the last micro batch)."""
-    once = (schema.Strategy.ddp, schema.Strategy.smddp, schema.Strategy.zero1)
-    return 1 if par.strategy in once or par.pp > 1 else batch.grad_accum
+    return 1 if not facts(par.strategy).shards_gradients or par.pp > 1 else batch.grad_accum
 
 
 RECOMPUTE_FLOPS = {
@@ -394,12 +395,12 @@ def _data_parallel_seconds(
     dp, shard = layout.dp, layout.shard_degree
     if dp == 1:
         return 0.0
-    params = parameters_per_gpu(model, layout.tp, share)
-    gradient_bytes = params * (2 if par.strategy.is_deepspeed or par.strategy.shards_parameters else 4)
-    gathers = 2 * params * 2 if par.strategy.shards_parameters else 0  # parameters for forward and backward
+    params, strategy = parameters_per_gpu(model, layout.tp, share), facts(par.strategy)
+    gradient_bytes = params * (2 if strategy.engine == DEEPSPEED_ENGINE or strategy.shards_parameters else 4)
+    gathers = 2 * params * 2 if strategy.shards_parameters else 0  # parameters for forward and backward
     gpu_link = instance.gpu_link_gbps / 8 * 1e9
     network = instance.network_gbps / layout.processes_per_node / 8 * 1e9
-    if par.strategy is schema.Strategy.fsdp_hybrid and layout.processes_per_node % shard == 0:
+    if strategy.shard_groups and layout.processes_per_node % shard == 0:
         within = (gradient_bytes + gathers) * (shard - 1) / shard / gpu_link
         replicas = dp // shard
         across = 2 * gradient_bytes / shard * (replicas - 1) / replicas

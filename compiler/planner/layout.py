@@ -8,6 +8,7 @@ from compiler.planner.pipeline import default_microbatches, split_layers
 from compiler.spec import Batch, InstanceType, Layout, schema
 from compiler.spec.errors import ConfigError, DegreeError, UnknownNameError, UnsupportedError
 from compiler.spec.ranks import PIPELINE_SCHEDULES
+from compiler.spec.strategies import DEEPSPEED_ENGINE, facts
 
 
 def resolve_layout(config: schema.Config, instance: InstanceType) -> Layout:
@@ -106,13 +107,14 @@ def _pipeline_stages(par: schema.ParallelismConfig, pp: int, model: schema.Model
         if par.pp_layers_per_stage:
             raise ConfigError("parallelism.pp_layers_per_stage", "applies only to pp > 1", "remove it")
         return 1, ()
-    if par.strategy.is_deepspeed:
+    strategy = facts(par.strategy)
+    if strategy.engine == DEEPSPEED_ENGINE:
         raise UnsupportedError(
             "parallelism.pp",
             f"DeepSpeed {par.strategy.value} does not combine with the trainer's pipeline",
             "use parallelism=fsdp for pp > 1 (FSDP2 shards each stage over dp)",
         )
-    if par.strategy is schema.Strategy.smddp:
+    if not strategy.pipeline:
         raise UnsupportedError(
             "parallelism.strategy",
             f"smddp with pp={pp}: the trainer's pipeline replicates stages with FSDP2 over NCCL",
@@ -158,14 +160,14 @@ def _pipeline_microbatches(par: schema.ParallelismConfig, layout: Layout) -> int
 
 
 def _shard_degree(par: schema.ParallelismConfig, dp: int, dp_per_node: int) -> int:
-    if par.strategy is not schema.Strategy.fsdp_hybrid:
+    if not facts(par.strategy).shard_groups:
         if par.shard_group_size != -1:
             raise ConfigError(
                 "parallelism.shard_group_size",
                 "only applies to strategy fsdp_hybrid",
                 "remove it, or use parallelism=fsdp-hybrid",
             )
-        return 1 if par.strategy in (schema.Strategy.ddp, schema.Strategy.smddp) else dp
+        return 1 if facts(par.strategy).replicated else dp
     group = min(dp_per_node, dp) if par.shard_group_size == -1 else par.shard_group_size
     if group < 1 or dp % group:
         raise DegreeError(

@@ -19,6 +19,7 @@ from compiler.planner.image_rules import check_image
 from compiler.spec import InstanceType, schema
 from compiler.spec.contract import PLAN_CHANNEL
 from compiler.spec.errors import ConfigError, UnsupportedError
+from compiler.spec.strategies import DEEPSPEED_ENGINE, STRATEGIES, facts
 from compiler.targets import registry
 from compiler.targets.base import Capabilities
 
@@ -97,16 +98,17 @@ def check_model(model: schema.ModelConfig) -> Iterator[str]:
 
 def check_strategy(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:
     par, strategy = config.parallelism, config.parallelism.strategy
-    if strategy.is_deepspeed and layout.tp > 1:
+    known = facts(strategy)
+    if layout.tp > 1 and not known.tensor_parallel and known.engine == DEEPSPEED_ENGINE:
         raise UnsupportedError(
             "parallelism.tp",
             f"DeepSpeed {strategy.value} does not combine with tensor parallelism",
             "set parallelism.tp=1, or use parallelism=fsdp for FSDP + TP",
         )
-    if strategy is schema.Strategy.ddp and layout.tp > 1:
+    if layout.tp > 1 and not known.tensor_parallel and strategy is not schema.Strategy.smddp:  # smddp's checks below
         raise ConfigError(
             "parallelism.tp",
-            "ddp replicates whole models and does not combine with tensor parallelism",
+            f"{strategy.value} replicates whole models and does not combine with tensor parallelism",
             "use parallelism=fsdp for tp > 1",
         )
     if strategy is schema.Strategy.smddp:
@@ -132,13 +134,13 @@ def check_strategy(config: schema.Config, instance: InstanceType, layout: Layout
                 "offloading to the host needs GPUs to offload from",
                 "set parallelism.offload=none on hardware=cpu",
             )
-        if strategy in (schema.Strategy.ddp, schema.Strategy.smddp):
+        if not known.offloads_optimizer:
             raise ConfigError(
                 "parallelism.offload",
                 f"{strategy.value} keeps full model state on every GPU",
                 "use a sharded strategy (zero1-3, fsdp) to offload",
             )
-        if par.offload is schema.Offload.parameters and not strategy.shards_parameters:
+        if par.offload is schema.Offload.parameters and not known.offloads_parameters:
             raise ConfigError(
                 "parallelism.offload",
                 f"{strategy.value} does not shard parameters",
@@ -158,7 +160,7 @@ def check_strategy(config: schema.Config, instance: InstanceType, layout: Layout
         )
     if par.mixed_precision is schema.Precision.bf16 and not instance.has_gpus:
         yield "bf16 autocast on CPU is slow; parallelism.mixed_precision=fp32 is faster there"
-    if layout.shard_degree == 1 and strategy not in (schema.Strategy.ddp, schema.Strategy.smddp):
+    if layout.shard_degree == 1 and not known.replicated:
         yield f"{strategy.value} with a shard group of 1 shards nothing; ddp does the same with less overhead"
 
 
@@ -166,10 +168,11 @@ def _check_activation_offload(par: schema.ParallelismConfig, instance: InstanceT
     """The built-in engines of the PyTorch strategies offload each decoder block's saved tensors; DeepSpeed
     runs its own engine, and the pipeline and tensor-parallel blocks are not wired for it."""
     key = "parallelism.activation_offload"
-    if par.strategy.is_deepspeed:
+    if not facts(par.strategy).activation_offload:
+        offloading = ", ".join(strategy.value for strategy, known in STRATEGIES.items() if known.activation_offload)
         raise ConfigError(
             key,
-            f"runs with the PyTorch strategies (ddp, fsdp, fsdp_hybrid, smddp), not {par.strategy.value}",
+            f"runs with the PyTorch strategies ({offloading}), not {par.strategy.value}",
             "use parallelism.strategy=fsdp, or DeepSpeed's parallelism.offload",
         )
     for degree, name in ((layout.pp, "pp"), (layout.tp, "tp")):
