@@ -4,6 +4,7 @@ Every degree may be -1 (inferred from the others); the product must equal nodes 
 and the messages show the formula with the numbers filled in.
 """
 
+from compiler.planner.models import family
 from compiler.planner.pipeline import default_microbatches, split_layers
 from compiler.spec import Batch, InstanceType, Layout, schema
 from compiler.spec.errors import ConfigError, DegreeError, UnknownNameError, UnsupportedError
@@ -89,7 +90,7 @@ def _check_tensor_parallel(tp: int, per_node: int, model: schema.ModelConfig) ->
             "tensor parallelism needs the NVLink of one node",
             f"use a tp that divides {per_node}",
         )
-    for field_name in ("heads", "kv_heads"):
+    for field_name in family(model).tp_divides(model):
         heads = getattr(model, field_name)
         if heads % tp:
             raise DegreeError(
@@ -121,22 +122,22 @@ def _pipeline_stages(par: schema.ParallelismConfig, pp: int, model: schema.Model
             "use parallelism=ddp (replicated stages) or parallelism=fsdp (sharded stages)",
         )
     stages_per_rank = PIPELINE_SCHEDULES[par.pp_schedule]
-    stages = pp * stages_per_rank
+    stages, layers = pp * stages_per_rank, family(model).pipeline_layers(model)
     if not par.pp_layers_per_stage:
-        if model.layers < stages:
+        if layers < stages:
             raise DegreeError(
                 "parallelism.pp",
-                f"{par.pp_schedule} with pp={pp} runs {stages} stages, more than model.layers={model.layers}",
-                f"use a pp of at most {model.layers // stages_per_rank}",
+                f"{par.pp_schedule} with pp={pp} runs {stages} stages, more than model.layers={layers}",
+                f"use a pp of at most {layers // stages_per_rank}",
             )
-        return stages_per_rank, split_layers(model.layers, stages)
+        return stages_per_rank, split_layers(layers, stages)
     counts = tuple(par.pp_layers_per_stage)
-    if len(counts) != stages or min(counts) < 1 or sum(counts) != model.layers:
+    if len(counts) != stages or min(counts) < 1 or sum(counts) != layers:
         raise DegreeError(
             "parallelism.pp_layers_per_stage",
             f"{list(counts)} must be {stages} positive counts ({par.pp_schedule}: pp={pp} × {stages_per_rank} "
-            f"per rank) that add up to model.layers={model.layers}",
-            f"give {stages} counts summing to {model.layers}, or [] for an even split",
+            f"per rank) that add up to model.layers={layers}",
+            f"give {stages} counts summing to {layers}, or [] for an even split",
         )
     return stages_per_rank, counts
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from compiler.planner import catalog, grammar
+from compiler.planner import catalog, grammar, models
 from compiler.planner.catalog import INSTANCE_TYPES, LOCAL_CPU
 from compiler.planner.image_rules import check_image
 from compiler.spec import InstanceType, schema
@@ -63,37 +63,8 @@ def check_hardware(config: schema.Config, instance: InstanceType) -> Iterator[st
 
 
 def check_model(model: schema.ModelConfig) -> Iterator[str]:
-    for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "context", "seq_len"):
-        if getattr(model, name) < 1:
-            raise ConfigError(f"model.{name}", f"must be at least 1 (got {getattr(model, name)})")
-    if model.hidden % model.heads:
-        raise ConfigError(
-            "model.heads",
-            f"{model.heads} heads do not divide hidden={model.hidden}",
-            "use a head count that divides model.hidden",
-        )
-    if model.heads % model.kv_heads:
-        raise ConfigError(
-            "model.kv_heads",
-            f"{model.kv_heads} key/value heads do not divide heads={model.heads}",
-            "grouped-query attention needs kv_heads to divide heads",
-        )
-    if model.seq_len > model.context:
-        raise ConfigError(
-            "model.seq_len",
-            f"{model.seq_len} exceeds the model's context of {model.context}",
-            f"set model.seq_len to at most {model.context}",
-        )
-    if model.position is schema.Position.rope:
-        if (model.hidden // model.heads) % 2:
-            raise ConfigError(
-                "model.heads",
-                f"RoPE needs an even head size, hidden/heads = {model.hidden // model.heads}",
-                "change model.heads or model.hidden",
-            )
-        if model.rope_theta <= 0:
-            raise ConfigError("model.rope_theta", "must be positive")
-    yield from ()
+    """`model.family` names a known family, and the family can build the shape."""
+    return models.family(model).check(model)
 
 
 def check_strategy(config: schema.Config, instance: InstanceType, layout: Layout) -> Iterator[str]:
