@@ -71,12 +71,13 @@ def test_metric_definitions_read_the_trainers_metrics_lines(tmp_path):
     a sweep's summary then reads them back from FinalMetricDataList."""
     import re
 
+    from entrypoint.trainer.metrics.jsonl import JsonlSink
+
     from compiler.targets.sagemaker import job_metrics
-    from entrypoint.trainer.metrics import MetricsLog
 
     printed = io.StringIO()
     record = {"step": 40, "loss": 2.5e-05, "lr": 3e-4, "grad_norm": 0.75, "tokens_per_s": 91234.5, "mfu": None}
-    MetricsLog(tmp_path / "metrics.jsonl", printed).write(record)
+    JsonlSink(tmp_path, printed).write(record)
     line = printed.getvalue()
     found = {}
     for definition in sagemaker.metric_definitions():

@@ -17,8 +17,8 @@ from compiler.planner import catalog, grammar, models
 from compiler.planner.catalog import INSTANCE_TYPES, LOCAL_CPU
 from compiler.planner.image_rules import check_image
 from compiler.spec import InstanceType, schema
-from compiler.spec.contract import PLAN_CHANNEL
-from compiler.spec.errors import ConfigError, UnsupportedError
+from compiler.spec.contract import METRICS_SINKS, PLAN_CHANNEL
+from compiler.spec.errors import ConfigError, UnknownNameError, UnsupportedError
 from compiler.spec.strategies import DEEPSPEED_ENGINE, STRATEGIES, facts
 from compiler.targets import registry
 from compiler.targets.base import Capabilities
@@ -269,6 +269,9 @@ def check_trainer(config: schema.Config, instance: InstanceType, layout: Layout)
             raise ConfigError(f"trainer.{name}", "cannot be negative")
     if trainer.log_interval < 1:
         raise ConfigError("trainer.log_interval", "must be at least 1")
+    for name in trainer.metrics:
+        if name not in METRICS_SINKS:
+            raise UnknownNameError("trainer.metrics", "metrics sink", name, METRICS_SINKS)
     if trainer.entry is schema.Entry.script:
         for name in ("source_dir", "script"):
             if not getattr(trainer, name):

@@ -26,7 +26,8 @@ from entrypoint.trainer import checkpoint
 from entrypoint.trainer.compiled import use_warm_cache
 from entrypoint.trainer.data import Batches, data_folder, make_source
 from entrypoint.trainer.engines import Engine, make_engine
-from entrypoint.trainer.metrics import MetricsLog, memory_gib, mfu
+from entrypoint.trainer.metrics import open_sinks
+from entrypoint.trainer.metrics.measure import memory_gib, mfu
 from entrypoint.trainer.models import model_spec
 from entrypoint.trainer.optim import lr_at
 from entrypoint.trainer.teardown import leave
@@ -150,7 +151,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
     if done:
         start, folder = done[-1]
         engine.load(folder)
-    log = MetricsLog(paths.output / "metrics.jsonl") if rank == 0 else None
+    sinks = open_sinks(plan.trainer.metrics, paths.output) if rank == 0 else []
     if rank == 0:
         backend = dist.get_backend()
         print("\n".join(derived_lines(plan, backend, start)), flush=True)
@@ -165,11 +166,12 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         if done_steps % trainer.log_interval == 0 or done_steps in (start + 1, trainer.steps):
             mean_loss = global_mean(loss / accum, plan.layout.ranks_per_stage)
             now = time.perf_counter()
-            if log:
+            if sinks:
                 record = step_record(
                     plan, device, done_steps, mean_loss, lr, norm, done_steps - last_step, now - last_time
                 )
-                log.write(record | {"elapsed_s": round(now - started, 3)})
+                for sink in sinks:
+                    sink.write(record | {"elapsed_s": round(now - started, 3)})
             last_time, last_step = now, done_steps
         interval, stopped = trainer.checkpoint_interval, stop.agreed(device)
         if done_steps < trainer.steps and (stopped or (interval and done_steps % interval == 0)):
@@ -180,8 +182,8 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
             break
     else:
         save_final_model(engine, plan, paths)
-    if log:
-        log.close()
+    for sink in sinks:
+        sink.close()
     dist.barrier()
 
 
