@@ -15,20 +15,21 @@ import statistics
 import time
 
 import torch
+from torch import nn
 
 from compiler.config.compose import compose_config
 from compiler.launch.plan import checked_plan
 from compiler.spec.schema import Checkpointing
-from entrypoint.trainer.model import Decoder, loss_fn
+from entrypoint.trainer.models import MODELS
 from entrypoint.trainer.offload import ActivationOffload
 
 
-def step_seconds(model: Decoder, tokens: torch.Tensor, args: argparse.Namespace) -> float:
+def step_seconds(model: nn.Module, tokens: torch.Tensor, args: argparse.Namespace) -> float:
     times = []
     for _ in range(args.steps + 1):
         start = time.perf_counter()
         for _ in range(args.micro_batches):
-            loss_fn(model(tokens[:, :-1]), tokens[:, 1:]).backward()
+            MODELS["decoder"].loss(model(tokens[:, :-1]), tokens[:, 1:]).backward()
         if tokens.device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
@@ -50,7 +51,7 @@ def main() -> None:
     config = compose_config(["experiment=smoke", f"model={args.model}", f"model.seq_len={args.seq_len}"])
     model_config = checked_plan(config).model
     torch.manual_seed(0)
-    model = Decoder(model_config).to(device)
+    model = MODELS["decoder"].build(model_config).to(device)
     shape = (args.micro_batch, args.seq_len + 1)
     tokens = torch.randint(model_config.vocab, shape, generator=torch.Generator().manual_seed(1)).to(device)
     print(

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from compiler.config.compose import compose_config
 from compiler.launch.plan import checked_plan
 from compiler.spec import Plan
-from entrypoint.trainer.model import Decoder
+from entrypoint.trainer.models import model_spec
 
 
 def plan_for(args: argparse.Namespace, scope: str) -> Plan:
@@ -41,10 +41,10 @@ def plan_for(args: argparse.Namespace, scope: str) -> Plan:
 
 def timed_steps(plan: Plan) -> tuple[list[float], list[float]]:
     """Seconds of each step, and each step's loss."""
-    from entrypoint.trainer.parallel import TorchEngine
+    from entrypoint.trainer.engines.native import TorchEngine
 
     torch.manual_seed(plan.trainer.seed)
-    engine = TorchEngine(plan, Decoder(plan.model), torch.device("cpu"))
+    engine = TorchEngine(plan, model_spec(plan.model), torch.device("cpu"))
     generator = torch.Generator().manual_seed(plan.trainer.seed)
     shape = (plan.batch.micro_batch, plan.model.seq_len + 1)
     seconds, losses = [], []

@@ -4,7 +4,7 @@
     python bench/planner_accuracy.py --device cpu --out bench/planner_accuracy_cpu.md  # no GPU needed
 
 Each configuration compiles a plan for one node of eight GPUs and runs rank 0 of it in a subprocess: the
-trainer's own engine (`entrypoint.trainer.train.make_engine`) with PyTorch's fake process group standing in for
+trainer's own engine (`entrypoint.trainer.engines.make_engine`) with PyTorch's fake process group standing in for
 the other ranks, so a shard group of 8 costs one device. Collectives return at once and move nothing,
 so their buffers are allocated but no time is spent communicating. A few optimizer steps on random
 tokens; the peak covers all of them (the optimizer's state exists from the first update on).
@@ -139,7 +139,7 @@ def measure(plan: Plan, device_type: str) -> dict:
     from torch.nn.parallel import DistributedDataParallel
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from entrypoint.trainer.train import make_engine
+    from entrypoint.trainer.engines import make_engine
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan.layout.world_size)
     on_cpu = device_type == "cpu"

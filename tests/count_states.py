@@ -10,8 +10,8 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from compiler.spec import Plan
+from entrypoint.trainer.engines import make_engine
 from entrypoint.trainer.teardown import leave
-from entrypoint.trainer.train import make_engine
 
 
 def local_bytes(tensor: torch.Tensor) -> int:

@@ -27,6 +27,17 @@ TINY = (
 )
 
 
+LLAMA_STYLE = (
+    "model.position=rope",
+    "model.activation=swiglu",
+    "model.norm=rmsnorm",
+    "model.kv_heads=2",
+    "model.bias=false",
+    "model.tied_embeddings=false",
+)
+"""The tiny model in Llama's shape: RoPE, SwiGLU, RMSNorm, grouped-query attention, no biases, separate head."""
+
+
 @cache
 def plan_for(*overrides: str) -> Plan:
     return checked_plan(compose_config(overrides))

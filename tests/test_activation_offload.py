@@ -6,11 +6,12 @@ import copy
 
 import pytest
 import torch
+from torch import nn
 
 from compiler.planner import estimate
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import Checkpointing
-from entrypoint.trainer.model import Decoder, loss_fn
+from entrypoint.trainer.models import MODELS
 from entrypoint.trainer.offload import ActivationOffload
 from tests.entrypoint_support import losses, tiny_plan, train
 from tests.helpers import plan_for
@@ -18,9 +19,9 @@ from tests.helpers import plan_for
 STEPS = ("trainer.steps=4", "trainer.checkpoint_interval=0")
 
 
-def gradients(model: Decoder, tokens: torch.Tensor, micro_batches: int = 2) -> list[torch.Tensor]:
+def gradients(model: nn.Module, tokens: torch.Tensor, micro_batches: int = 2) -> list[torch.Tensor]:
     for _ in range(micro_batches):  # accumulating, as grad_accum does: each backward reads its own forward's
-        loss_fn(model(tokens[:, :-1]), tokens[:, 1:]).backward()
+        MODELS["decoder"].loss(model(tokens[:, :-1]), tokens[:, 1:]).backward()
     return [param.grad for param in model.parameters()]
 
 
@@ -29,7 +30,7 @@ def gradients(model: Decoder, tokens: torch.Tensor, micro_batches: int = 2) -> l
 def test_the_offloaded_model_computes_the_same_gradients(checkpointing, horizon):
     plan = tiny_plan("parallelism=ddp")
     torch.manual_seed(0)
-    plain = Decoder(plan.model)
+    plain = MODELS["decoder"].build(plan.model)
     plain.set_checkpointing(checkpointing)
     offloaded = copy.deepcopy(plain)
     offloaded.offload = ActivationOffload(torch.device("cpu"), horizon)

@@ -75,7 +75,8 @@ def test_the_check_finds_a_branch(tmp_path):
 
 RUNTIME_IMPORTS = """
 import sys
-import entrypoint.launcher.main, entrypoint.trainer.train, entrypoint.trainer.parallel, entrypoint.trainer.zero
+import entrypoint.launcher.main, entrypoint.trainer.train
+import entrypoint.trainer.engines.native, entrypoint.trainer.engines.zero, entrypoint.trainer.engines.pipeline
 host_side = [
     name for name in sys.modules
     if name.split(".")[0] in ("hydra", "omegaconf", "docker", "jinja2")

@@ -6,23 +6,22 @@ import torch
 
 from compiler.spec.schema import Checkpointing
 from entrypoint.trainer.data import Batches, SyntheticTokens, TokenFiles
-from entrypoint.trainer.model import Decoder
+from entrypoint.trainer.engines.zero import deepspeed_config
+from entrypoint.trainer.models import MODELS
 from entrypoint.trainer.optim import lr_at
-from entrypoint.trainer.zero import deepspeed_config
 from tests.entrypoint_support import plan_for, run_on_two_ranks, tiny_plan
 
 META_INIT = """
 import sys, torch, torch.distributed as dist
 from compiler.spec import Plan
-from entrypoint.trainer.model import Decoder
-from entrypoint.trainer.parallel import TorchEngine
+from entrypoint.trainer.engines import native
+from entrypoint.trainer.models import model_spec
 from entrypoint.trainer.data import Batches, make_source
 
 plan = Plan.from_json(open(sys.argv[1]).read())
 dist.init_process_group("gloo")
-with torch.device("meta"):
-    model = Decoder(plan.model)
-engine = TorchEngine(plan, model, torch.device("cpu"))
+native.builds_on_meta = lambda plan: True  # as for a model too large for one GPU
+engine = native.TorchEngine(plan, model_spec(plan.model), torch.device("cpu"))
 full = engine.full_state_dict()
 inputs, targets = Batches(make_source(plan, None), plan, dist.get_rank()).micro_batch(0, 0)
 loss = engine.forward_backward([(inputs, targets)]).item()
@@ -35,7 +34,7 @@ if dist.get_rank() == 0:
 def test_parameter_count_matches_the_plan(model):
     plan = plan_for("experiment=smoke", f"model={model}", "hardware.processes_per_node=2")
     with torch.device("meta"):
-        decoder = Decoder(plan.model)
+        decoder = MODELS["decoder"].build(plan.model)
     assert sum(p.numel() for p in decoder.parameters()) == plan.parameters
 
 
@@ -44,7 +43,7 @@ def test_decoder_is_causal(llama):
     overrides = ("model.position=rope", "model.activation=swiglu", "model.norm=rmsnorm", "model.kv_heads=2") * llama
     plan = tiny_plan(*overrides)
     torch.manual_seed(0)
-    decoder = Decoder(plan.model)
+    decoder = MODELS["decoder"].build(plan.model)
     decoder.set_checkpointing(Checkpointing.selective)
     tokens = torch.randint(0, plan.model.vocab, (2, 16))
     changed = tokens.clone()
@@ -109,7 +108,7 @@ def test_deepspeed_config_from_the_plan():
 
 @pytest.mark.torchrun
 def test_fsdp_materialises_a_meta_model_shard_by_shard(tmp_path):
-    """The path large models take (`train.builds_on_meta`): shard on the meta device, then initialise."""
+    """The path large models take (`engines.base.builds_on_meta`): shard on the meta device, then initialise."""
     plan = tiny_plan("parallelism=fsdp", "model.position=rope", "model.activation=swiglu", "model.norm=rmsnorm")
     loss, std, residual_std = map(float, run_on_two_ranks(META_INIT, plan, tmp_path).split("RESULT ")[1].split())
     assert abs(loss - np.log(plan.model.vocab)) < 0.2  # an initialised model predicts about uniformly

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from entrypoint.trainer.model import Decoder
+from entrypoint.trainer.models import MODELS
 from tests.entrypoint_support import losses, metrics, run_on_two_ranks, tiny_plan, train
 
 UNTIED = "model.tied_embeddings=false"  # the embedding and the head are different weights
@@ -45,11 +45,13 @@ META_STAGES = """
 import sys, torch, torch.distributed as dist
 from compiler.spec import Plan
 from entrypoint.trainer.data import Batches, make_source
-from entrypoint.trainer.pipeline import PipelineEngine
+from entrypoint.trainer.engines import pipeline
+from entrypoint.trainer.models import model_spec
 
 plan = Plan.from_json(open(sys.argv[1]).read())
 dist.init_process_group("gloo")
-engine = PipelineEngine(plan, torch.device("cpu"), on_meta=True)
+pipeline.builds_on_meta = lambda plan: True  # as for a model too large for one GPU
+engine = pipeline.PipelineEngine(plan, model_spec(plan.model), torch.device("cpu"))
 held = sorted({name.split(".")[0] + ("." + name.split(".")[1] if name.startswith("blocks") else "")
                for part in engine.parts for name, _ in part.named_parameters()})
 source = Batches(make_source(plan, None), plan, engine.place.dp)
@@ -66,7 +68,7 @@ if engine.last:
 
 @pytest.mark.torchrun
 def test_stages_built_on_meta_hold_only_their_layers(tmp_path):
-    """The path large models take (`train.builds_on_meta`): each rank builds its stages on the meta device and
+    """The path large models take (`engines.base.builds_on_meta`): each rank builds its stages on the meta device and
     materialises and initialises only those (Llama style: RoPE tables, no biases, tied embeddings)."""
     llama = ("model.position=rope", "model.activation=swiglu", "model.norm=rmsnorm", "model.bias=false")
     plan = pipeline_plan("1f1b", *llama, "model.tied_embeddings=true")
@@ -74,7 +76,8 @@ def test_stages_built_on_meta_hold_only_their_layers(tmp_path):
     held = {line.split()[1]: line.split()[2:] for line in lines if line.startswith("HELD")}
     assert held == {"0": ["blocks.0", "blocks.1", "embed"], "1": ["blocks.2", "blocks.3", "embed", "norm"]}
     count, std, residual_std = map(float, next(line for line in lines if line.startswith("RESULT")).split()[1:])
-    assert count == len(Decoder(plan.model).state_dict())  # every stage's weights, the tied embedding once
+    whole = MODELS["decoder"].build(plan.model)
+    assert count == len(whole.state_dict())  # every stage's weights, the tied embedding once
     assert std == pytest.approx(0.02, rel=0.1)
     assert residual_std == pytest.approx(0.02 / (2 * plan.model.layers) ** 0.5, rel=0.1)
     loss = float(next(line for line in lines if line.startswith("LOSS")).split()[1])

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from entrypoint.trainer.data import SyntheticTokens
-from tests.entrypoint_support import losses, metrics, tiny_plan, train
+from tests.entrypoint_support import LLAMA_STYLE, losses, metrics, tiny_plan, train
 
 pytestmark = pytest.mark.torchrun
 
@@ -22,14 +22,6 @@ RESUME_TOLERANCE = 1e-6
 
 
 REFERENCE = ("ddp", "fsdp", "zero1", "zero2", "zero3")
-LLAMA_STYLE = (
-    "model.position=rope",
-    "model.activation=swiglu",
-    "model.norm=rmsnorm",
-    "model.kv_heads=2",
-    "model.bias=false",
-    "model.tied_embeddings=false",
-)
 
 
 @pytest.fixture(scope="module")

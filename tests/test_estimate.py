@@ -67,7 +67,7 @@ def test_flops_per_token_convention():
 
 def test_the_trainer_reports_mfu_by_the_planners_formula():
     """One FLOPs-per-token formula: at the predicted tokens/s the trainer's MFU is the predicted MFU."""
-    from entrypoint.trainer.metrics import mfu
+    from entrypoint.trainer.metrics.measure import mfu
 
     plan = plan_for("experiment=llama3-8b-p5x4", "data.token_dtype=uint32")
     predicted = plan.estimate.throughput

@@ -38,6 +38,9 @@ INVALID = [
     # model
     (["model.heads=5"], "model.heads", "do not divide hidden=128"),
     (["model.kv_heads=3"], "model.kv_heads", "do not divide heads=4"),
+    (["model.family=mamba"], "model.family", "unknown model family 'mamba'"),
+    (["model.family=decoderr"], "model.family", "did you mean decoder"),
+    (["trainer.metrics=[jsonl,wandb]"], "trainer.metrics", "unknown metrics sink 'wandb'"),
     (["model.seq_len=512"], "model.seq_len", "exceeds the model's context of 256"),
     (["model.layers=0"], "model.layers", "must be at least 1"),
     (["model.position=rope", "model.hidden=120", "model.heads=8"], "model.heads", "RoPE needs an even head size"),

@@ -72,11 +72,11 @@ def test_metric_definitions_read_the_trainers_metrics_lines(tmp_path):
     import re
 
     from compiler.targets.sagemaker import job_metrics
-    from entrypoint.trainer.metrics import MetricsLog
+    from entrypoint.trainer.metrics.jsonl import JsonlSink
 
     printed = io.StringIO()
     record = {"step": 40, "loss": 2.5e-05, "lr": 3e-4, "grad_norm": 0.75, "tokens_per_s": 91234.5, "mfu": None}
-    MetricsLog(tmp_path / "metrics.jsonl", printed).write(record)
+    JsonlSink(tmp_path, printed).write(record)
     line = printed.getvalue()
     found = {}
     for definition in sagemaker.metric_definitions():

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO
 
 from compiler.spec import Plan
+from compiler.spec.contract import METRICS_FILE
 from compiler.targets import records, registry
 from compiler.targets.base import FINAL_STATUSES, PENDING, RUNNING, STOPPED, JobState, Request
 from compiler.targets.records import RunRecord
@@ -121,7 +122,7 @@ def stop(record: RunRecord) -> RunRecord:
     return records.update(record, status=STOPPED)
 
 
-METRICS_GLOBS = ("nodes/*/output/data/metrics.jsonl", "output/data/metrics.jsonl")
+METRICS_GLOBS = (f"nodes/*/output/data/{METRICS_FILE}", f"output/data/{METRICS_FILE}")
 """The trainer's metrics (one JSON object per logged step, written by the first rank) where the nodes'
 outputs land in the run folder: one folder per node (the local target) or one the nodes share (Slurm)."""
 

@@ -18,6 +18,7 @@ from compiler.planner import estimate, fit, rules
 from compiler.planner.layout import resolve_batch, resolve_layout
 from compiler.spec import Batch, Derived, Estimate, Layout, Plan, schema
 from compiler.spec.errors import ConfigError
+from compiler.spec.strategies import DEEPSPEED_ENGINE, facts
 
 
 def scaled_lr(trainer: schema.TrainerConfig, global_batch: int) -> float:
@@ -96,7 +97,7 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
             flops_per_token=estimate.flops_per_token(config.model),
             lr=scaled_lr(config.trainer, batch.global_batch),
             deepspeed_buckets=estimate.deepspeed_buckets(config.model)
-            if config.parallelism.strategy.is_deepspeed
+            if facts(config.parallelism.strategy).engine == DEEPSPEED_ENGINE
             else {},
         ),
         estimate=predicted,
@@ -107,7 +108,7 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
 
 
 def _resolved(par: schema.ParallelismConfig, layout: Layout, batch: Batch) -> schema.ParallelismConfig:
-    hybrid = par.strategy is schema.Strategy.fsdp_hybrid
+    hybrid = facts(par.strategy).shard_groups
     return dataclasses.replace(
         par,
         dp=layout.dp,

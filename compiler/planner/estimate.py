@@ -1,6 +1,7 @@
 """Memory and throughput a plan will need, predicted per GPU before any GPU is paid for.
 
-Pure functions of the model, the parallel layout, the micro batch and the instance type. The
+Pure functions of the model, the parallel layout, the micro batch and the instance type. What a model
+has (parameters, FLOPs, activations per layer) its family says (`compiler.planner.models`). The
 conventions are the built-in trainer's:
 
 - Model states (bytes per parameter held by a GPU): DDP and smddp keep fp32 parameters under bf16
@@ -37,8 +38,10 @@ conventions are the built-in trainer's:
 import dataclasses
 from dataclasses import dataclass
 
+from compiler.planner.models import family
 from compiler.planner.pipeline import bubble_fraction
 from compiler.spec import Batch, InstanceType, Layout, Memory, Throughput, schema
+from compiler.spec.strategies import DEEPSPEED_ENGINE, facts
 
 GIB = 2**30
 CUDA_CONTEXT_BYTES = 600 * 2**20
@@ -68,7 +71,7 @@ class Share:
 
     @classmethod
     def whole(cls, model: schema.ModelConfig) -> "Share":
-        return cls(model.layers, first=True, last=True, in_flight=1)
+        return cls(family(model).pipeline_layers(model), first=True, last=True, in_flight=1)
 
 
 def pipeline_shares(model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout) -> list[Share]:
@@ -91,41 +94,23 @@ def pipeline_shares(model: schema.ModelConfig, par: schema.ParallelismConfig, la
 
 
 def parameter_count(model: schema.ModelConfig, share: Share | None = None) -> int:
-    """Trainable parameters of the decoder the built-in trainer builds from `model` (of one pipeline share)."""
+    """Trainable parameters of the model the built-in trainer builds from `model` (of one pipeline share)."""
     share = share or Share.whole(model)
-    embeddings = model.vocab * model.hidden
-    positions = model.context * model.hidden if model.position is schema.Position.learned else 0
-    head = 0 if model.tied_embeddings and share.first else model.vocab * model.hidden  # a last stage's own copy
-    outer = (embeddings + positions if share.first else 0) + (_norm_parameters(model) + head if share.last else 0)
-    return outer + share.layers * layer_parameters(model)
+    return family(model).parameter_count(model, share.layers, share.first, share.last)
 
 
 def layer_parameters(model: schema.ModelConfig) -> int:
-    kv_width = model.kv_heads * (model.hidden // model.heads)
-    attention = 2 * model.hidden * model.hidden + 2 * model.hidden * kv_width
-    mlp = (_mlp_inputs(model) + 1) * model.hidden * model.ffn_hidden
-    if model.bias:
-        attention += 2 * model.hidden + 2 * kv_width
-        mlp += _mlp_inputs(model) * model.ffn_hidden + model.hidden
-    return attention + mlp + 2 * _norm_parameters(model)
-
-
-def _norm_parameters(model: schema.ModelConfig) -> int:
-    return model.hidden * (2 if model.norm is schema.Norm.layernorm and model.bias else 1)
-
-
-def _mlp_inputs(model: schema.ModelConfig) -> int:
-    return 2 if model.activation is schema.Activation.swiglu else 1
+    return family(model).layer_parameters(model)
 
 
 def state_bytes_per_parameter(par: schema.ParallelismConfig, shard: int) -> tuple[float, float, float]:
     """(parameter, gradient, optimizer) bytes per parameter on one GPU, before tensor parallelism."""
-    strategy, full = par.strategy, par.mixed_precision is schema.Precision.fp32
-    if strategy.is_deepspeed:
+    strategy, full = facts(par.strategy), par.mixed_precision is schema.Precision.fp32
+    if strategy.engine == DEEPSPEED_ENGINE:
         weight = 4 if full else 2
         optimizer = (8 if full else 12) / shard
-        gradient = weight / shard if strategy in (schema.Strategy.zero2, schema.Strategy.zero3) else weight
-        parameter = weight / shard if strategy is schema.Strategy.zero3 else weight
+        gradient = weight / shard if strategy.shards_gradients else weight
+        parameter = weight / shard if strategy.shards_parameters else weight
     else:
         parameter, gradient, optimizer = 4 / shard, 4 / shard, 8 / shard
     if par.offload is not schema.Offload.none:
@@ -139,19 +124,15 @@ def activation_bytes_per_token(model: schema.ModelConfig, par: schema.Parallelis
     """Saved activations per token of one layer: {'layer': kept for backward, 'live': recomputed layer}."""
     element = 4 if par.mixed_precision is schema.Precision.fp32 else 2
     residual = 4 if _autocast(par) else element
-    h, f = model.hidden, model.ffn_hidden
-    kv = model.kv_heads * (h // model.heads)
-    rotary = (h + kv) * 4 if model.position is schema.Position.rope else 0
-    log_sum_exp = 4 * model.heads  # fp32, one per head
-    whole = 2 * h * residual + 2 * h * element  # norm inputs; the inputs of the QKV and MLP projections
-    # q, k, v, the attention output and the MLP's hidden tensors, split over the tensor-parallel group
-    split = rotary + (h + 2 * kv + h + 2 * _mlp_inputs(model) * f) * element + log_sum_exp
+    elements = family(model).activation_elements(model)
+    whole = elements["residual"] * residual + elements["whole"] * element
+    split = elements["split_fp32"] * 4 + elements["split"] * element
     full_layer = whole + split / tp
     recompute = par.activation_checkpointing
     if recompute is schema.Checkpointing.full:
-        kept = h * residual
+        kept = elements["input"] * residual
     elif recompute is schema.Checkpointing.selective:
-        kept = full_layer - log_sum_exp / tp
+        kept = full_layer - elements["recomputed_fp32"] * 4 / tp
     else:
         kept = full_layer
     return {"layer": kept, "live": full_layer if recompute is schema.Checkpointing.full else 0}
@@ -160,7 +141,7 @@ def activation_bytes_per_token(model: schema.ModelConfig, par: schema.Parallelis
 def _autocast(par: schema.ParallelismConfig) -> bool:
     """DDP and smddp keep fp32 weights and compute in bf16/fp16 under autocast; FSDP and DeepSpeed cast
     the weights themselves."""
-    ddp = par.strategy in (schema.Strategy.ddp, schema.Strategy.smddp) and par.pp == 1  # pipelines: FSDP2
+    ddp = facts(par.strategy).replicated and par.pp == 1  # pipelines: FSDP2
     return ddp and par.mixed_precision is not schema.Precision.fp32
 
 
@@ -200,12 +181,13 @@ def _share_memory(
     held, per_layer = _communication_bytes(model, par, layout, share)
     in_layers = tokens * activation["live"] + per_layer
     if logits >= in_layers:
-        if par.strategy in (schema.Strategy.fsdp, schema.Strategy.fsdp_hybrid) and par.grad_accum == 1:
+        strategy = facts(par.strategy)
+        if strategy.engine != DEEPSPEED_ENGINE and strategy.shards_gradients and par.grad_accum == 1:
             states[1] = 0  # FSDP's sharded gradients appear in the layers' backward, after the loss's
         tensors = [*states, kept, logits, held]
     else:
         tensors = [*states, kept + tokens * activation["live"], 0, held + per_layer]
-    groups = 1 + (tp > 1) + (par.strategy is schema.Strategy.fsdp_hybrid) + (layout.pp > 1)
+    groups = 1 + (tp > 1) + facts(par.strategy).shard_groups + (layout.pp > 1)
     context = CUDA_CONTEXT_BYTES + groups * NCCL_BYTES_PER_GROUP
     parameters, gradients, optimizer, activations, logits, communication = (round(t) for t in tensors)
     return Memory(
@@ -269,14 +251,14 @@ def _communication_bytes(
     or with shard groups of one) stays gathered from its first backward to the step's last, and accumulates
     its unsharded gradients until then: twice the stage's parameters.
     """
-    strategy, element = par.strategy, 4 if par.mixed_precision is schema.Precision.fp32 else 2
+    strategy, element = facts(par.strategy), 4 if par.mixed_precision is schema.Precision.fp32 else 2
     layer = layer_parameters(model) / layout.tp
     if layout.pp > 1:
         stage = parameter_count(model, share) - share.layers * layer_parameters(model) + share.layers * layer
         return 2 * stage * element, 0
-    if strategy in (schema.Strategy.ddp, schema.Strategy.smddp):
+    if strategy.replicated:
         return 0, 0
-    if strategy.is_deepspeed:
+    if strategy.engine == DEEPSPEED_ENGINE:
         buckets = deepspeed_buckets(model)
         gathered = (layer + buckets["stage3_prefetch_bucket_size"]) * element if strategy.shards_parameters else 0
         return buckets["reduce_bucket_size"] * element, gathered
@@ -284,21 +266,15 @@ def _communication_bytes(
     return root * element, 2 * layer * element + layer * 4
 
 
-def _split_layer_parameters(model: schema.ModelConfig) -> int:
-    """A layer's parameters that tensor parallelism splits: all but its two norms."""
-    return layer_parameters(model) - 2 * _norm_parameters(model)
-
-
 def parameters_per_gpu(model: schema.ModelConfig, tp: int, share: Share | None = None) -> float:
     """Parameters a rank of a tensor-parallel group holds before data-parallel sharding."""
     share = share or Share.whole(model)
-    return parameter_count(model, share) - share.layers * _split_layer_parameters(model) * (1 - 1 / tp)
+    split = family(model).tp_split_parameters(model)
+    return parameter_count(model, share) - share.layers * split * (1 - 1 / tp)
 
 
-def _matmul_parameters_per_gpu(model: schema.ModelConfig, tp: int, share: Share | None = None) -> float:
-    """Parameters a rank multiplies by: its share of its layers, and the whole output head."""
-    share = share or Share.whole(model)
-    return share.layers * layer_parameters(model) / tp + (model.vocab * model.hidden if share.last else 0)
+def _matmul_parameters_per_gpu(model: schema.ModelConfig, tp: int, share: Share) -> float:
+    return family(model).matmul_parameters(model, share.layers, share.last, tp)
 
 
 def flops_per_token(model: schema.ModelConfig) -> float:
@@ -307,8 +283,7 @@ def flops_per_token(model: schema.ModelConfig) -> float:
 
 def flops_per_token_of(model: schema.ModelConfig, tp: int, share: Share) -> float:
     """Model FLOPs per token of one rank: its pipeline share, split over the tensor-parallel group."""
-    attention = 12 * share.layers * model.hidden * model.seq_len / tp
-    return 6 * _matmul_parameters_per_gpu(model, tp, share) + attention
+    return family(model).flops_per_token(model, share.layers, share.last, tp)
 
 
 def throughput(
@@ -375,8 +350,7 @@ def _reductions_per_step(par: schema.ParallelismConfig, batch: Batch) -> int:
     """Sharded gradients are reduced (and ZeRO-3/FSDP parameters gathered) for every micro batch; DDP and
     ZeRO-1 accumulate locally and reduce once per optimizer step, and so does a pipeline stage (the schedule
     holds FSDP's reduction back until the last micro batch)."""
-    once = (schema.Strategy.ddp, schema.Strategy.smddp, schema.Strategy.zero1)
-    return 1 if par.strategy in once or par.pp > 1 else batch.grad_accum
+    return 1 if not facts(par.strategy).shards_gradients or par.pp > 1 else batch.grad_accum
 
 
 RECOMPUTE_FLOPS = {
@@ -394,12 +368,12 @@ def _data_parallel_seconds(
     dp, shard = layout.dp, layout.shard_degree
     if dp == 1:
         return 0.0
-    params = parameters_per_gpu(model, layout.tp, share)
-    gradient_bytes = params * (2 if par.strategy.is_deepspeed or par.strategy.shards_parameters else 4)
-    gathers = 2 * params * 2 if par.strategy.shards_parameters else 0  # parameters for forward and backward
+    params, strategy = parameters_per_gpu(model, layout.tp, share), facts(par.strategy)
+    gradient_bytes = params * (2 if strategy.engine == DEEPSPEED_ENGINE or strategy.shards_parameters else 4)
+    gathers = 2 * params * 2 if strategy.shards_parameters else 0  # parameters for forward and backward
     gpu_link = instance.gpu_link_gbps / 8 * 1e9
     network = instance.network_gbps / layout.processes_per_node / 8 * 1e9
-    if par.strategy is schema.Strategy.fsdp_hybrid and layout.processes_per_node % shard == 0:
+    if strategy.shard_groups and layout.processes_per_node % shard == 0:
         within = (gradient_bytes + gathers) * (shard - 1) / shard / gpu_link
         replicas = dp // shard
         across = 2 * gradient_bytes / shard * (replicas - 1) / replicas

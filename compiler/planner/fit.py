@@ -14,6 +14,7 @@ from compiler.planner import estimate
 from compiler.planner.layout import Batch, Layout, resolve_batch, resolve_layout
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError
+from compiler.spec.strategies import facts
 
 GIB = estimate.GIB
 AUTO = "auto"
@@ -137,7 +138,7 @@ def cheapest_fixes(config: schema.Config, instance: InstanceType) -> list[tuple[
 def _candidates(config: schema.Config) -> Iterator[tuple[str, schema.Config]]:
     par = config.parallelism
     for strategy in STRONGER_STRATEGIES.get(par.strategy, ()):
-        if not (strategy.is_deepspeed and par.tp > 1):
+        if par.tp == 1 or facts(strategy).tensor_parallel:
             yield (
                 f"parallelism.strategy={strategy.value}",
                 _with_parallelism(config, strategy=strategy, shard_group_size=-1),
@@ -148,13 +149,13 @@ def _candidates(config: schema.Config) -> Iterator[tuple[str, schema.Config]]:
             f"parallelism.activation_checkpointing={level.value}",
             _with_parallelism(config, activation_checkpointing=level),
         )
-    if not (par.activation_offload or par.strategy.is_deepspeed or par.pp > 1 or par.tp > 1):
+    if not (par.activation_offload or not facts(par.strategy).activation_offload or par.pp > 1 or par.tp > 1):
         yield "parallelism.activation_offload=true", _with_parallelism(config, activation_offload=True)
     micro = par.micro_batch // 2
     while micro >= 1:
         yield f"parallelism.micro_batch={micro}", _with_parallelism(config, micro_batch=micro, grad_accum=-1)
         micro //= 2
-    if par.strategy not in (schema.Strategy.ddp, schema.Strategy.smddp) and par.offload is schema.Offload.none:
+    if facts(par.strategy).offloads_optimizer and par.offload is schema.Offload.none:
         yield "parallelism.offload=optimizer", _with_parallelism(config, offload=schema.Offload.optimizer)
     for pp in (2, 4, 8):
         if pp > par.pp:

@@ -4,10 +4,12 @@ Every degree may be -1 (inferred from the others); the product must equal nodes 
 and the messages show the formula with the numbers filled in.
 """
 
+from compiler.planner.models import family
 from compiler.planner.pipeline import default_microbatches, split_layers
 from compiler.spec import Batch, InstanceType, Layout, schema
 from compiler.spec.errors import ConfigError, DegreeError, UnknownNameError, UnsupportedError
 from compiler.spec.ranks import PIPELINE_SCHEDULES
+from compiler.spec.strategies import DEEPSPEED_ENGINE, facts
 
 
 def resolve_layout(config: schema.Config, instance: InstanceType) -> Layout:
@@ -88,7 +90,7 @@ def _check_tensor_parallel(tp: int, per_node: int, model: schema.ModelConfig) ->
             "tensor parallelism needs the NVLink of one node",
             f"use a tp that divides {per_node}",
         )
-    for field_name in ("heads", "kv_heads"):
+    for field_name in family(model).tp_divides(model):
         heads = getattr(model, field_name)
         if heads % tp:
             raise DegreeError(
@@ -106,35 +108,36 @@ def _pipeline_stages(par: schema.ParallelismConfig, pp: int, model: schema.Model
         if par.pp_layers_per_stage:
             raise ConfigError("parallelism.pp_layers_per_stage", "applies only to pp > 1", "remove it")
         return 1, ()
-    if par.strategy.is_deepspeed:
+    strategy = facts(par.strategy)
+    if strategy.engine == DEEPSPEED_ENGINE:
         raise UnsupportedError(
             "parallelism.pp",
             f"DeepSpeed {par.strategy.value} does not combine with the trainer's pipeline",
             "use parallelism=fsdp for pp > 1 (FSDP2 shards each stage over dp)",
         )
-    if par.strategy is schema.Strategy.smddp:
+    if not strategy.pipeline:
         raise UnsupportedError(
             "parallelism.strategy",
             f"smddp with pp={pp}: the trainer's pipeline replicates stages with FSDP2 over NCCL",
             "use parallelism=ddp (replicated stages) or parallelism=fsdp (sharded stages)",
         )
     stages_per_rank = PIPELINE_SCHEDULES[par.pp_schedule]
-    stages = pp * stages_per_rank
+    stages, layers = pp * stages_per_rank, family(model).pipeline_layers(model)
     if not par.pp_layers_per_stage:
-        if model.layers < stages:
+        if layers < stages:
             raise DegreeError(
                 "parallelism.pp",
-                f"{par.pp_schedule} with pp={pp} runs {stages} stages, more than model.layers={model.layers}",
-                f"use a pp of at most {model.layers // stages_per_rank}",
+                f"{par.pp_schedule} with pp={pp} runs {stages} stages, more than model.layers={layers}",
+                f"use a pp of at most {layers // stages_per_rank}",
             )
-        return stages_per_rank, split_layers(model.layers, stages)
+        return stages_per_rank, split_layers(layers, stages)
     counts = tuple(par.pp_layers_per_stage)
-    if len(counts) != stages or min(counts) < 1 or sum(counts) != model.layers:
+    if len(counts) != stages or min(counts) < 1 or sum(counts) != layers:
         raise DegreeError(
             "parallelism.pp_layers_per_stage",
             f"{list(counts)} must be {stages} positive counts ({par.pp_schedule}: pp={pp} × {stages_per_rank} "
-            f"per rank) that add up to model.layers={model.layers}",
-            f"give {stages} counts summing to {model.layers}, or [] for an even split",
+            f"per rank) that add up to model.layers={layers}",
+            f"give {stages} counts summing to {layers}, or [] for an even split",
         )
     return stages_per_rank, counts
 
@@ -158,14 +161,14 @@ def _pipeline_microbatches(par: schema.ParallelismConfig, layout: Layout) -> int
 
 
 def _shard_degree(par: schema.ParallelismConfig, dp: int, dp_per_node: int) -> int:
-    if par.strategy is not schema.Strategy.fsdp_hybrid:
+    if not facts(par.strategy).shard_groups:
         if par.shard_group_size != -1:
             raise ConfigError(
                 "parallelism.shard_group_size",
                 "only applies to strategy fsdp_hybrid",
                 "remove it, or use parallelism=fsdp-hybrid",
             )
-        return 1 if par.strategy in (schema.Strategy.ddp, schema.Strategy.smddp) else dp
+        return 1 if facts(par.strategy).replicated else dp
     group = min(dp_per_node, dp) if par.shard_group_size == -1 else par.shard_group_size
     if group < 1 or dp % group:
         raise DegreeError(

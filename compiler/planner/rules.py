@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING
 from compiler.core import catalog, grammar
 from compiler.core.capabilities import TargetCapabilities
 from compiler.core.catalog import INSTANCE_TYPES, LOCAL_CPU
+from compiler.planner import models
 from compiler.planner.image_rules import check_image
 from compiler.spec import InstanceType, schema
-from compiler.spec.contract import PLAN_CHANNEL
-from compiler.spec.errors import ConfigError, UnsupportedError
+from compiler.spec.contract import METRICS_SINKS, PLAN_CHANNEL
+from compiler.spec.errors import ConfigError, UnknownNameError, UnsupportedError
+from compiler.spec.strategies import DEEPSPEED_ENGINE, STRATEGIES, facts
 
 if TYPE_CHECKING:
     from compiler.spec import Layout
@@ -56,53 +58,25 @@ def check_hardware(config: schema.Config, instance: InstanceType, targets: Targe
 
 
 def check_model(model: schema.ModelConfig) -> Iterator[str]:
-    for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "context", "seq_len"):
-        if getattr(model, name) < 1:
-            raise ConfigError(f"model.{name}", f"must be at least 1 (got {getattr(model, name)})")
-    if model.hidden % model.heads:
-        raise ConfigError(
-            "model.heads",
-            f"{model.heads} heads do not divide hidden={model.hidden}",
-            "use a head count that divides model.hidden",
-        )
-    if model.heads % model.kv_heads:
-        raise ConfigError(
-            "model.kv_heads",
-            f"{model.kv_heads} key/value heads do not divide heads={model.heads}",
-            "grouped-query attention needs kv_heads to divide heads",
-        )
-    if model.seq_len > model.context:
-        raise ConfigError(
-            "model.seq_len",
-            f"{model.seq_len} exceeds the model's context of {model.context}",
-            f"set model.seq_len to at most {model.context}",
-        )
-    if model.position is schema.Position.rope:
-        if (model.hidden // model.heads) % 2:
-            raise ConfigError(
-                "model.heads",
-                f"RoPE needs an even head size, hidden/heads = {model.hidden // model.heads}",
-                "change model.heads or model.hidden",
-            )
-        if model.rope_theta <= 0:
-            raise ConfigError("model.rope_theta", "must be positive")
-    yield from ()
+    """`model.family` names a known family, and the family can build the shape."""
+    return models.family(model).check(model)
 
 
 def check_strategy(
     config: schema.Config, instance: InstanceType, layout: Layout, targets: TargetCapabilities
 ) -> Iterator[str]:
     par, strategy = config.parallelism, config.parallelism.strategy
-    if strategy.is_deepspeed and layout.tp > 1:
+    known = facts(strategy)
+    if layout.tp > 1 and not known.tensor_parallel and known.engine == DEEPSPEED_ENGINE:
         raise UnsupportedError(
             "parallelism.tp",
             f"DeepSpeed {strategy.value} does not combine with tensor parallelism",
             "set parallelism.tp=1, or use parallelism=fsdp for FSDP + TP",
         )
-    if strategy is schema.Strategy.ddp and layout.tp > 1:
+    if layout.tp > 1 and not known.tensor_parallel and strategy is not schema.Strategy.smddp:  # smddp's checks below
         raise ConfigError(
             "parallelism.tp",
-            "ddp replicates whole models and does not combine with tensor parallelism",
+            f"{strategy.value} replicates whole models and does not combine with tensor parallelism",
             "use parallelism=fsdp for tp > 1",
         )
     if strategy is schema.Strategy.smddp:
@@ -128,13 +102,13 @@ def check_strategy(
                 "offloading to the host needs GPUs to offload from",
                 "set parallelism.offload=none on hardware=cpu",
             )
-        if strategy in (schema.Strategy.ddp, schema.Strategy.smddp):
+        if not known.offloads_optimizer:
             raise ConfigError(
                 "parallelism.offload",
                 f"{strategy.value} keeps full model state on every GPU",
                 "use a sharded strategy (zero1-3, fsdp) to offload",
             )
-        if par.offload is schema.Offload.parameters and not strategy.shards_parameters:
+        if par.offload is schema.Offload.parameters and not known.offloads_parameters:
             raise ConfigError(
                 "parallelism.offload",
                 f"{strategy.value} does not shard parameters",
@@ -154,7 +128,7 @@ def check_strategy(
         )
     if par.mixed_precision is schema.Precision.bf16 and not instance.has_gpus:
         yield "bf16 autocast on CPU is slow; parallelism.mixed_precision=fp32 is faster there"
-    if layout.shard_degree == 1 and strategy not in (schema.Strategy.ddp, schema.Strategy.smddp):
+    if layout.shard_degree == 1 and not known.replicated:
         yield f"{strategy.value} with a shard group of 1 shards nothing; ddp does the same with less overhead"
 
 
@@ -162,10 +136,11 @@ def _check_activation_offload(par: schema.ParallelismConfig, instance: InstanceT
     """The built-in engines of the PyTorch strategies offload each decoder block's saved tensors; DeepSpeed
     runs its own engine, and the pipeline and tensor-parallel blocks are not wired for it."""
     key = "parallelism.activation_offload"
-    if par.strategy.is_deepspeed:
+    if not facts(par.strategy).activation_offload:
+        offloading = ", ".join(strategy.value for strategy, known in STRATEGIES.items() if known.activation_offload)
         raise ConfigError(
             key,
-            f"runs with the PyTorch strategies (ddp, fsdp, fsdp_hybrid, smddp), not {par.strategy.value}",
+            f"runs with the PyTorch strategies ({offloading}), not {par.strategy.value}",
             "use parallelism.strategy=fsdp, or DeepSpeed's parallelism.offload",
         )
     for degree, name in ((layout.pp, "pp"), (layout.tp, "tp")):
@@ -287,6 +262,9 @@ def check_trainer(
             raise ConfigError(f"trainer.{name}", "cannot be negative")
     if trainer.log_interval < 1:
         raise ConfigError("trainer.log_interval", "must be at least 1")
+    for name in trainer.metrics:
+        if name not in METRICS_SINKS:
+            raise UnknownNameError("trainer.metrics", "metrics sink", name, METRICS_SINKS)
     if trainer.entry is schema.Entry.script:
         for name in ("source_dir", "script"):
             if not getattr(trainer, name):

@@ -3,13 +3,14 @@
 from compiler.planner.estimate import GIB, Memory
 from compiler.planner.pipeline import bubble_fraction
 from compiler.spec import Plan
-from compiler.spec.schema import Compile, LrScaling, Strategy
+from compiler.spec.schema import Compile, LrScaling
+from compiler.spec.strategies import facts
 
 
 def summary_lines(plan: Plan) -> list[str]:
     layout, batch, instance = plan.layout, plan.batch, plan.instance
     devices = f"{instance.gpus} × {instance.gpu_model}" if instance.has_gpus else "CPU"
-    shard = f", shard group {layout.shard_degree}" if plan.parallelism.strategy is Strategy.fsdp_hybrid else ""
+    shard = f", shard group {layout.shard_degree}" if facts(plan.parallelism.strategy).shard_groups else ""
     cost = f"   ${plan.price_per_hour:,.2f}/h" if plan.price_per_hour else ""
     par = plan.parallelism
     lines = [

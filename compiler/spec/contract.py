@@ -12,3 +12,15 @@ CODE_DIR = f"{CONTAINER_ROOT}/code"
 `trainer.script` from: the code folder under the entrypoint's root, /opt/ml in every image."""
 RUN_AS_USER = "dockyard"
 """The unprivileged user the image creates and the entrypoint drops to after preparing /opt/ml as root."""
+
+METRICS_FILE = "metrics.jsonl"
+"""The trainer's metrics file in the job's output folder (`output/data/`), which the run reader charts."""
+METRICS_SINKS = ("jsonl",)
+"""The names `trainer.metrics` may list: the trainer's `entrypoint.trainer.metrics.SINKS` (tested equal),
+here so that the planner checks them without importing the runtime."""
+METRICS_SEPARATORS = (", ", ": ")
+"""`json.dumps` separators of a metrics line, `{"step": 10, "loss": 2.5, ...}`: one JSON object per line
+in the file and in the job's log, where SageMaker's metric regexes look for `"<name>": <number>`."""
+REPORTED_METRICS = ("loss", "tokens_per_s", "grad_norm", "mfu")
+"""Keys of the metrics lines that SageMaker extracts from the job's log: the console charts them, and
+DescribeTrainingJob's FinalMetricDataList gives a sweep's summary their final values."""

@@ -23,8 +23,9 @@ from compiler.spec import schema
 from compiler.spec.errors import ConfigError
 from compiler.spec.records import Batch, Derived, Estimate, InstanceType, Layout
 
-SCHEMA_VERSION = 2
-"""2: the runtime's values resolved into `derived`; the hash leaves out `estimate` and `warnings`."""
+SCHEMA_VERSION = 3
+"""2: the runtime's values resolved into `derived`; the hash leaves out `estimate` and `warnings`.
+3: `model.family` and `trainer.metrics` name the model and the metrics sinks from the trainer's registries."""
 PREDICTIONS = ("estimate", "warnings")
 """Fields that describe the planner's view of the run, not the run: outside the content hash."""
 

@@ -4,7 +4,7 @@ import importlib.util
 from dataclasses import dataclass
 
 from compiler.spec import Plan
-from compiler.spec.schema import Strategy
+from compiler.spec.strategies import facts
 
 
 class BackendError(RuntimeError):
@@ -33,7 +33,7 @@ def choose_backend(plan: Plan, gpus: int, smddp: bool) -> Backend:
             f"the plan starts {plan.layout.processes_per_node} processes per node on {plan.instance.name}, "
             f"but this node has {gpus} GPUs"
         )
-    if plan.parallelism.strategy is not Strategy.smddp:
+    if facts(plan.parallelism.strategy).backend != "smddp":
         return Backend("nccl")
     if smddp:
         return Backend("smddp")

@@ -6,6 +6,7 @@ the strategy wraps the model and after activation checkpointing is set, as torch
 """
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from torch import nn
@@ -16,11 +17,12 @@ CACHE_FOLDER = "compile-cache"
 """Under the checkpoints folder, which a restarted job gets back: it does not compile from scratch."""
 
 
-def apply_compile(model: nn.Module, trainer: TrainerConfig) -> None:
+def apply_compile(model: nn.Module, blocks: Iterable[nn.Module], trainer: TrainerConfig) -> None:
+    """`blocks`: the model's repeated blocks (`ModelSpec.blocks`)."""
     scope = Compile(trainer.compile)
     options = {} if trainer.compile_mode == "default" else {"mode": trainer.compile_mode}
     if scope is Compile.blocks:
-        for block in model.blocks:
+        for block in blocks:
             block.compile(**options)
     elif scope is Compile.model:
         model.compile(**options)

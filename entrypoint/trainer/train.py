@@ -7,7 +7,6 @@ split into parts; the next part resumes from the checkpoint at N when N is a che
 """
 
 import argparse
-import json
 import os
 import signal
 import time
@@ -20,14 +19,16 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from compiler.spec import Plan
 from compiler.spec.s3 import download_s3
-from compiler.spec.schema import Compile, DataSource, Strategy
+from compiler.spec.schema import Compile, DataSource
 from entrypoint.launcher.cluster import Paths
 from entrypoint.launcher.main import DEFAULT_TIMEOUT_S
 from entrypoint.trainer import checkpoint
 from entrypoint.trainer.compiled import use_warm_cache
 from entrypoint.trainer.data import Batches, data_folder, make_source
-from entrypoint.trainer.metrics import MetricsLog, memory_gib, mfu
-from entrypoint.trainer.model import Decoder
+from entrypoint.trainer.engines import Engine, make_engine
+from entrypoint.trainer.metrics import open_sinks
+from entrypoint.trainer.metrics.measure import memory_gib, mfu
+from entrypoint.trainer.models import model_spec
 from entrypoint.trainer.optim import lr_at
 from entrypoint.trainer.teardown import leave
 
@@ -47,36 +48,6 @@ def init_distributed(plan: Plan, timeout_s: float) -> torch.device:
             f"({plan.layout.nodes} nodes × {plan.layout.processes_per_node}), torchrun started {dist.get_world_size()}"
         )
     return device
-
-
-def builds_on_meta(plan: Plan) -> bool:
-    """FSDP models and pipeline stages whose fp32 weights would take over a quarter of a GPU are built on
-    the meta device and materialised after sharding (per stage): each rank then only ever holds its shards.
-    (This draws other random numbers than building the whole model, so small models, and every test, build
-    whole.)"""
-    sharded = plan.parallelism.strategy in (Strategy.fsdp, Strategy.fsdp_hybrid) or plan.layout.pp > 1
-    return sharded and plan.instance.has_gpus and plan.parameters * 4 > plan.instance.gpu_memory_gib * 2**30 / 4
-
-
-def make_engine(plan: Plan, device: torch.device):
-    torch.manual_seed(plan.trainer.seed)
-    if plan.layout.pp > 1:
-        from entrypoint.trainer.pipeline import PipelineEngine
-
-        return PipelineEngine(plan, device, on_meta=builds_on_meta(plan))
-    if plan.parallelism.strategy.is_deepspeed:
-        from entrypoint.trainer.zero import DeepSpeedEngine
-
-        return DeepSpeedEngine(plan, device)  # builds the model itself: ZeRO-3 partitions it while building
-    if builds_on_meta(plan):
-        with torch.device("meta"):
-            model = Decoder(plan.model)
-    else:
-        with device:
-            model = Decoder(plan.model)
-    from entrypoint.trainer.parallel import TorchEngine
-
-    return TorchEngine(plan, model, device)
 
 
 def prepare_data(plan: Plan, paths: Paths) -> Batches:
@@ -112,15 +83,11 @@ def derived_lines(plan: Plan, backend: str, start_step: int) -> list[str]:
     return lines
 
 
-def save_final_model(engine, plan: Plan, paths: Paths) -> None:
+def save_final_model(engine: Engine, plan: Plan, paths: Paths) -> None:
+    """The whole model, in its family's weights format, from rank 0."""
     state = engine.full_state_dict()
-    if dist.get_rank() != 0:
-        return
-    paths.model.mkdir(parents=True, exist_ok=True)
-    partial = paths.model / "model.pt.tmp"
-    torch.save(state, partial)
-    partial.rename(paths.model / "model.pt")
-    (paths.model / "config.json").write_text(json.dumps(plan.to_dict()["model"], indent=2, sort_keys=True))
+    if dist.get_rank() == 0:
+        model_spec(plan.model).weights.save(paths.model, state, plan.to_dict()["model"])
 
 
 def global_mean(value: torch.Tensor, holders: int) -> float:
@@ -184,7 +151,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
     if done:
         start, folder = done[-1]
         engine.load(folder)
-    log = MetricsLog(paths.output / "metrics.jsonl") if rank == 0 else None
+    sinks = open_sinks(plan.trainer.metrics, paths.output) if rank == 0 else []
     if rank == 0:
         backend = dist.get_backend()
         print("\n".join(derived_lines(plan, backend, start)), flush=True)
@@ -199,11 +166,12 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         if done_steps % trainer.log_interval == 0 or done_steps in (start + 1, trainer.steps):
             mean_loss = global_mean(loss / accum, plan.layout.ranks_per_stage)
             now = time.perf_counter()
-            if log:
+            if sinks:
                 record = step_record(
                     plan, device, done_steps, mean_loss, lr, norm, done_steps - last_step, now - last_time
                 )
-                log.write(record | {"elapsed_s": round(now - started, 3)})
+                for sink in sinks:
+                    sink.write(record | {"elapsed_s": round(now - started, 3)})
             last_time, last_step = now, done_steps
         interval, stopped = trainer.checkpoint_interval, stop.agreed(device)
         if done_steps < trainer.steps and (stopped or (interval and done_steps % interval == 0)):
@@ -214,8 +182,8 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
             break
     else:
         save_final_model(engine, plan, paths)
-    if log:
-        log.close()
+    for sink in sinks:
+        sink.close()
     dist.barrier()
 
 

@@ -1,4 +1,4 @@
-"""The `model/` group: the decoder's shape."""
+"""The `model/` group: which model family, and its shape."""
 
 from dataclasses import dataclass
 from enum import Enum
@@ -25,6 +25,9 @@ class Position(Enum):
 class ModelConfig:
     name: str = MISSING
     """The model's name in summaries and image labels (the `model/` option's name)."""
+    family: str = "decoder"
+    """The model the trainer builds, by its registry name (`entrypoint/trainer/models`); decoder: the built-in
+    GPT-2/Llama-style decoder, whose shape the fields below give."""
     layers: int = MISSING
     """Transformer blocks."""
     hidden: int = MISSING

@@ -17,14 +17,6 @@ class Strategy(Enum):
     smddp = "smddp"
     """SageMaker's distributed data-parallel library (AllReduce over EFA), SageMaker only."""
 
-    @property
-    def is_deepspeed(self) -> bool:
-        return self in (Strategy.zero1, Strategy.zero2, Strategy.zero3)
-
-    @property
-    def shards_parameters(self) -> bool:
-        return self in (Strategy.fsdp, Strategy.fsdp_hybrid, Strategy.zero3)
-
 
 class Checkpointing(Enum):
     none = "none"

@@ -69,6 +69,9 @@ class TrainerConfig:
     """Steps between checkpoints; 0 keeps only the final model."""
     log_interval: int = 10
     """Steps between metrics lines."""
+    metrics: list[str] = field(default_factory=lambda: ["jsonl"])
+    """Where the built-in trainer's metrics go (`compiler.spec.contract.METRICS_SINKS`): jsonl, one JSON object
+    per line to the job's log and to output/data/metrics.jsonl."""
     seed: int = 1234
     """Seed of the model's initialisation and the synthetic data."""
     compile: Any = False

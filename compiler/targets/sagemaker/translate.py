@@ -13,19 +13,18 @@ from botocore.exceptions import ParamValidationError
 from botocore.validate import validate_parameters
 
 from compiler.spec import Plan
-from compiler.spec.contract import CONTAINER_ROOT, PLAN_CHANNEL, PLAN_PATH
+from compiler.spec.contract import CONTAINER_ROOT, METRICS_SEPARATORS, PLAN_CHANNEL, PLAN_PATH, REPORTED_METRICS
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import DataSource, Entry, SageMakerTargetConfig
 
 FILE_SYSTEM_TYPES = {DataSource.fsx: "FSxLustre", DataSource.efs: "EFS"}
-REPORTED_METRICS = ("loss", "tokens_per_s", "grad_norm", "mfu")
-"""Keys of the trainer's JSON metrics lines that SageMaker extracts from the job's log: the console charts
-them, and DescribeTrainingJob's FinalMetricDataList gives a sweep's summary their final values."""
 NUMBER = r"(-?[0-9.]+(?:[eE][-+]?[0-9]+)?)"
 
 
 def metric_definitions() -> list[dict[str, str]]:
-    return [{"Name": name, "Regex": f'"{name}": {NUMBER}'} for name in REPORTED_METRICS]
+    """A regex per reported metric, for the `"<name>": <number>` pairs of the trainer's metrics lines."""
+    key_value = METRICS_SEPARATORS[1]  # no regex syntax in it
+    return [{"Name": name, "Regex": f'"{name}"{key_value}{NUMBER}'} for name in REPORTED_METRICS]
 
 
 @dataclass(frozen=True)

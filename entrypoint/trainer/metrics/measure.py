@@ -1,10 +1,6 @@
-"""Throughput, model FLOPs utilisation and memory, written as JSON lines."""
+"""Model FLOPs utilisation and memory, measured for the metrics records."""
 
-import json
 import resource
-import sys
-from pathlib import Path
-from typing import Any, TextIO
 
 import torch
 
@@ -25,21 +21,3 @@ def memory_gib(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-
-
-class MetricsLog:
-    """One JSON object per line, to stdout (the job's log, where SageMaker's metric regexes look) and to a file."""
-
-    def __init__(self, path: Path, stream: TextIO = sys.stdout) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = path.open("a")
-        self.stream = stream
-
-    def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, sort_keys=False)
-        print(line, file=self.stream, flush=True)
-        self.file.write(line + "\n")
-        self.file.flush()
-
-    def close(self) -> None:
-        self.file.close()

@@ -6,7 +6,6 @@ so the ranks of one tensor-parallel group are neighbours on one node.
 """
 
 import contextlib
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -21,13 +20,15 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.distributed.tensor.parallel import parallelize_module
 from torch.nn.parallel import DistributedDataParallel
 
 from compiler.spec import Plan
-from compiler.spec.schema import ModelConfig, Offload, Precision, Strategy
+from compiler.spec.schema import ModelConfig, Offload, Precision
+from compiler.spec.strategies import facts
 from entrypoint.trainer.compiled import apply_compile
-from entrypoint.trainer.model import Decoder, loss_fn
+from entrypoint.trainer.engines.base import MicroBatches, builds_on_meta
+from entrypoint.trainer.models import ModelSpec
 from entrypoint.trainer.offload import ActivationOffload
 from entrypoint.trainer.optim import adamw, clip_gradients, set_lr
 
@@ -51,31 +52,29 @@ def fully_shard_options(plan: Plan, mesh: DeviceMesh) -> dict:
     return options
 
 
-def tensor_parallel(blocks: Iterable[nn.Module], model: ModelConfig, mesh: DeviceMesh) -> None:
-    """Megatron-style: q/k/v and the MLP's input projections split by columns (heads, hidden units),
-    the output projections by rows; embeddings and norms stay whole on every tensor-parallel rank."""
-    plan = {"attention.q": ColwiseParallel(), "attention.k": ColwiseParallel(), "attention.v": ColwiseParallel()}
-    plan |= {"attention.o": RowwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()}
-    if model.activation.value == "swiglu":
-        plan["mlp.gate"] = ColwiseParallel()
-    for block in blocks:
+def tensor_parallel(spec: ModelSpec, module: nn.Module, model: ModelConfig, mesh: DeviceMesh) -> None:
+    """Split every block of `module` (a model or a pipeline stage) by the model's tensor-parallel plan."""
+    plan = spec.tp_plan(model)
+    for block in spec.blocks(module):
         parallelize_module(block, mesh, plan)
 
 
 class TorchEngine:
-    """One optimizer step = `forward_backward` over the step's grad_accum micro batches, then `step`."""
+    """DDP (and smddp) or FSDP2 with tensor parallelism: the engine interface of `engines.base.Engine`."""
 
-    def __init__(self, plan: Plan, model: Decoder, device: torch.device) -> None:
-        self.plan, self.device = plan, device
+    def __init__(self, plan: Plan, spec: ModelSpec, device: torch.device) -> None:
+        self.plan, self.spec, self.device = plan, spec, device
+        with torch.device("meta") if builds_on_meta(plan) else device:
+            model = spec.build(plan.model)
         par = plan.parallelism
         dtype = DTYPES[par.mixed_precision]
         self.autocast_dtype = dtype if dtype is not torch.float32 else None
         self.scaler = torch.amp.GradScaler(device.type) if par.mixed_precision is Precision.fp16 else None
-        model.set_checkpointing(par.activation_checkpointing)
+        spec.set_checkpointing(model, par.activation_checkpointing)
         if par.activation_offload:
-            model.offload = ActivationOffload(device, par.activation_offload_horizon)
-        apply_compile(model, plan.trainer)
-        if par.strategy in (Strategy.ddp, Strategy.smddp):
+            spec.set_activation_offload(model, ActivationOffload(device, par.activation_offload_horizon))
+        apply_compile(model, spec.blocks(model), plan.trainer)
+        if facts(par.strategy).replicated:
             if plan.layout.tp > 1:
                 raise NotImplementedError("tensor parallelism runs with parallelism=fsdp, not ddp")
             # Gradients as views into DDP's buckets: no second copy of them (the planner counts one).
@@ -85,19 +84,19 @@ class TorchEngine:
         else:
             mesh = plan.layout.build_mesh(device.type)
             if plan.layout.tp > 1:
-                tensor_parallel(model.blocks, model.config, mesh["tp"])
+                tensor_parallel(spec, model, plan.model, mesh["tp"])
             options = fully_shard_options(plan, mesh)
-            for block in model.blocks:
+            for block in spec.blocks(model):
                 fully_shard(block, **options)
             self.model = fully_shard(model, **options)
             self.autocast_dtype = None  # FSDP casts parameters itself
             if any(p.is_meta for p in model.parameters()):
                 model.to_empty(device=device)
-                model.reset_parameters()
+                spec.init_weights(model)
         self.optimizer = adamw(self.model, plan.trainer)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
 
-    def forward_backward(self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    def forward_backward(self, micro_batches: MicroBatches) -> torch.Tensor:
         """One step's micro batches, one after the other: the sum of their losses (detached); their gradients,
         scaled by 1/grad_accum, accumulate and are reduced after the last."""
         total = torch.zeros((), device=self.device)
@@ -106,17 +105,28 @@ class TorchEngine:
         return total
 
     def _micro_batch(self, inputs: torch.Tensor, targets: torch.Tensor, last_micro: bool) -> torch.Tensor:
-        autocast = (
-            torch.autocast(self.device.type, dtype=self.autocast_dtype)
-            if self.autocast_dtype
-            else contextlib.nullcontext()
-        )
         with self._gradient_sync(last_micro):
-            with autocast:
-                loss = loss_fn(self.model(inputs), targets)
+            with self._autocast():
+                loss = self.spec.loss(self.model(inputs), targets)
             scaled = loss / self.plan.batch.grad_accum
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()
         return loss.detach()
+
+    def evaluate(self, micro_batches: MicroBatches) -> torch.Tensor:
+        total = torch.zeros((), device=self.device)
+        self.model.eval()
+        try:
+            with torch.no_grad(), self._autocast():
+                for inputs, targets in micro_batches:
+                    total += self.spec.loss(self.model(inputs.to(self.device)), targets.to(self.device))
+        finally:
+            self.model.train()
+        return total
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.autocast_dtype:
+            return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+        return contextlib.nullcontext()
 
     def _gradient_sync(self, last_micro: bool) -> contextlib.AbstractContextManager:
         """Reduce gradients across data-parallel ranks only after the last micro batch of a step."""

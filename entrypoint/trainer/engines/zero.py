@@ -1,20 +1,20 @@
-"""DeepSpeed ZeRO stages 1-3: the JSON config generated from the plan, and the engine behind the same
-interface as `parallel.TorchEngine`. DeepSpeed is imported only when a ZeRO strategy runs."""
+"""DeepSpeed ZeRO stages 1-3: the JSON config generated from the plan, and the engine behind the
+interface of `engines.base.Engine`. DeepSpeed is imported only when a ZeRO strategy runs."""
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from compiler.spec import Plan
-from compiler.spec.schema import Offload, Precision, Strategy
+from compiler.spec.schema import Offload, Precision
+from compiler.spec.strategies import facts
 from entrypoint.trainer.compiled import apply_compile
-from entrypoint.trainer.model import Decoder, loss_fn
+from entrypoint.trainer.engines.base import MicroBatches
+from entrypoint.trainer.models import ModelSpec
 from entrypoint.trainer.optim import adamw, set_lr
-
-STAGES = {Strategy.zero1: 1, Strategy.zero2: 2, Strategy.zero3: 3}
 
 
 def deepspeed_config(plan: Plan) -> dict[str, Any]:
@@ -25,12 +25,13 @@ def deepspeed_config(plan: Plan) -> dict[str, Any]:
     needs a compiled extension: both checks are turned off explicitly. Bucket sizes are the planner's.
     """
     par, batch = plan.parallelism, plan.batch
-    zero: dict[str, Any] = {"stage": STAGES[par.strategy], **plan.derived.deepspeed_buckets}
+    strategy = facts(par.strategy)
+    zero: dict[str, Any] = {"stage": strategy.zero_stage, **plan.derived.deepspeed_buckets}
     if par.offload is not Offload.none:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if par.offload is Offload.parameters:
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
-    if par.strategy is Strategy.zero3:
+    if strategy.shards_parameters:
         zero["stage3_gather_16bit_weights_on_model_save"] = False
     return {
         "train_batch_size": batch.global_batch,
@@ -47,48 +48,57 @@ def deepspeed_config(plan: Plan) -> dict[str, Any]:
     }
 
 
-def build_partitioned(plan: Plan, config: dict[str, Any]) -> Decoder:
+def build_partitioned(plan: Plan, spec: ModelSpec, config: dict[str, Any]) -> nn.Module:
     """ZeRO-3 builds the model already partitioned (no rank ever holds all of it), then initialises it one
     gathered parameter at a time on rank 0, drawing the same random numbers as a whole-model build."""
     import deepspeed
 
     with deepspeed.zero.Init(config_dict_or_path=config):
-        model = Decoder(plan.model)
+        model = spec.build(plan.model)
     for name, param in model.named_parameters():
         with deepspeed.zero.GatheredParameters([param], modifier_rank=0):
             if dist.get_rank() == 0:
-                model.init_parameter(name, param)
+                spec.init_parameter(model, name, param)
     return model
 
 
 class DeepSpeedEngine:
-    def __init__(self, plan: Plan, device: torch.device) -> None:
+    def __init__(self, plan: Plan, spec: ModelSpec, device: torch.device) -> None:
         import deepspeed
 
-        self.plan, self.device = plan, device
+        self.plan, self.spec, self.device = plan, spec, device
         deepspeed.init_distributed(dist_backend=dist.get_backend())  # adopts the process group train.py made
         config = deepspeed_config(plan)
-        if plan.parallelism.strategy is Strategy.zero3:
-            model = build_partitioned(plan, config)
-        else:
-            model = Decoder(plan.model).to(device)
-        model.set_checkpointing(plan.parallelism.activation_checkpointing)
-        apply_compile(model, plan.trainer)
+        self.partitioned = facts(plan.parallelism.strategy).shards_parameters
+        model = build_partitioned(plan, spec, config) if self.partitioned else spec.build(plan.model).to(device)
+        spec.set_checkpointing(model, plan.parallelism.activation_checkpointing)
+        apply_compile(model, spec.blocks(model), plan.trainer)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=model, optimizer=adamw(model, plan.trainer), config=config
         )
         self.model = self.engine
 
-    def forward_backward(self, micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    def forward_backward(self, micro_batches: MicroBatches) -> torch.Tensor:
         """The sum of the step's micro batches' losses; DeepSpeed scales by 1/grad_accum and reduces at the
         accumulation boundary itself."""
         total = torch.zeros((), device=self.device)
         for index, (inputs, targets) in enumerate(micro_batches):
-            loss = loss_fn(self.engine(inputs.to(self.device)), targets.to(self.device))
+            loss = self.spec.loss(self.engine(inputs.to(self.device)), targets.to(self.device))
             self.engine.backward(loss)
             if index < len(micro_batches) - 1:
                 self.engine.step()  # only counts the micro batch; the update happens at the boundary
             total += loss.detach()
+        return total
+
+    def evaluate(self, micro_batches: MicroBatches) -> torch.Tensor:
+        total = torch.zeros((), device=self.device)
+        self.engine.eval()
+        try:
+            with torch.no_grad():
+                for inputs, targets in micro_batches:
+                    total += self.spec.loss(self.engine(inputs.to(self.device)), targets.to(self.device))
+        finally:
+            self.engine.train()
         return total
 
     def step(self, lr: float) -> float:
@@ -110,8 +120,7 @@ class DeepSpeedEngine:
         import deepspeed
 
         params = list(self.engine.module.parameters())
-        zero3 = self.plan.parallelism.strategy is Strategy.zero3
-        with deepspeed.zero.GatheredParameters(params, modifier_rank=None, enabled=zero3):
+        with deepspeed.zero.GatheredParameters(params, modifier_rank=None, enabled=self.partitioned):
             if dist.get_rank() != 0:
                 return {}
             return {name: value.detach().cpu().clone() for name, value in self.engine.module.state_dict().items()}

@@ -1,7 +1,8 @@
-"""The built-in decoder: GPT-2 and Llama style from one `ModelConfig`.
+"""The built-in decoder (`model.family=decoder`): GPT-2 and Llama style from one `ModelConfig`, and its
+registry entry: its tensor-parallel plan, its pipeline stages, its weights' files.
 
 GPT-2: learned positions, LayerNorm, GELU, biases, tied embeddings. Llama: RoPE, RMSNorm, SwiGLU,
-no biases, grouped-query attention. The parameter count matches `compiler.planner.estimate.parameter_count`
+no biases, grouped-query attention. The parameter count matches the planner's (`compiler.planner.models`)
 exactly (tested), so the plan's numbers describe the model that trains.
 
 Attention reads the number of heads from the projections' output width, so the same code runs with
@@ -14,9 +15,11 @@ from contextlib import nullcontext
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
 from torch.utils.checkpoint import checkpoint
 
 from compiler.spec.schema import Activation, Checkpointing, ModelConfig, Norm, Position
+from entrypoint.trainer.models.weights import TorchFile, WeightsFormat
 from entrypoint.trainer.offload import ActivationOffload
 
 
@@ -132,25 +135,9 @@ class Decoder(nn.Module):
         for block in self.blocks:
             block.attention.checkpoint_core = mode is Checkpointing.selective
 
-    @torch.no_grad()
     def reset_parameters(self) -> None:
-        """GPT-2's initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 × layers); the RoPE
-        tables. Also run after a model built on the meta device is materialised, shard by shard."""
-        if self.positions is None:
-            cos, sin = rope_tables(self.config.hidden // self.config.heads, self.config.context, self.config.rope_theta)
-            self.rope_cos.copy_(cos)
-            self.rope_sin.copy_(sin)
-        for name, param in self.named_parameters():
-            self.init_parameter(name, param)
-
-    @torch.no_grad()
-    def init_parameter(self, name: str, param: torch.Tensor) -> None:
-        """One parameter's initialisation (ZeRO-3 calls it per parameter while the parameter is gathered)."""
-        if param.dim() == 1:
-            nn.init.ones_(param) if name.endswith("norm.weight") else nn.init.zeros_(param)
-        else:
-            residual = name.endswith(("o.weight", "down.weight"))
-            nn.init.normal_(param, mean=0.0, std=0.02 / math.sqrt(2 * self.config.layers) if residual else 0.02)
+        """Also run after a model built on the meta device is materialised, shard by shard."""
+        _initialise(self, self.positions is None)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits (batch, seq, vocab) for tokens (batch, seq)."""
@@ -173,3 +160,117 @@ class Decoder(nn.Module):
 
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+
+@torch.no_grad()
+def init_parameter(config: ModelConfig, name: str, param: torch.Tensor) -> None:
+    """GPT-2's initialisation of one parameter: N(0, 0.02), residual projections scaled by
+    1/sqrt(2 × layers); norms' weights one, biases zero."""
+    if param.dim() == 1:
+        nn.init.ones_(param) if name.endswith("norm.weight") else nn.init.zeros_(param)
+    else:
+        residual = name.endswith(("o.weight", "down.weight"))
+        nn.init.normal_(param, mean=0.0, std=0.02 / math.sqrt(2 * config.layers) if residual else 0.02)
+
+
+@torch.no_grad()
+def _initialise(module: "Decoder | Stage", rope: bool) -> None:
+    """Every parameter of a decoder or a stage, named as in the whole decoder, and the RoPE tables."""
+    config = module.config
+    if rope:
+        cos, sin = rope_tables(config.hidden // config.heads, config.context, config.rope_theta)
+        module.rope_cos.copy_(cos)
+        module.rope_sin.copy_(sin)
+    for name, param in module.named_parameters():
+        init_parameter(config, name, param)
+
+
+class Stage(nn.Module):
+    """Layers `layers` of a decoder, with the embeddings on the first stage and the final norm and head on the
+    last. The parameters keep the whole decoder's names (`blocks.5.mlp.up.weight`), so a stage's checkpoint
+    keys are those of the unpipelined model."""
+
+    def __init__(self, decoder: Decoder, layers: range, first: bool, last: bool) -> None:
+        super().__init__()
+        self.config, self.first, self.last = decoder.config, first, last
+        tied = decoder.head is None
+        self.embed = decoder.embed if first or (last and tied) else None
+        self.positions = decoder.positions if first else None
+        self.blocks = nn.ModuleDict({str(index): decoder.blocks[index] for index in layers})
+        self.norm = decoder.norm if last else None
+        self.head = decoder.head if last else None
+        self.rope = decoder.positions is None
+        if self.rope:
+            self.register_buffer("rope_cos", decoder.rope_cos, persistent=False)
+            self.register_buffer("rope_sin", decoder.rope_sin, persistent=False)
+        self.full_checkpointing = decoder.full_checkpointing
+
+    def reset_parameters(self) -> None:
+        """Initialise a stage materialised from the meta device as the whole decoder initialises its parts."""
+        _initialise(self, self.rope)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Tokens (batch, seq) or the previous stage's hidden states in; hidden states or logits out."""
+        if self.first:
+            tokens = x
+            x = self.embed(tokens)
+            if self.positions is not None:
+                x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
+        rope = (self.rope_cos, self.rope_sin) if self.rope else None
+        for block in self.blocks.values():
+            if self.full_checkpointing and self.training:
+                x = checkpoint(block, x, rope, use_reentrant=False)
+            else:
+                x = block(x, rope)
+        if not self.last:
+            return x
+        x = self.norm(x)
+        return self.embed(x, project=True) if self.head is None else self.head(x)
+
+
+class DecoderSpec:
+    """The decoder's entry in `entrypoint.trainer.models.MODELS`."""
+
+    name = "decoder"
+    weights: WeightsFormat = TorchFile()
+
+    def loss(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return loss_fn(output, targets)
+
+    def build(self, config: ModelConfig) -> Decoder:
+        return Decoder(config)
+
+    def init_weights(self, module: nn.Module) -> None:
+        module.reset_parameters()
+
+    def init_parameter(self, module: nn.Module, name: str, param: torch.Tensor) -> None:
+        init_parameter(module.config, name, param)
+
+    def blocks(self, module: nn.Module) -> list[nn.Module]:
+        return list(module.blocks.values() if isinstance(module.blocks, nn.ModuleDict) else module.blocks)
+
+    def tp_plan(self, config: ModelConfig) -> dict[str, ParallelStyle]:
+        """Megatron-style: q/k/v and the MLP's input projections split by columns (heads, hidden units),
+        the output projections by rows; embeddings and norms stay whole on every tensor-parallel rank."""
+        plan: dict[str, ParallelStyle] = {
+            "attention.q": ColwiseParallel(),
+            "attention.k": ColwiseParallel(),
+            "attention.v": ColwiseParallel(),
+        }
+        plan |= {"attention.o": RowwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()}
+        if config.activation is Activation.swiglu:
+            plan["mlp.gate"] = ColwiseParallel()
+        return plan
+
+    def stage(self, module: nn.Module, layers: range, first: bool, last: bool) -> nn.Module:
+        return Stage(module, layers, first, last)
+
+    def tied_parameter(self, config: ModelConfig) -> str | None:
+        """The parameter the first and the last pipeline stage each hold a copy of (tied embeddings)."""
+        return "embed.weight" if config.tied_embeddings else None
+
+    def set_checkpointing(self, module: nn.Module, mode: Checkpointing) -> None:
+        module.set_checkpointing(mode)
+
+    def set_activation_offload(self, module: nn.Module, offload: ActivationOffload) -> None:
+        module.offload = offload

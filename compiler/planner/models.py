@@ -1,0 +1,169 @@
+"""The model families the planner knows, keyed by `model.family` as the trainer's registry
+(`entrypoint.trainer.models`) is: what the planner needs to know of a model without building it (torch
+and the runtime stay out of host code). A conformance test holds each entry to the module the trainer
+builds: the same parameter count, per pipeline share too.
+
+A family answers for a stretch of the model: `layers` of its repeated blocks, with the input side
+(`first`: embeddings) and the output side (`last`: final norm, head) or not, as a pipeline rank holds it.
+"""
+
+from collections.abc import Iterator
+from typing import Protocol
+
+from compiler.spec import schema
+from compiler.spec.errors import ConfigError, UnknownNameError
+
+
+class ModelFamily(Protocol):
+    def check(self, model: schema.ModelConfig) -> Iterator[str]:
+        """Raise a `ConfigError` for a shape the family cannot build; yield warnings."""
+        ...
+
+    def pipeline_layers(self, model: schema.ModelConfig) -> int:
+        """The repeated layers a pipeline splits into stages."""
+        ...
+
+    def tp_divides(self, model: schema.ModelConfig) -> tuple[str, ...]:
+        """The `model.` fields the tensor-parallel degree must divide."""
+        ...
+
+    def parameter_count(self, model: schema.ModelConfig, layers: int, first: bool, last: bool) -> int:
+        """Trainable parameters of `layers` layers, with the input and/or output side."""
+        ...
+
+    def layer_parameters(self, model: schema.ModelConfig) -> int:
+        """Parameters of one repeated layer."""
+        ...
+
+    def tp_split_parameters(self, model: schema.ModelConfig) -> int:
+        """Parameters of one layer that tensor parallelism splits over its ranks."""
+        ...
+
+    def flops_per_token(self, model: schema.ModelConfig, layers: int, last: bool, tp: int) -> float:
+        """Model FLOPs per token (forward and backward) of `layers` layers and the output side when `last`,
+        split over `tp` ranks."""
+        ...
+
+    def matmul_parameters(self, model: schema.ModelConfig, layers: int, last: bool, tp: int) -> float:
+        """Parameters a rank multiplies by (autocast keeps a low-precision copy of each)."""
+        ...
+
+    def activation_elements(self, model: schema.ModelConfig) -> dict[str, int]:
+        """Per token of one layer, the elements its backward keeps, by kind: 'residual' (whole on every
+        tensor-parallel rank, in the residual stream's precision), 'whole' (whole, compute precision),
+        'split' (split over the tensor-parallel ranks, compute precision), 'split_fp32' (split, fp32),
+        'recomputed_fp32' (the part of split_fp32 selective recomputation does not keep) and 'input' (the
+        layer's input, residual precision: what full recomputation keeps)."""
+        ...
+
+
+class DecoderFamily:
+    """The built-in decoder (`entrypoint/trainer/models/decoder.py`): GPT-2 and Llama shapes.
+
+    FLOPs per token: 6 × the parameters used in matrix products (every layer and the output head, not the
+    embedding lookups) + 12 × layers × hidden × seq_len for attention (the PaLM convention, causal masking
+    not discounted).
+    """
+
+    def check(self, model: schema.ModelConfig) -> Iterator[str]:
+        for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "context", "seq_len"):
+            if getattr(model, name) < 1:
+                raise ConfigError(f"model.{name}", f"must be at least 1 (got {getattr(model, name)})")
+        if model.hidden % model.heads:
+            raise ConfigError(
+                "model.heads",
+                f"{model.heads} heads do not divide hidden={model.hidden}",
+                "use a head count that divides model.hidden",
+            )
+        if model.heads % model.kv_heads:
+            raise ConfigError(
+                "model.kv_heads",
+                f"{model.kv_heads} key/value heads do not divide heads={model.heads}",
+                "grouped-query attention needs kv_heads to divide heads",
+            )
+        if model.seq_len > model.context:
+            raise ConfigError(
+                "model.seq_len",
+                f"{model.seq_len} exceeds the model's context of {model.context}",
+                f"set model.seq_len to at most {model.context}",
+            )
+        if model.position is schema.Position.rope:
+            if (model.hidden // model.heads) % 2:
+                raise ConfigError(
+                    "model.heads",
+                    f"RoPE needs an even head size, hidden/heads = {model.hidden // model.heads}",
+                    "change model.heads or model.hidden",
+                )
+            if model.rope_theta <= 0:
+                raise ConfigError("model.rope_theta", "must be positive")
+        yield from ()
+
+    def pipeline_layers(self, model: schema.ModelConfig) -> int:
+        return model.layers
+
+    def tp_divides(self, model: schema.ModelConfig) -> tuple[str, ...]:
+        """Attention heads are split whole over the tensor-parallel ranks."""
+        return ("heads", "kv_heads")
+
+    def parameter_count(self, model: schema.ModelConfig, layers: int, first: bool, last: bool) -> int:
+        embeddings = model.vocab * model.hidden
+        positions = model.context * model.hidden if model.position is schema.Position.learned else 0
+        head = 0 if model.tied_embeddings and first else model.vocab * model.hidden  # a last stage's own copy
+        outer = (embeddings + positions if first else 0) + (self._norm_parameters(model) + head if last else 0)
+        return outer + layers * self.layer_parameters(model)
+
+    def layer_parameters(self, model: schema.ModelConfig) -> int:
+        kv_width = model.kv_heads * (model.hidden // model.heads)
+        attention = 2 * model.hidden * model.hidden + 2 * model.hidden * kv_width
+        mlp = (self._mlp_inputs(model) + 1) * model.hidden * model.ffn_hidden
+        if model.bias:
+            attention += 2 * model.hidden + 2 * kv_width
+            mlp += self._mlp_inputs(model) * model.ffn_hidden + model.hidden
+        return attention + mlp + 2 * self._norm_parameters(model)
+
+    def tp_split_parameters(self, model: schema.ModelConfig) -> int:
+        """All but the layer's two norms."""
+        return self.layer_parameters(model) - 2 * self._norm_parameters(model)
+
+    def flops_per_token(self, model: schema.ModelConfig, layers: int, last: bool, tp: int) -> float:
+        attention = 12 * layers * model.hidden * model.seq_len / tp
+        return 6 * self.matmul_parameters(model, layers, last, tp) + attention
+
+    def matmul_parameters(self, model: schema.ModelConfig, layers: int, last: bool, tp: int) -> float:
+        """Its share of its layers, and the whole output head."""
+        return layers * self.layer_parameters(model) / tp + (model.vocab * model.hidden if last else 0)
+
+    def activation_elements(self, model: schema.ModelConfig) -> dict[str, int]:
+        """After Korthikanti et al. 2022, for SDPA attention (no s² term) without dropout: the two norm
+        inputs; the inputs of the QKV and MLP projections; q, k, v (GQA-sized), the attention output and 2
+        (GELU) or 4 (SwiGLU) tensors of ffn width; with RoPE the fp32 copies of q and k the rotation keeps;
+        SDPA's fp32 log-sum-exp, one per head, which is all that recomputing softmax(QKᵀ)V saves."""
+        h, f = model.hidden, model.ffn_hidden
+        kv = model.kv_heads * (h // model.heads)
+        rotary = h + kv if model.position is schema.Position.rope else 0
+        return {
+            "residual": 2 * h,
+            "whole": 2 * h,
+            "split": h + 2 * kv + h + 2 * self._mlp_inputs(model) * f,
+            "split_fp32": rotary + model.heads,
+            "recomputed_fp32": model.heads,
+            "input": h,
+        }
+
+    @staticmethod
+    def _norm_parameters(model: schema.ModelConfig) -> int:
+        return model.hidden * (2 if model.norm is schema.Norm.layernorm and model.bias else 1)
+
+    @staticmethod
+    def _mlp_inputs(model: schema.ModelConfig) -> int:
+        return 2 if model.activation is schema.Activation.swiglu else 1
+
+
+FAMILIES: dict[str, ModelFamily] = {"decoder": DecoderFamily()}
+"""`model.family` → its facts; the trainer's `entrypoint.trainer.models.MODELS` has the same keys."""
+
+
+def family(model: schema.ModelConfig) -> ModelFamily:
+    if model.family not in FAMILIES:
+        raise UnknownNameError("model.family", "model family", model.family, FAMILIES)
+    return FAMILIES[model.family]

@@ -1,0 +1,25 @@
+"""The `jsonl` sink: one JSON object per line, to stdout (the job's log, where SageMaker's metric regexes
+look) and to `metrics.jsonl` in the output folder (which the run reader charts)."""
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from compiler.spec.contract import METRICS_FILE, METRICS_SEPARATORS
+
+
+class JsonlSink:
+    def __init__(self, output: Path, stream: TextIO = sys.stdout) -> None:
+        output.mkdir(parents=True, exist_ok=True)
+        self.file = (output / METRICS_FILE).open("a")
+        self.stream = stream
+
+    def write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, separators=METRICS_SEPARATORS)
+        print(line, file=self.stream, flush=True)
+        self.file.write(line + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
