@@ -158,9 +158,14 @@ def test_tied_embeddings_across_stages(tmp_path_factory):
 
 
 @pytest.mark.torchrun
-def test_pipelined_resume_equals_uninterrupted(tmp_path, one_f_one_b, unpipelined):
+def test_pipelined_resume_equals_uninterrupted(tmp_path, one_f_one_b):
     """Stopped after the checkpoint at step 3 (each stage's shards through torch.distributed.checkpoint) and
-    restarted: the same losses as the uninterrupted pipelined run, and the same final model as unpipelined."""
+    restarted: the same losses and the same final model as the uninterrupted pipelined run.
+
+    (The final model was compared with the unpipelined run's at 1e-4; on some CPUs the tied embedding's rows of
+    rare tokens differ by 3e-4 there, uninterrupted too: AdamW turns gradients of 1e-9, summed in another
+    order across stages, into updates of the learning rate's size. The pipelined and unpipelined runs are
+    held to each other by their losses, in test_pipeline_matches_unpipelined and the 1f1b fixture.)"""
     plan = pipeline_plan("1f1b")
     first = train(plan, tmp_path, DOCKYARD_STOP_AT_STEP="3")
     assert [r["step"] for r in first] == [1, 2, 3]
@@ -171,7 +176,7 @@ def test_pipelined_resume_equals_uninterrupted(tmp_path, one_f_one_b, unpipeline
     for step in (4, 5, 6):
         assert resumed[step] == pytest.approx(uninterrupted[step], abs=1e-6), step
     ours = torch.load(tmp_path / "model/model.pt")
-    theirs = torch.load(unpipelined[0] / "model/model.pt")
+    theirs = torch.load(one_f_one_b[0] / "model/model.pt")
     assert ours.keys() == theirs.keys()
     for name, value in theirs.items():
-        assert torch.allclose(ours[name], value, atol=1e-4), name
+        assert torch.allclose(ours[name], value, atol=1e-6), name
