@@ -5,8 +5,8 @@ SageMaker's regex engine: these patterns use nothing the two treat differently).
 import io
 import re
 
+from compiler.launch import runs
 from compiler.spec.contract import METRICS_SINKS, REPORTED_METRICS
-from compiler.targets import runs
 from compiler.targets.sagemaker import translate
 from entrypoint.trainer.metrics import SINKS
 
