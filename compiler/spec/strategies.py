@@ -10,9 +10,9 @@ from dataclasses import dataclass, replace
 from compiler.spec.schema.parallelism import Strategy
 
 TORCH_ENGINE = "torch"
-"""DDP and FSDP2 (with tensor parallelism), `entrypoint/trainer/engines/torch.py`."""
+"""DDP and FSDP2 (with tensor parallelism), `entrypoint/trainer/engines/native.py`."""
 DEEPSPEED_ENGINE = "deepspeed"
-"""DeepSpeed ZeRO, `entrypoint/trainer/engines/deepspeed.py`."""
+"""DeepSpeed ZeRO, `entrypoint/trainer/engines/zero.py`."""
 PIPELINE_ENGINE = "pipeline"
 """Any plan with pp > 1: stages replicated or sharded with FSDP2, `entrypoint/trainer/engines/pipeline.py`."""
 
@@ -46,10 +46,12 @@ class StrategyFacts:
 
     @property
     def offloads_optimizer(self) -> bool:
+        """Can keep the optimizer state in host memory (`parallelism.offload=optimizer`): the sharded ones."""
         return self.shards_optimizer
 
     @property
     def offloads_parameters(self) -> bool:
+        """Can keep the parameters in host memory too (`parallelism.offload=parameters`)."""
         return self.shards_parameters
 
 
