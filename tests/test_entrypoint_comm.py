@@ -8,7 +8,7 @@ import pytest
 
 from entrypoint.launcher.backend import BackendError, choose_backend
 from entrypoint.launcher.cluster import single_node
-from entrypoint.launcher.comm import Detected, comm_env, detect
+from entrypoint.launcher.comm import Detected, Interface, choose_interface, comm_env, detect
 from entrypoint.launcher.main import explain, prepare
 from tests.entrypoint_support import CLUSTER_ENVIRONMENTS, GPU_MODELS, STACKS, device_tree, plan_for, sagemaker_tree
 
@@ -146,3 +146,71 @@ def test_explain_golden(tmp_path, golden, source):
             text = communication(explain(launch)).replace(str(sagemaker_root), "/opt/ml")
             sections.append(f"### {instance}{versions}\n{text}")
     golden.check(f"explain/{source}.txt", "\n".join(sections))
+
+
+def sagemaker_node(network_interface: str | None, source: str = "sagemaker"):
+    return dataclasses.replace(
+        single_node({}), source=source, hosts=("algo-1", "algo-2"), nnodes=2, master_addr="algo-1",
+        network_interface=network_interface,
+    )  # fmt: skip
+
+
+def test_a_named_interface_the_container_has_is_kept():
+    detected = Detected(interfaces=("eth0", "ethwe"), route_interface="eth0")
+    assert choose_interface(sagemaker_node("ethwe"), detected) == Interface("ethwe")
+
+
+def test_a_named_interface_the_container_lacks_gives_the_detected_one():
+    chosen = choose_interface(sagemaker_node("ethwe"), Detected(interfaces=("eth0",), route_interface="eth0"))
+    assert chosen.name == "eth0"
+    assert chosen.replaced == (
+        "resourceconfig.json names interface ethwe, which this container lacks (it has eth0); "
+        "using eth0, which holds the default route"
+    )
+    # no default route: eth0 or an ens/enp name, else the first interface other than loopback
+    assert choose_interface(sagemaker_node("ethwe"), Detected(interfaces=("ens5", "veth1"))).name == "ens5"
+    lacking = choose_interface(sagemaker_node("eth0", "slurm"), Detected(interfaces=("bond0", "ib0")))
+    assert lacking.name == "bond0" and lacking.replaced.startswith("the slurm cluster names interface eth0")
+
+
+def test_a_named_interface_is_trusted_where_the_interfaces_cannot_be_listed():
+    assert choose_interface(sagemaker_node("ethwe"), Detected()) == Interface("ethwe")
+
+
+def test_detect_reads_the_default_route(tmp_path):
+    devices = device_tree(tmp_path, "cpu", None)
+    (devices / "proc/net").mkdir(parents=True)
+    (devices / "proc/net/route").write_text(
+        "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+        "eth0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n"
+        "eth0\t00000000\t010011AC\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"
+    )
+    assert detect(devices).route_interface == "eth0"
+
+
+def sdk_v3_launch(tmp_path: Path, environ: dict[str, str]):
+    """Node 2 of SDK v3's local mode: resourceconfig.json names ethwe, the container has only eth0."""
+    root = sagemaker_tree(tmp_path / "opt-ml", ["algo-1", "algo-2"], "algo-2")
+    resources = root / "input/config/resourceconfig.json"
+    resources.write_text(resources.read_text().replace('"eth0"', '"ethwe"'))
+    devices = detect(device_tree(tmp_path / "devices", "cpu", None))
+    return prepare(two_node_plan("cpu"), PLAN_PATH, environ, devices, root, False)
+
+
+def test_sdk_v3_interface_hint_falls_back_to_the_container_s_interface(tmp_path):
+    launch = sdk_v3_launch(tmp_path, {})
+    env = {row.name: row.value for row in launch.env}
+    assert (env["GLOO_SOCKET_IFNAME"], env["SM_NETWORK_INTERFACE_NAME"]) == ("eth0", "eth0")
+    assert '"network_interface_name":"eth0"' in env["SM_TRAINING_ENV"]
+    assert (
+        "warning     resourceconfig.json names interface ethwe, which this container lacks (it has eth0); "
+        "using eth0, the usual name of a node's network interface\n"
+    ) in explain(launch)
+
+
+def test_sdk_v3_interface_the_user_set_is_kept(tmp_path):
+    launch = sdk_v3_launch(tmp_path, {"GLOO_SOCKET_IFNAME": "eth7", "SM_NETWORK_INTERFACE_NAME": "eth7"})
+    rows = {row.name: row for row in launch.env}
+    for name in ("GLOO_SOCKET_IFNAME", "SM_NETWORK_INTERFACE_NAME"):
+        assert (rows[name].value, rows[name].set_here) == ("eth7", False)
+        assert "dockyard: eth0" in rows[name].reason

@@ -1,9 +1,11 @@
 """The communication environment: what the node has, and which variables that calls for.
 
 `detect` is the one function that looks at the machine (device files under a root folder, so tests
-hand it fixture trees). Everything else is pure: `comm_env` turns the plan, the node and the detected
-facts into (name, value, reason) rows by walking `RULES`, a table of data with the source of each rule.
-A variable already in the environment is never overridden; its row says so.
+hand it fixture trees; `interfaces` and `route_interface` are its network part). Everything else is
+pure: `comm_env` turns the plan, the node and the detected facts into (name, value, reason) rows by
+walking `RULES`, a table of data with the source of each rule. A variable already in the environment is
+never overridden; its row says so. `choose_interface` keeps the interface the cluster names only where
+the node has it.
 """
 
 import re
@@ -37,6 +39,9 @@ class Detected:
     """The aws-ofi-nccl plugin's version; None when the plugin is not installed."""
     libfabric: Version | None = None
     interfaces: tuple[str, ...] = ()
+    """The network interfaces other than loopback; empty where they could not be listed."""
+    route_interface: str | None = None
+    """The interface holding the default route (/proc/net/route), which reaches the other nodes."""
 
     def describe(self) -> str:
         gpus = f"{self.gpus} × {self.gpu_model}" if self.gpus else "no GPU"
@@ -61,16 +66,33 @@ def detect(root: Path = Path("/")) -> Detected:
     models = [m[1].strip() for info in gpu_infos if (m := re.search(r"^Model:\s*(.+)$", info.read_text(), re.M))]
     infiniband = root / "sys/class/infiniband"
     efa = [d for d in infiniband.iterdir() if _is_efa(d)] if infiniband.is_dir() else []
-    net = root / "sys/class/net"
-    interfaces = tuple(sorted(i.name for i in net.iterdir() if i.name != "lo")) if net.is_dir() else ()
     return Detected(
         gpus=len(gpu_infos),
         gpu_model=models[0] if models else None,
         efa_devices=len(efa),
         ofi_nccl=_ofi_nccl_version(root),
         libfabric=_libfabric_version(root),
-        interfaces=interfaces,
+        interfaces=interfaces(root),
+        route_interface=route_interface(root),
     )
+
+
+def interfaces(root: Path) -> tuple[str, ...]:
+    """The names under /sys/class/net other than loopback: the interfaces this container has."""
+    net = root / "sys/class/net"
+    return tuple(sorted(i.name for i in net.iterdir() if i.name != "lo")) if net.is_dir() else ()
+
+
+def route_interface(root: Path) -> str | None:
+    """The interface of the default route in /proc/net/route (destination 00000000), if there is one."""
+    routes = root / "proc/net/route"
+    if not routes.is_file():
+        return None
+    for line in routes.read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 1 and fields[1] == "00000000" and fields[0] != "lo":
+            return fields[0]
+    return None
 
 
 def _is_efa(device: Path) -> bool:
@@ -215,8 +237,7 @@ def comm_env(
     node: Node, detected: Detected, backend: str, environ: Mapping[str, str], debug: bool = False
 ) -> list[EnvRow]:
     """The rows of every rule that applies, in table order; never a row that changes a user's value."""
-    interface = node.network_interface or default_interface(detected.interfaces)
-    facts = Facts(detected, backend, node.nnodes, interface, debug)
+    facts = Facts(detected, backend, node.nnodes, choose_interface(node, detected).name, debug)
     return [env_row(rule.name, rule.value(facts), rule.reason, environ) for rule in RULES if rule.when(facts)]
 
 
@@ -232,3 +253,39 @@ def default_interface(interfaces: tuple[str, ...]) -> str | None:
     if "eth0" in interfaces:
         return "eth0"
     return next((name for name in interfaces if name.startswith(("ens", "enp", "eth"))), None)
+
+
+@dataclass(frozen=True)
+class Interface:
+    """The interface the nodes talk over, and where the cluster named another one, why that one is not used."""
+
+    name: str | None
+    replaced: str | None = None
+    """Why the interface the cluster named is not used; None where it is (or none was named)."""
+
+
+def choose_interface(node: Node, detected: Detected) -> Interface:
+    """The interface the cluster names where this container has it (or where the interfaces could not be
+    listed), else the detected one: SDK v3's local mode names `ethwe` in resourceconfig.json on containers
+    that have only eth0, and gloo then fails with `Unable to find address for: ethwe`."""
+    named = node.network_interface
+    if named is not None and (not detected.interfaces or named in detected.interfaces):
+        return Interface(named)
+    if named is None:
+        return Interface(default_interface(detected.interfaces))
+    found, how = detected_interface(detected)
+    source = "resourceconfig.json" if node.source == "sagemaker" else f"the {node.source} cluster"
+    has = ", ".join(detected.interfaces)
+    return Interface(found, f"{source} names interface {named}, which this container lacks (it has {has}); {how}")
+
+
+def detected_interface(detected: Detected) -> tuple[str | None, str]:
+    """The interface holding the default route, else eth0 or an ens/enp name, else the first one listed;
+    with how it was found."""
+    if detected.route_interface in detected.interfaces:
+        return detected.route_interface, f"using {detected.route_interface}, which holds the default route"
+    name = default_interface(detected.interfaces)
+    if name is not None:
+        return name, f"using {name}, the usual name of a node's network interface"
+    first = detected.interfaces[0] if detected.interfaces else None
+    return first, f"using {first}, the first interface other than loopback"

@@ -38,7 +38,7 @@ from entrypoint.launcher.cluster import (
     wait_for_hosts,
     within_group,
 )
-from entrypoint.launcher.comm import Detected, EnvRow, comm_env, default_interface, detect
+from entrypoint.launcher.comm import Detected, EnvRow, Interface, choose_interface, comm_env, detect
 from entrypoint.launcher.privileges import Account, PathError, check_writable, drop_to, find_account, hand_over
 
 DEFAULT_PLAN = Path("/opt/dockyard/plan.json")
@@ -60,6 +60,13 @@ class Launch:
     channels: tuple[str, ...] = ()
     account: Account | None = None
     """The user training drops to; None to train as the user the entrypoint started as."""
+    interface: Interface = Interface(None)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The backend's warnings, and why the interface the cluster named is not used."""
+        replaced = (self.interface.replaced,) if self.interface.replaced else ()
+        return (*self.backend.warnings, *replaced)
 
     @property
     def user(self) -> str:
@@ -94,9 +101,9 @@ def prepare(
     root = sagemaker_root if node.source == "sagemaker" else Path(environ.get("DOCKYARD_ROOT", str(SAGEMAKER_ROOT)))
     paths = Paths(root)
     backend = choose_backend(plan, detected.gpus, smddp)
-    interface = node.network_interface or default_interface(detected.interfaces)
+    interface = choose_interface(node, detected)
     found = toolkit.found_channels(paths) if node.input_data_config is None else []
-    job = toolkit.job(plan, node, interface, found)
+    job = toolkit.job(plan, node, interface.name, found)
     arguments = script_arguments(job.hyperparameters)
     script = plan.trainer.script if plan.trainer.entry is Entry.script else None
     rows = comm_env(node, detected, backend.name, environ, debug=environ.get("DOCKYARD_DEBUG") == "1")
@@ -107,7 +114,7 @@ def prepare(
     if account is not None:
         command = (*drop_to(account), *command)
     channels = tuple(sorted(job.input_data_config))
-    return Launch(plan, node, paths, detected, backend, tuple(rows), command, channels, account)
+    return Launch(plan, node, paths, detected, backend, tuple(rows), command, channels, account, interface)
 
 
 def trainer_env(
@@ -176,7 +183,7 @@ def explain(launch: Launch) -> str:
         f"hosts       {', '.join(node.hosts)}",
         f"detected    {launch.detected.describe()}",
         f"backend     {launch.backend.name}",
-        *(f"warning     {warning}" for warning in launch.backend.warnings),
+        *(f"warning     {warning}" for warning in launch.warnings),
         f"paths       model {launch.paths.model}, checkpoints {launch.paths.checkpoints}, "
         f"failure {launch.paths.failure}",
         f"user        {launch.user}",
@@ -282,7 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.explain:
         print(explain(launch), end="")
         return
-    for warning in launch.backend.warnings:
+    for warning in launch.warnings:
         print(f"dockyard-entrypoint: warning: {warning}", file=sys.stderr)
     try:
         if launch.account is not None:

@@ -60,6 +60,8 @@ class Job:
     framework_params: Mapping[str, object]
     """sagemaker_* hyperparameters other than the toolkit's own."""
     toolkit_params: Mapping[str, object]
+    network_interface: str = DEFAULT_INTERFACE
+    """The interface the nodes talk over: the one resourceconfig.json names only where this node has it."""
 
 
 def decode(encoded: Mapping[str, str]) -> dict[str, object]:
@@ -104,7 +106,8 @@ def job(plan: Plan, node: Node, interface: str | None, channels: Sequence[str]) 
     inputs = node.input_data_config
     if inputs is None:
         inputs = {name: {"TrainingInputMode": "File"} for name in channels}
-    return Job(resource_config, inputs, hyperparameters, framework, toolkit)
+    named = resource_config.get("network_interface_name", DEFAULT_INTERFACE)
+    return Job(resource_config, inputs, hyperparameters, framework, toolkit, interface or str(named))
 
 
 def found_channels(paths: Paths) -> list[str]:
@@ -176,7 +179,7 @@ def training_env(job: Job, node: Node, paths: Paths, script: str | None, machine
         "model_dir": str(paths.model),
         "module_dir": str(job.toolkit_params.get("sagemaker_submit_directory", paths.code)),
         "module_name": entry_point.removesuffix(".py") if entry_point else None,
-        "network_interface_name": resources.get("network_interface_name", DEFAULT_INTERFACE),
+        "network_interface_name": job.network_interface,
         "num_cpus": machine.cpus,
         "num_gpus": machine.gpus,
         "num_neurons": 0,
