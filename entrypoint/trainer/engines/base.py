@@ -6,11 +6,13 @@ group exists; it builds (and shards, splits, wraps) the model itself. Micro batc
 pairs of token tensors on any device.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
 import torch
+from torch import nn
 
 from compiler.spec import Plan
 from compiler.spec.strategies import TORCH_ENGINE, facts
@@ -47,6 +49,19 @@ class Engine(Protocol):
         """The whole model's weights on CPU under the model's parameter names, on rank 0 (empty elsewhere);
         every rank must call it."""
         ...
+
+
+@contextmanager
+def evaluating(*modules: nn.Module) -> Iterator[None]:
+    """`Engine.evaluate`'s frame: the modules in eval mode under no_grad, back in train mode after."""
+    for module in modules:
+        module.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for module in modules:
+            module.train()
 
 
 def builds_on_meta(plan: Plan) -> bool:

@@ -27,7 +27,7 @@ from compiler.spec import Plan
 from compiler.spec.schema import ModelConfig, Offload, Precision
 from compiler.spec.strategies import facts
 from entrypoint.trainer.compiled import apply_compile
-from entrypoint.trainer.engines.base import MicroBatches, builds_on_meta
+from entrypoint.trainer.engines.base import MicroBatches, builds_on_meta, evaluating
 from entrypoint.trainer.models import ModelSpec
 from entrypoint.trainer.offload import ActivationOffload
 from entrypoint.trainer.optim import adamw, clip_gradients, set_lr
@@ -114,13 +114,9 @@ class TorchEngine:
 
     def evaluate(self, micro_batches: MicroBatches) -> torch.Tensor:
         total = torch.zeros((), device=self.device)
-        self.model.eval()
-        try:
-            with torch.no_grad(), self._autocast():
-                for inputs, targets in micro_batches:
-                    total += self.spec.loss(self.model(inputs.to(self.device)), targets.to(self.device))
-        finally:
-            self.model.train()
+        with evaluating(self.model), self._autocast():
+            for inputs, targets in micro_batches:
+                total += self.spec.loss(self.model(inputs.to(self.device)), targets.to(self.device))
         return total
 
     def _autocast(self) -> contextlib.AbstractContextManager:

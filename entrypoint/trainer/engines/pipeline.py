@@ -39,7 +39,7 @@ from torch.distributed.pipelining import (
 )
 
 from compiler.spec import Plan
-from entrypoint.trainer.engines.base import MicroBatches, builds_on_meta
+from entrypoint.trainer.engines.base import MicroBatches, builds_on_meta, evaluating
 from entrypoint.trainer.engines.native import fully_shard_options, tensor_parallel
 from entrypoint.trainer.models import ModelSpec
 from entrypoint.trainer.optim import adamw, grad_norm, scale_gradients, set_lr
@@ -138,14 +138,8 @@ class PipelineEngine:
     def evaluate(self, micro_batches: MicroBatches) -> torch.Tensor:
         """The schedule's forward-only pass (it runs every stage under no_grad); the last stage's ranks
         get the losses. The micro batches are the step's: the schedule splits the batch into as many."""
-        for part in self.parts:
-            part.eval()
-        try:
-            with torch.no_grad():
-                return self._run(self.schedule.eval, micro_batches)
-        finally:
-            for part in self.parts:
-                part.train()
+        with evaluating(*self.parts):
+            return self._run(self.schedule.eval, micro_batches)
 
     def _run(self, run, micro_batches: MicroBatches) -> torch.Tensor:
         inputs = torch.cat([micro[0] for micro in micro_batches]).to(self.device)

@@ -12,7 +12,7 @@ from compiler.spec import Plan
 from compiler.spec.schema import Offload, Precision
 from compiler.spec.strategies import facts
 from entrypoint.trainer.compiled import apply_compile
-from entrypoint.trainer.engines.base import MicroBatches
+from entrypoint.trainer.engines.base import MicroBatches, evaluating
 from entrypoint.trainer.models import ModelSpec
 from entrypoint.trainer.optim import adamw, set_lr
 
@@ -92,13 +92,9 @@ class DeepSpeedEngine:
 
     def evaluate(self, micro_batches: MicroBatches) -> torch.Tensor:
         total = torch.zeros((), device=self.device)
-        self.engine.eval()
-        try:
-            with torch.no_grad():
-                for inputs, targets in micro_batches:
-                    total += self.spec.loss(self.engine(inputs.to(self.device)), targets.to(self.device))
-        finally:
-            self.engine.train()
+        with evaluating(self.engine):
+            for inputs, targets in micro_batches:
+                total += self.spec.loss(self.engine(inputs.to(self.device)), targets.to(self.device))
         return total
 
     def step(self, lr: float) -> float:
