@@ -58,7 +58,8 @@ def rows(detected: Detected, backend="nccl", environ=None, nnodes=2):
         master_port=29500,
         network_interface="eth0",
     )
-    return {row.name: row for row in comm_env(node, detected, backend, environ or {})}
+    interface = choose_interface(node, detected).name
+    return {row.name: row for row in comm_env(node, detected, backend, environ or {}, interface)}
 
 
 def test_no_efa_variables_without_an_efa_device():

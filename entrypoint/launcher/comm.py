@@ -234,10 +234,16 @@ class EnvRow:
 
 
 def comm_env(
-    node: Node, detected: Detected, backend: str, environ: Mapping[str, str], debug: bool = False
+    node: Node,
+    detected: Detected,
+    backend: str,
+    environ: Mapping[str, str],
+    interface: str | None,
+    debug: bool = False,
 ) -> list[EnvRow]:
-    """The rows of every rule that applies, in table order; never a row that changes a user's value."""
-    facts = Facts(detected, backend, node.nnodes, choose_interface(node, detected).name, debug)
+    """The rows of every rule that applies, in table order; never a row that changes a user's value.
+    `interface` is the one the nodes talk over (`choose_interface`'s)."""
+    facts = Facts(detected, backend, node.nnodes, interface, debug)
     return [env_row(rule.name, rule.value(facts), rule.reason, environ) for rule in RULES if rule.when(facts)]
 
 

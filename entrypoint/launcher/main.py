@@ -106,7 +106,8 @@ def prepare(
     job = toolkit.job(plan, node, interface.name, found)
     arguments = script_arguments(job.hyperparameters)
     script = plan.trainer.script if plan.trainer.entry is Entry.script else None
-    rows = comm_env(node, detected, backend.name, environ, debug=environ.get("DOCKYARD_DEBUG") == "1")
+    debug = environ.get("DOCKYARD_DEBUG") == "1"
+    rows = comm_env(node, detected, backend.name, environ, interface.name, debug=debug)
     rows += trainer_env(backend.name, root, timeout, environ, account)
     machine = machine or toolkit.Machine(cpus=0, gpus=detected.gpus)
     rows += toolkit.toolkit_env(job, node, paths, script, arguments, machine, environ)
