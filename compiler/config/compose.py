@@ -29,7 +29,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException, Ove
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
-from compiler.config import store
+from compiler.config import pretrained, store
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError, UnknownNameError
 
@@ -55,6 +55,8 @@ OmegaConf.register_new_resolver("oc.env", _refuse_environment, replace=True)
 def to_config(cfg: DictConfig) -> schema.Config:
     """The typed config, every interpolation resolved; a missing value or an added key is a ConfigError."""
     try:
+        if OmegaConf.select(cfg, "model.family") == "hf":
+            pretrained.fill_from_checkpoint(cfg.model)
         missing = sorted(OmegaConf.missing_keys(cfg))
         if missing:
             raise ConfigError(missing[0], "is missing", f"set it on the command line ({missing[0]}=...)")

@@ -171,7 +171,9 @@ def _share_memory(
 ) -> Memory:
     tp = layout.tp
     parameters = parameters_per_gpu(model, tp, share)
-    states = [portion * parameters for portion in state_bytes_per_parameter(par, layout.shard_degree)]
+    trained = parameters * trainable_fraction(model)
+    weight, gradient, optimizer = state_bytes_per_parameter(par, layout.shard_degree)
+    states = [weight * parameters, gradient * trained, optimizer * trained]
     if _autocast(par):
         states[0] += 2 * _matmul_parameters_per_gpu(model, tp, share)
     tokens = micro_batch * model.seq_len
@@ -202,6 +204,23 @@ def _share_memory(
     )
 
 
+def trainable_fraction(model: schema.ModelConfig) -> float:
+    """The share of the parameters that get gradients and optimizer states: all, or with LoRA the adapters
+    (frozen base weights keep only their weights)."""
+    if not model.lora.rank:
+        return 1.0
+    facts = family(model)
+    return facts.lora_parameters(model) / facts.parameter_count(model, model.layers, first=True, last=True)
+
+
+def checkpoint_load_bytes(model: schema.ModelConfig) -> int:
+    """Host memory one process needs to read a pretrained checkpoint: one tensor at a time, at most the
+    embedding's (read in fp32 at worst), since each rank reads only its slices (never the whole model)."""
+    if model.family != "hf" or model.init is not schema.Init.pretrained:
+        return 0
+    return model.vocab * model.hidden * 4
+
+
 def resident_layers(par: schema.ParallelismConfig, share: Share) -> int:
     """Layers whose saved activations are on the GPU when the backward starts: all of them, or with
     activation offload the horizon's blocks already fetched back and the one whose backward runs."""
@@ -218,7 +237,7 @@ def host_memory(model: schema.ModelConfig, par: schema.ParallelismConfig, layout
     kept = state_bytes_per_parameter(par, layout.shard_degree)
     on_gpu = state_bytes_per_parameter(dataclasses.replace(par, offload=schema.Offload.none), layout.shard_degree)
     moved = sum(on_gpu) - sum(kept)
-    host = {"activations": 0, "model states": 0}
+    host = {"activations": 0, "model states": 0, "checkpoint load": checkpoint_load_bytes(model)}
     for share in pipeline_shares(model, par, layout):
         offloaded = share.layers * activation * micro_batch * model.seq_len if par.activation_offload else 0
         host["activations"] = max(host["activations"], round(offloaded * share.in_flight))

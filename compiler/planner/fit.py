@@ -100,21 +100,22 @@ def host_memory_per_node(per_process: dict[str, int], layout: Layout) -> dict[st
 
 
 def check_host_fits(config: schema.Config, instance: InstanceType, host: dict[str, int]) -> Iterator[str]:
-    """Raise a ConfigError when what offload keeps in host memory exceeds the node's usable share."""
+    """Raise a ConfigError when what offload keeps in host memory, with a checkpoint's load, exceeds the
+    node's usable share."""
     usable = instance.memory_gib * GIB * HOST_USABLE
     if not host or not instance.memory_gib or sum(host.values()) <= usable:
         return
     terms = ", ".join(f"{what} {size / GIB:.0f}" for what, size in host.items())
     need = (
-        f"offload needs {sum(host.values()) / GIB:.0f} GiB of host memory per node ({terms}), more than the "
+        f"the run needs {sum(host.values()) / GIB:.0f} GiB of host memory per node ({terms}), more than the "
         f"{usable / GIB:.0f} GiB usable of {instance.name}'s {instance.memory_gib:g} GiB"
     )
-    key = "parallelism.activation_offload" if host.get("activations") else "parallelism.offload"
-    fix = "lower parallelism.micro_batch, or set " + (
-        "parallelism.activation_offload=false"
-        if key == "parallelism.activation_offload"
-        else "parallelism.offload=none"
-    )
+    key, fix = "parallelism.offload", "lower parallelism.micro_batch, or set parallelism.offload=none"
+    if host.get("activations"):
+        key = "parallelism.activation_offload"
+        fix = "lower parallelism.micro_batch, or set parallelism.activation_offload=false"
+    elif not host.get("model states"):
+        key, fix = "hardware.instance_type", "pick an instance type with more memory"
     if not config.hardware.memory_check:
         yield f"{need}; {fix} (hardware.memory_check=false: not enforced)"
         return

@@ -10,6 +10,7 @@ A family answers for a stretch of the model: `layers` of its repeated blocks, wi
 from collections.abc import Iterator
 from typing import Protocol
 
+from compiler.core.architectures import ARCHITECTURES, architecture
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError, UnknownNameError
 
@@ -46,6 +47,10 @@ class ModelFamily(Protocol):
 
     def matmul_parameters(self, model: schema.ModelConfig, layers: int, last: bool, tp: int) -> float:
         """Parameters a rank multiplies by (autocast keeps a low-precision copy of each)."""
+        ...
+
+    def lora_parameters(self, model: schema.ModelConfig) -> int:
+        """Parameters of the low-rank adapters `model.lora` adds (none for a family without them)."""
         ...
 
     def activation_elements(self, model: schema.ModelConfig) -> dict[str, int]:
@@ -150,6 +155,9 @@ class DecoderFamily:
             "input": h,
         }
 
+    def lora_parameters(self, model: schema.ModelConfig) -> int:
+        return 0
+
     @staticmethod
     def _norm_parameters(model: schema.ModelConfig) -> int:
         return model.hidden * (2 if model.norm is schema.Norm.layernorm and model.bias else 1)
@@ -159,7 +167,64 @@ class DecoderFamily:
         return 2 if model.activation is schema.Activation.swiglu else 1
 
 
-FAMILIES: dict[str, ModelFamily] = {"decoder": DecoderFamily()}
+class PretrainedFamily(DecoderFamily):
+    """A Hugging Face causal LM (`model.family=hf`), its shape read from config.json
+    (`compiler.config.pretrained`) and its projections' biases and norms from `compiler.core.architectures`.
+    FLOPs and activations are the built-in decoder's formulas on that shape."""
+
+    def check(self, model: schema.ModelConfig) -> Iterator[str]:
+        yield from super().check(model)
+        if model.architecture not in ARCHITECTURES:
+            yield (
+                f"model.architecture: {model.architecture} is planned as a Llama-style decoder; its parameter "
+                f"count is an estimate (known: {', '.join(ARCHITECTURES)})"
+            )
+        lora = model.lora
+        if lora.rank < 0 or lora.alpha <= 0 or not 0 <= lora.dropout < 1:
+            raise ConfigError("model.lora", "needs rank >= 0, alpha > 0 and 0 <= dropout < 1", "fix the values")
+        if lora.rank and not lora.targets:
+            raise ConfigError("model.lora.targets", "is empty", "name the linear layers to adapt, like [q_proj,v_proj]")
+
+    def parameter_count(self, model: schema.ModelConfig, layers: int, first: bool, last: bool) -> int:
+        arch = architecture(model.architecture)
+        embeddings = model.vocab * model.hidden + (model.context * model.hidden if arch.learned_positions else 0)
+        head = 0 if model.tied_embeddings else model.vocab * model.hidden
+        outer = (embeddings if first else 0) + (self._norm_parameters(model) + head if last else 0)
+        return outer + layers * self.layer_parameters(model)
+
+    def layer_parameters(self, model: schema.ModelConfig) -> int:
+        arch = architecture(model.architecture)
+        head_dim = model.head_dim or model.hidden // model.heads
+        q, kv, h, f = model.heads * head_dim, model.kv_heads * head_dim, model.hidden, model.ffn_hidden
+        attention = 2 * h * q + 2 * h * kv
+        attention += (q + 2 * kv if arch.qkv_bias or model.bias else 0) + (h if arch.o_bias or model.bias else 0)
+        attention += 2 * head_dim if arch.qk_norm else 0
+        mlp_inputs = 2 if arch.gated else 1
+        mlp = (mlp_inputs + 1) * h * f + (mlp_inputs * f + h if arch.o_bias else 0)
+        return attention + mlp + 2 * self._norm_parameters(model)
+
+    def lora_parameters(self, model: schema.ModelConfig) -> int:
+        """The adapters' parameters: rank × (inputs + outputs) of every adapted projection of every layer."""
+        head_dim = model.head_dim or model.hidden // model.heads
+        q, kv, h, f = model.heads * head_dim, model.kv_heads * head_dim, model.hidden, model.ffn_hidden
+        shapes = {
+            "q_proj": (h, q),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (q, h),
+            "gate_proj": (h, f),
+            "up_proj": (h, f),
+            "down_proj": (f, h),
+        }
+        adapted = [shape for name, shape in shapes.items() if any(name.endswith(t) for t in model.lora.targets)]
+        return model.layers * model.lora.rank * sum(inputs + outputs for inputs, outputs in adapted)
+
+    @staticmethod
+    def _norm_parameters(model: schema.ModelConfig) -> int:
+        return model.hidden * (2 if architecture(model.architecture).layernorm else 1)
+
+
+FAMILIES: dict[str, ModelFamily] = {"decoder": DecoderFamily(), "hf": PretrainedFamily()}
 """`model.family` → its facts; the trainer's `entrypoint.trainer.models.MODELS` has the same keys."""
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from compiler.core import catalog, grammar
+from compiler.core.architectures import architecture
 from compiler.core.capabilities import TargetCapabilities
 from compiler.core.catalog import INSTANCE_TYPES, LOCAL_CPU
 from compiler.planner import models
@@ -365,4 +366,43 @@ def check_groups(
     yield from ()  # no warnings: every mistake here is an error
 
 
-CROSS_FIELD_CHECKS = (check_strategy, check_data, check_target, check_image, check_trainer, check_groups)
+def check_pretrained(
+    config: schema.Config, instance: InstanceType, layout: Layout, targets: TargetCapabilities
+) -> Iterator[str]:
+    """What `model=hf` runs with: no pipeline stages or activation offload (transformers' models are not cut
+    into stages here), full or no recomputation per decoder layer, tensor parallelism only where transformers
+    has a plan for the architecture; LoRA only on a pretrained model."""
+    model, par = config.model, config.parallelism
+    if model.family != "hf":
+        if model.lora.rank:
+            raise ConfigError("model.lora.rank", "adapts a pretrained model", "use model=hf, or model.lora.rank=0")
+        return
+    if layout.pp > 1:
+        raise UnsupportedError("parallelism.pp", "model=hf runs without pipeline parallelism", "set parallelism.pp=1")
+    if par.activation_offload:
+        raise UnsupportedError("parallelism.activation_offload", "is not available for model=hf", "set it to false")
+    if par.activation_checkpointing is schema.Checkpointing.selective:
+        raise UnsupportedError(
+            "parallelism.activation_checkpointing",
+            "model=hf recomputes whole decoder layers",
+            "use activation_checkpointing=full or none",
+        )
+    if layout.tp > 1 and not architecture(model.architecture).tensor_parallel:
+        raise UnsupportedError(
+            "parallelism.tp",
+            f"transformers has no tensor-parallel plan for {model.architecture}",
+            "set parallelism.tp=1 (FSDP shards it)",
+        )
+    if model.lora.rank and model.init is schema.Init.random:
+        yield "model.lora.rank: adapters on randomly initialised weights train a random model's low-rank update"
+
+
+CROSS_FIELD_CHECKS = (
+    check_strategy,
+    check_data,
+    check_target,
+    check_image,
+    check_trainer,
+    check_groups,
+    check_pretrained,
+)

@@ -26,6 +26,8 @@ from compiler.spec.schema.image import (
 from compiler.spec.schema.missing import MISSING
 from compiler.spec.schema.model import (
     Activation,
+    Init,
+    LoraConfig,
     ModelConfig,
     Norm,
     Position,
@@ -70,6 +72,8 @@ __all__ = [
     "Activation",
     "Norm",
     "Position",
+    "Init",
+    "LoraConfig",
     "ModelConfig",
     "Strategy",
     "Checkpointing",

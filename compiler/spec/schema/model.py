@@ -1,6 +1,6 @@
 """The `model/` group: which model family, and its shape."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from compiler.spec.schema.missing import MISSING
@@ -21,13 +21,44 @@ class Position(Enum):
     rope = "rope"
 
 
+class Init(Enum):
+    pretrained = "pretrained"
+    random = "random"
+
+
+@dataclass
+class LoraConfig:
+    """Low-rank adapters (LoRA, Hu et al. 2021) on a pretrained model: its weights stay frozen, only the
+    adapters train."""
+
+    rank: int = 0
+    """The adapters' rank; 0 trains the whole model."""
+    alpha: float = 16.0
+    """The adapters' output is scaled by alpha / rank."""
+    dropout: float = 0.0
+    """Dropout on the adapters' input."""
+    targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Names (or name suffixes) of the linear layers that get adapters, as `peft` matches them."""
+
+
 @dataclass
 class ModelConfig:
     name: str = MISSING
     """The model's name in summaries and image labels (the `model/` option's name)."""
     family: str = "decoder"
     """The model the trainer builds, by its registry name (`entrypoint/trainer/models`); decoder: the built-in
-    GPT-2/Llama-style decoder, whose shape the fields below give."""
+    GPT-2/Llama-style decoder, whose shape the fields below give; hf: a Hugging Face causal LM at `path`, whose
+    shape the planner reads from its config.json."""
+    path: str = ""
+    """hf only: the checkpoint, a folder holding config.json (and *.safetensors), an s3:// prefix, or a Hub id."""
+    init: Init = Init.pretrained
+    """hf only: start from the checkpoint's weights (pretrained) or from its architecture alone (random)."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """hf only: train low-rank adapters instead of the whole model (`lora.rank` > 0)."""
+    architecture: str = ""
+    """hf: the checkpoint's `model_type` (llama, qwen2, gpt2 …), filled from config.json."""
+    head_dim: int = 0
+    """Width of one attention head; 0 means hidden / heads (hf: config.json's head_dim where it differs)."""
     layers: int = MISSING
     """Transformer blocks."""
     hidden: int = MISSING

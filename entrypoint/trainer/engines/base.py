@@ -72,3 +72,11 @@ def builds_on_meta(plan: Plan) -> bool:
     strategy = facts(plan.parallelism.strategy)
     sharded = (strategy.engine == TORCH_ENGINE and strategy.shards_parameters) or plan.layout.pp > 1
     return sharded and plan.instance.has_gpus and plan.parameters * 4 > plan.instance.gpu_memory_gib * 2**30 / 4
+
+
+def materialise(spec: ModelSpec, model: nn.Module, device: torch.device) -> None:
+    """A model (or stage) built on the meta device, given storage on `device` and filled by its family, after
+    the engine has sharded it: each rank fills only what it holds."""
+    if any(p.is_meta for p in model.parameters()):
+        model.to_empty(device=device)
+        spec.init_weights(model)

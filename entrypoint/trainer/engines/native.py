@@ -27,7 +27,7 @@ from compiler.spec import Plan
 from compiler.spec.schema import ModelConfig, Offload, Precision
 from compiler.spec.strategies import facts
 from entrypoint.trainer.compiled import apply_compile
-from entrypoint.trainer.engines.base import MicroBatches, builds_on_meta, evaluating
+from entrypoint.trainer.engines.base import MicroBatches, builds_on_meta, evaluating, materialise
 from entrypoint.trainer.models import ModelSpec
 from entrypoint.trainer.offload import ActivationOffload
 from entrypoint.trainer.optim import adamw, clip_gradients, set_lr
@@ -64,7 +64,7 @@ class TorchEngine:
 
     def __init__(self, plan: Plan, spec: ModelSpec, device: torch.device) -> None:
         self.plan, self.spec, self.device = plan, spec, device
-        with torch.device("meta") if builds_on_meta(plan) else device:
+        with torch.device("meta") if builds_on_meta(plan) or spec.builds_empty else device:
             model = spec.build(plan.model)
         par = plan.parallelism
         dtype = DTYPES[par.mixed_precision]
@@ -77,6 +77,7 @@ class TorchEngine:
         if facts(par.strategy).replicated:
             if plan.layout.tp > 1:
                 raise NotImplementedError("tensor parallelism runs with parallelism=fsdp, not ddp")
+            materialise(spec, model, device)
             # Gradients as views into DDP's buckets: no second copy of them (the planner counts one).
             self.model: nn.Module = DistributedDataParallel(
                 model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True
@@ -90,9 +91,7 @@ class TorchEngine:
                 fully_shard(block, **options)
             self.model = fully_shard(model, **options)
             self.autocast_dtype = None  # FSDP casts parameters itself
-            if any(p.is_meta for p in model.parameters()):
-                model.to_empty(device=device)
-                spec.init_weights(model)
+            materialise(spec, model, device)
         self.optimizer = adamw(self.model, plan.trainer)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
 

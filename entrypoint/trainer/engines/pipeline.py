@@ -39,7 +39,7 @@ from torch.distributed.pipelining import (
 )
 
 from compiler.spec import Plan
-from entrypoint.trainer.engines.base import MicroBatches, builds_on_meta, evaluating
+from entrypoint.trainer.engines.base import MicroBatches, builds_on_meta, evaluating, materialise
 from entrypoint.trainer.engines.native import fully_shard_options, tensor_parallel
 from entrypoint.trainer.models import ModelSpec
 from entrypoint.trainer.optim import adamw, grad_norm, scale_gradients, set_lr
@@ -67,10 +67,8 @@ def build_stages(plan: Plan, spec: ModelSpec, device: torch.device, pp_rank: int
         spec.stage(model, layout.layers_of(stage), first=stage == 0, last=stage == last)
         for stage in layout.stages_of(pp_rank)
     ]
-    if on_meta:
-        for stage in stages:
-            stage.to_empty(device=device)
-            spec.init_weights(stage)
+    for stage in stages:
+        materialise(spec, stage, device)
     return stages
 
 

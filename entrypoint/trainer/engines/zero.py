@@ -12,7 +12,7 @@ from compiler.spec import Plan
 from compiler.spec.schema import Offload, Precision
 from compiler.spec.strategies import facts
 from entrypoint.trainer.compiled import apply_compile
-from entrypoint.trainer.engines.base import MicroBatches, evaluating
+from entrypoint.trainer.engines.base import MicroBatches, evaluating, materialise
 from entrypoint.trainer.models import ModelSpec
 from entrypoint.trainer.optim import adamw, set_lr
 
@@ -62,6 +62,16 @@ def build_partitioned(plan: Plan, spec: ModelSpec, config: dict[str, Any]) -> nn
     return model
 
 
+def build_whole(plan: Plan, spec: ModelSpec, device: torch.device) -> nn.Module:
+    """ZeRO-1 and 2 keep a whole model on every rank; a family that builds empty fills it after."""
+    if not spec.builds_empty:
+        return spec.build(plan.model).to(device)
+    with torch.device("meta"):
+        model = spec.build(plan.model)
+    materialise(spec, model, device)
+    return model
+
+
 class DeepSpeedEngine:
     def __init__(self, plan: Plan, spec: ModelSpec, device: torch.device) -> None:
         import deepspeed
@@ -70,7 +80,7 @@ class DeepSpeedEngine:
         deepspeed.init_distributed(dist_backend=dist.get_backend())  # adopts the process group train.py made
         config = deepspeed_config(plan)
         self.partitioned = facts(plan.parallelism.strategy).shards_parameters
-        model = build_partitioned(plan, spec, config) if self.partitioned else spec.build(plan.model).to(device)
+        model = build_partitioned(plan, spec, config) if self.partitioned else build_whole(plan, spec, device)
         spec.set_checkpointing(model, plan.parallelism.activation_checkpointing)
         apply_compile(model, spec.blocks(model), plan.trainer)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(

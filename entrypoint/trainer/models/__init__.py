@@ -15,12 +15,16 @@ from torch.distributed.tensor.parallel import ParallelStyle
 
 from compiler.spec.schema import Checkpointing, ModelConfig
 from entrypoint.trainer.models.decoder import DecoderSpec
+from entrypoint.trainer.models.pretrained import PretrainedSpec
 from entrypoint.trainer.models.weights import WeightsFormat
 from entrypoint.trainer.offload import ActivationOffload
 
 
 class ModelSpec(Protocol):
     name: str
+    builds_empty: bool
+    """Always built on the meta device and filled by `init_weights` once the engine has wrapped or sharded it
+    (a checkpoint's weights are read into each rank's own tensors)."""
     weights: WeightsFormat
     """How the final model's weights are written and read."""
 
@@ -62,7 +66,7 @@ class ModelSpec(Protocol):
     def set_activation_offload(self, module: nn.Module, offload: ActivationOffload) -> None: ...
 
 
-MODELS: dict[str, ModelSpec] = {"decoder": DecoderSpec()}
+MODELS: dict[str, ModelSpec] = {"decoder": DecoderSpec(), "hf": PretrainedSpec()}
 
 
 def model_spec(config: ModelConfig) -> ModelSpec:

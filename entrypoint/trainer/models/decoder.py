@@ -232,6 +232,7 @@ class DecoderSpec:
     """The decoder's entry in `entrypoint.trainer.models.MODELS`."""
 
     name = "decoder"
+    builds_empty = False
     weights: WeightsFormat = TorchFile()
 
     def loss(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

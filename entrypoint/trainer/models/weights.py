@@ -37,3 +37,24 @@ class TorchFile:
 
     def load(self, folder: Path) -> dict[str, torch.Tensor]:
         return torch.load(folder / MODEL_FILE, weights_only=True)
+
+
+def save_safetensors(
+    folder: Path, state: dict[str, torch.Tensor], config: dict[str, Any], generation_config: dict[str, Any]
+) -> None:
+    """TEMPORARY until the export branch lands."""
+    from huggingface_hub import save_torch_state_dict
+
+    folder.mkdir(parents=True, exist_ok=True)
+    save_torch_state_dict(state, folder)
+    (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2))
+    (folder / "generation_config.json").write_text(json.dumps(generation_config, indent=2))
+
+
+def read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    state: dict[str, torch.Tensor] = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        state |= load_file(file)
+    return state

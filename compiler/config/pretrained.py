@@ -1,0 +1,97 @@
+"""`model=hf`: the checkpoint's config.json, read when the config is made, fills the model's shape, so the
+planner sizes a Hugging Face model as it sizes the built-in one.
+
+Only config.json is read here, never the weights: from the folder, as the one object under an s3:// prefix,
+or from the Hub over HTTPS for a Hub id (with the caller's HF_TOKEN for gated models: the token stays on this
+machine, the plan records only the id). The nodes fetch the weights themselves.
+"""
+
+import json
+import os
+import re
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from compiler.core.architectures import model_fields
+from compiler.spec.errors import ConfigError
+
+CONFIG_FILE = "config.json"
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
+HUB_URL = "https://huggingface.co/{id}/resolve/main/config.json"
+REQUIRED_SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "context")
+"""The shape fields without a default: a config that sets one for model=hf is told the checkpoint decides."""
+SHAPE_DEFAULT_SEQ_LEN = 8192
+"""`model.seq_len` when the command line leaves it unset: the checkpoint's context, up to this."""
+
+
+def fill_from_checkpoint(model: DictConfig) -> None:
+    """Set the shape fields of `model` (the composed `model` node, family hf) from its checkpoint; a shape
+    field the config set itself is refused, since the checkpoint decides it."""
+    path = model.path
+    if not path:
+        raise ConfigError(
+            "model.path", "is empty", "set model.path to a checkpoint folder, an s3:// prefix or a Hub id"
+        )
+    fields = model_fields(read_config(path), f"{path}/{CONFIG_FILE}")
+    for name, value in fields.items():
+        if name in REQUIRED_SHAPE and not OmegaConf.is_missing(model, name):
+            raise ConfigError(
+                f"model.{name}", f"is read from {path}/{CONFIG_FILE} for model.family=hf", f"drop model.{name}"
+            )
+        model[name] = value
+    if OmegaConf.is_missing(model, "seq_len"):
+        model.seq_len = min(fields["context"], SHAPE_DEFAULT_SEQ_LEN)
+
+
+def read_config(path: str) -> dict[str, Any]:
+    """The checkpoint's config.json, from a folder, an s3:// prefix or the Hub."""
+    if path.startswith("s3://"):
+        text = _read_s3(path)
+    elif Path(path).is_dir():
+        file = Path(path) / CONFIG_FILE
+        if not file.is_file():
+            raise ConfigError("model.path", f"{path} holds no {CONFIG_FILE}", "point it at a save_pretrained folder")
+        text = file.read_text()
+    elif HUB_ID.match(path) and not path.startswith((".", "/")):
+        text = _read_hub(path)
+    else:
+        raise ConfigError("model.path", f"{path} is not a folder, an s3:// prefix or a Hub id", "check the path")
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError("model.path", f"{path}/{CONFIG_FILE} is not JSON ({exc.msg})", "fix the file") from None
+    if not isinstance(config, dict):
+        raise ConfigError("model.path", f"{path}/{CONFIG_FILE} is not a JSON object", "fix the file")
+    return config
+
+
+def _read_s3(uri: str) -> str:
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    key = f"{prefix.rstrip('/')}/{CONFIG_FILE}" if prefix else CONFIG_FILE
+    try:
+        return boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+    except (BotoCoreError, ClientError) as exc:
+        raise ConfigError("model.path", f"cannot read s3://{bucket}/{key} ({exc})", "check the prefix") from None
+
+
+def _read_hub(model_id: str) -> str:
+    request = urllib.request.Request(HUB_URL.format(id=model_id))
+    token = os.environ.get("HF_TOKEN")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return response.read().decode()
+    except (urllib.error.URLError, TimeoutError) as exc:
+        raise ConfigError(
+            "model.path",
+            f"cannot read {model_id}'s {CONFIG_FILE} from the Hub ({getattr(exc, 'reason', exc)})",
+            "check the id (and HF_TOKEN for a gated model), or download it and give the folder",
+        ) from None

@@ -1,0 +1,99 @@
+"""Hugging Face decoder architectures the planner knows by `model_type`: how a checkpoint's config.json maps
+onto `ModelConfig`'s shape, and what its parameter count needs beyond that shape (which projections carry
+biases, per-head norms, how many norms a layer has). Facts read from transformers' modeling files (5.x); the
+conformance test builds each one with transformers and holds the counts to `sum(p.numel())`.
+
+An unknown `model_type` is planned as a Llama-style decoder (the layout most new decoders share), with a
+warning that its parameter count is an estimate.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from compiler.spec.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Architecture:
+    gated: bool = True
+    """SwiGLU-style MLP (gate, up and down projections), else up and down only."""
+    layernorm: bool = False
+    """LayerNorm with a bias, else RMSNorm (a weight only)."""
+    learned_positions: bool = False
+    """A position embedding table (GPT-2), else rotary embeddings."""
+    qkv_bias: bool = False
+    """q, k and v carry biases whatever config.json's attention_bias says (Qwen2)."""
+    o_bias: bool = False
+    """The attention output and the MLP projections carry biases (GPT-2)."""
+    qk_norm: bool = False
+    """An RMSNorm over each head's queries and keys (Qwen3)."""
+    tied_default: bool = False
+    """tie_word_embeddings when config.json leaves it out (the config class's default)."""
+    tensor_parallel: bool = True
+    """transformers gives it a tensor-parallel plan of column- and row-wise linear layers."""
+
+
+ARCHITECTURES = {
+    "llama": Architecture(),
+    "mistral": Architecture(),
+    "qwen2": Architecture(qkv_bias=True),
+    "qwen3": Architecture(qk_norm=True),
+    "gemma": Architecture(tied_default=True),
+    "gpt2": Architecture(
+        gated=False,
+        layernorm=True,
+        learned_positions=True,
+        qkv_bias=True,
+        o_bias=True,
+        tied_default=True,
+        tensor_parallel=False,  # fused Conv1D projections: transformers has no tensor-parallel plan for it
+    ),
+}
+LLAMA_LIKE = ARCHITECTURES["llama"]
+
+GPT2_KEYS = {"layers": "n_layer", "hidden": "n_embd", "heads": "n_head", "context": "n_positions"}
+LLAMA_KEYS = {
+    "layers": "num_hidden_layers",
+    "hidden": "hidden_size",
+    "heads": "num_attention_heads",
+    "context": "max_position_embeddings",
+}
+
+
+def architecture(model_type: str) -> Architecture:
+    return ARCHITECTURES.get(model_type, LLAMA_LIKE)
+
+
+def model_fields(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """`ModelConfig`'s shape fields from a checkpoint's config.json (read from `where`)."""
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise ConfigError("model.path", f"{where} has no model_type", "point model.path at a transformers checkpoint")
+    arch = architecture(model_type)
+    keys = GPT2_KEYS if model_type == "gpt2" else LLAMA_KEYS
+    shape = {name: _integer(config, key, where) for name, key in keys.items()}
+    hidden, heads = shape["hidden"], shape["heads"]
+    gpt2_ffn = config.get("n_inner") or 4 * hidden
+    ffn = gpt2_ffn if model_type == "gpt2" else _integer(config, "intermediate_size", where)
+    rope = config.get("rope_parameters") or {}
+    attention_bias = bool(config.get("attention_bias", False))
+    return shape | {
+        "architecture": model_type,
+        "kv_heads": config.get("num_key_value_heads") or heads,
+        "head_dim": config.get("head_dim") or hidden // heads,
+        "ffn_hidden": ffn,
+        "vocab": _integer(config, "vocab_size", where),
+        "activation": "swiglu" if arch.gated else "gelu",
+        "norm": "layernorm" if arch.layernorm else "rmsnorm",
+        "position": "learned" if arch.learned_positions else "rope",
+        "rope_theta": float(config.get("rope_theta") or rope.get("rope_theta") or 10000.0),
+        "tied_embeddings": bool(config.get("tie_word_embeddings", arch.tied_default)),
+        "bias": arch.o_bias or attention_bias,
+    }
+
+
+def _integer(config: dict[str, Any], key: str, where: str) -> int:
+    value = config.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError("model.path", f"{where}: {key} is {value!r}, not a positive integer", "fix config.json")
+    return value

@@ -1,0 +1,129 @@
+"""A Hugging Face checkpoint folder, read and written: `model=hf` reads its weights by name (only the tensors
+asked for) and writes the trained model back as a folder `transformers` (and vLLM) load, with the source's
+config and tokenizer files, and with LoRA the merged model plus the adapter `peft` loads.
+"""
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+
+from entrypoint.trainer.models.weights import read_safetensors, save_safetensors
+
+GENERATION_FILE = "generation_config.json"
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+)
+ADAPTER_FOLDER = "adapter"
+PEFT_PREFIX = "base_model.model."
+
+
+def checkpoint_name(name: str) -> str:
+    """A parameter's name in the checkpoint: the plain model's, without peft's wrapper (`base_model.model.`,
+    `<linear>.base_layer.weight`)."""
+    return name.removeprefix(PEFT_PREFIX).replace(".base_layer.", ".")
+
+
+def is_adapter(name: str) -> bool:
+    return ".lora_" in name
+
+
+def checkpoint_files(folder: Path) -> list[Path]:
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{folder} holds no *.safetensors weights")
+    return files
+
+
+def checkpoint_names(folder: Path) -> set[str]:
+    """The tensors' names in every safetensors file of `folder` (headers only)."""
+    names: set[str] = set()
+    for file in checkpoint_files(folder):
+        with safe_open(file, framework="pt") as weights:
+            names.update(weights.keys())
+    return names
+
+
+def read_tensor(folder: Path, name: str) -> torch.Tensor:
+    """One tensor, read alone from whichever file holds it."""
+    for file in checkpoint_files(folder):
+        with safe_open(file, framework="pt") as weights:
+            held = weights.keys()  # a list: safe_open's handle has no `in`
+            if name in held:
+                return weights.get_tensor(name)
+    raise KeyError(f"{folder} holds no tensor {name}")
+
+
+def merged_weights(state: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
+    """peft-named weights → the plain model's, each adapted linear's weight + scale × B·A."""
+    merged = {}
+    for name, value in state.items():
+        if is_adapter(name):
+            continue
+        plain = checkpoint_name(name)
+        if ".base_layer.weight" in name:
+            owner = name.removesuffix(".base_layer.weight")
+            down, up = _adapter_pair(state, owner)
+            value = value + scale * (up.float() @ down.float()).to(value.dtype)
+        merged[plain] = value
+    return merged
+
+
+def _adapter_pair(state: dict[str, torch.Tensor], owner: str) -> tuple[torch.Tensor, torch.Tensor]:
+    (a_name,) = (name for name in state if name.startswith(f"{owner}.lora_A.") and name.endswith(".weight"))
+    return state[a_name], state[a_name.replace(".lora_A.", ".lora_B.")]
+
+
+def adapter_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The adapters as peft saves them: its names without the adapter's name (`lora_A.default.weight` →
+    `lora_A.weight`)."""
+    return {name.replace(".default.", "."): value.contiguous() for name, value in state.items() if is_adapter(name)}
+
+
+class PretrainedFiles:
+    """The `hf` family's `WeightsFormat`: the plan's `model` section says where the source checkpoint is
+    (its config, generation config and tokenizer are copied) and whether LoRA trained."""
+
+    def save(self, folder: Path, state: dict[str, torch.Tensor], config: dict[str, Any]) -> None:
+        source = Path(config["path"])
+        hf_config = json.loads((source / "config.json").read_text())
+        hf_config["dtype"] = str(next(iter(state.values())).dtype).removeprefix("torch.")
+        generation = source / GENERATION_FILE
+        generation_config = json.loads(generation.read_text()) if generation.is_file() else {}
+        lora = config["lora"]
+        weights = merged_weights(state, lora["alpha"] / lora["rank"]) if lora["rank"] else state
+        save_safetensors(folder, weights, hf_config, generation_config)
+        for name in TOKENIZER_FILES:
+            if (source / name).is_file():
+                shutil.copy2(source / name, folder / name)
+        if lora["rank"]:
+            self._save_adapter(folder / ADAPTER_FOLDER, state, config)
+
+    @staticmethod
+    def _save_adapter(folder: Path, state: dict[str, torch.Tensor], config: dict[str, Any]) -> None:
+        from peft import LoraConfig
+        from safetensors.torch import save_file
+
+        lora = config["lora"]
+        folder.mkdir(parents=True, exist_ok=True)
+        LoraConfig(
+            r=lora["rank"],
+            lora_alpha=lora["alpha"],
+            lora_dropout=lora["dropout"],
+            target_modules=list(lora["targets"]),
+            task_type="CAUSAL_LM",
+            base_model_name_or_path="..",
+        ).save_pretrained(folder)
+        save_file(adapter_weights(state), folder / "adapter_model.safetensors")
+
+    def load(self, folder: Path) -> dict[str, torch.Tensor]:
+        return read_safetensors(folder)

@@ -1,0 +1,184 @@
+"""`model.family=hf`: a Hugging Face causal LM built by `transformers` from the checkpoint's config.json, and
+its weights read from the checkpoint's safetensors.
+
+The module is always built on the meta device and filled after the engine has wrapped or sharded it
+(`builds_empty`): torch.distributed.checkpoint's Hugging Face reader then reads into each rank's tensors only
+the slices that rank holds (an FSDP2 or tensor-parallel shard; the whole tensor under DDP, which keeps a
+whole copy anyway). Under ZeRO-3 the parameters are filled one gathered parameter at a time on rank 0.
+
+With `model.lora.rank` > 0 `peft` wraps the model: the checkpoint's weights stay frozen and only the adapters
+train. The trainer's names are then peft's (`base_model.model.<name>`, `<linear>.base_layer.weight`); the
+checkpoint's are the plain model's.
+"""
+
+import re
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
+
+from compiler.spec.schema import Checkpointing, Init, ModelConfig
+from entrypoint.trainer.models.hf_files import (
+    PretrainedFiles,
+    checkpoint_name,
+    checkpoint_names,
+    is_adapter,
+    read_tensor,
+)
+from entrypoint.trainer.offload import ActivationOffload
+
+IGNORED = -100
+"""Targets the loss skips (transformers' and PyTorch's convention)."""
+TP_STYLES = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+LAYER_PATTERN = re.compile(r"^(?:.*\.)?layers\.\*\.")
+
+
+class PretrainedSpec:
+    """The `hf` entry of `entrypoint.trainer.models.MODELS`."""
+
+    name = "hf"
+    builds_empty = True
+    weights = PretrainedFiles()
+
+    def loss(self, output, targets: torch.Tensor) -> torch.Tensor:
+        logits = output.logits
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORED)
+
+    def build(self, config: ModelConfig) -> nn.Module:
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        hf_config = AutoConfig.from_pretrained(config.path)
+        hf_config.use_cache = False
+        model = AutoModelForCausalLM.from_config(hf_config, attn_implementation="sdpa", dtype=torch.float32)
+        if config.lora.rank:
+            model = with_lora(model, config)
+        model.dockyard_config = config
+        return model
+
+    def init_weights(self, module: nn.Module) -> None:
+        """Fill a model materialised from the meta device: the checkpoint's weights (or the architecture's own
+        initialisation), the adapters' initialisation, and the buffers that are not in any checkpoint
+        (rotary frequencies)."""
+        config: ModelConfig = module.dockyard_config
+        base = module.get_base_model() if config.lora.rank else module
+        if config.init is Init.pretrained:
+            load_checkpoint(module, Path(config.path))
+        else:
+            for part in base.modules():
+                part._is_hf_initialized = False
+            base.initialize_weights()
+        with torch.no_grad():
+            for part in base.modules():
+                if any(name in part._non_persistent_buffers_set for name, _ in part.named_buffers(recurse=False)):
+                    base._init_weights(part)
+        if config.lora.rank:
+            reset_adapters(module)
+
+    def init_parameter(self, module: nn.Module, name: str, param: torch.Tensor) -> None:
+        """ZeRO-3: one gathered parameter on rank 0, from the checkpoint (adapters and random init drawn as
+        peft and transformers draw them)."""
+        config: ModelConfig = module.dockyard_config
+        with torch.no_grad():
+            if is_adapter(name):
+                if ".lora_B." in name:
+                    param.zero_()
+                else:
+                    nn.init.kaiming_uniform_(param, a=5**0.5)
+            elif config.init is Init.pretrained:
+                param.copy_(read_tensor(Path(config.path), checkpoint_name(name)))
+            elif param.dim() == 1:
+                param.fill_(1.0 if "norm" in name else 0.0)
+            else:
+                param.normal_(0.0, getattr(module.config, "initializer_range", 0.02))
+
+    def blocks(self, module: nn.Module) -> list[nn.Module]:
+        """The decoder layers: the modules transformers itself never splits across devices."""
+        layer_classes = set(getattr(module, "_no_split_modules", None) or [])
+        if hasattr(module, "get_base_model"):
+            layer_classes |= set(module.get_base_model()._no_split_modules or [])
+        return [part for part in module.modules() if type(part).__name__ in layer_classes]
+
+    def tp_plan(self, config: ModelConfig) -> dict[str, ParallelStyle]:
+        """transformers' own plan for the architecture, its `layers.*.` entries as names inside one layer."""
+        from transformers import AutoConfig
+
+        plan: dict[str, ParallelStyle] = {}
+        for pattern, style in (AutoConfig.from_pretrained(config.path).base_model_tp_plan or {}).items():
+            if not LAYER_PATTERN.match(pattern):
+                continue
+            if style not in TP_STYLES:
+                raise NotImplementedError(f"{config.architecture}'s tensor-parallel plan uses {style} for {pattern}")
+            inner = LAYER_PATTERN.sub("", pattern)
+            plan[f"{inner}.base_layer" if config.lora.rank and _adapted(inner, config) else inner] = TP_STYLES[style]()
+        if not plan:
+            raise NotImplementedError(f"transformers has no tensor-parallel plan for {config.architecture}")
+        return plan
+
+    def stage(self, module: nn.Module, layers: range, first: bool, last: bool) -> nn.Module:
+        raise NotImplementedError("model=hf runs without pipeline parallelism (the planner refuses pp > 1)")
+
+    def tied_parameter(self, config: ModelConfig) -> str | None:
+        return None
+
+    def set_checkpointing(self, module: nn.Module, mode: Checkpointing) -> None:
+        """Full recomputation of each decoder layer (the planner refuses selective for hf)."""
+        if mode is Checkpointing.full:
+            module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    def set_activation_offload(self, module: nn.Module, offload: ActivationOffload) -> None:
+        raise NotImplementedError("model=hf runs without activation offload (the planner refuses it)")
+
+
+def _adapted(linear: str, config: ModelConfig) -> bool:
+    return any(linear.endswith(target) for target in config.lora.targets)
+
+
+def with_lora(model: nn.Module, config: ModelConfig) -> nn.Module:
+    from peft import LoraConfig, get_peft_model
+
+    lora = config.lora
+    adapters = LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.targets),
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, adapters)
+
+
+def reset_adapters(module: nn.Module) -> None:
+    """peft's own initialisation of every adapter (A random, B zero: training starts from the base model)."""
+    from peft.tuners.lora import LoraLayer
+
+    for part in module.modules():
+        if isinstance(part, LoraLayer):
+            for adapter in part.lora_A:
+                part.reset_lora_parameters(adapter, init_lora_weights=True)
+
+
+def load_checkpoint(module: nn.Module, folder: Path) -> None:
+    """Read the checkpoint into the module's tensors in place, each rank only the slices it holds.
+
+    A name the checkpoint lacks is an error unless the parameter is tied to one it has (the output head
+    shares the embedding's weight, and save_pretrained writes it once) or is an adapter."""
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+
+    available = checkpoint_names(folder)
+    wanted, missing = {}, []
+    seen: dict[int, str] = {}
+    for name, tensor in module.state_dict(keep_vars=True).items():
+        source = checkpoint_name(name)
+        if is_adapter(name):
+            continue
+        if source in available:
+            wanted[source] = tensor
+        elif id(tensor) not in seen:
+            missing.append(source)
+        seen.setdefault(id(tensor), source)
+    if missing:
+        raise RuntimeError(f"the checkpoint in {folder} lacks {len(missing)} of the model's weights: {missing[:3]}")
+    dcp.load(wanted, storage_reader=HuggingFaceStorageReader(str(folder)))

@@ -1,0 +1,56 @@
+"""Tiny Hugging Face checkpoints made at test time (nothing is downloaded): random weights of a few
+architectures, saved with `save_pretrained` as safetensors, as a user's fine-tuning folder would hold them."""
+
+from pathlib import Path
+
+TINY = {
+    "llama": dict(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+    ),
+    "qwen2": dict(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+    ),
+    "gpt2": dict(n_embd=64, n_layer=2, n_head=4, n_positions=128),
+    "qwen3": dict(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+    ),
+    "gemma": dict(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=16,
+    ),
+    "mistral": dict(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+    ),
+}
+"""Architecture → the config of a tiny model of it (64 wide, 2 layers)."""
+VOCAB = 256
+CONTEXT = 128
+
+
+def hf_config(architecture: str):
+    from transformers import AutoConfig
+
+    extra = {} if architecture == "gpt2" else {"max_position_embeddings": CONTEXT}
+    config = AutoConfig.for_model(architecture, vocab_size=VOCAB, **TINY[architecture], **extra)
+    config.bos_token_id = config.eos_token_id = config.pad_token_id = None
+    return config
+
+
+def save_checkpoint(folder: Path, architecture: str, seed: int = 0) -> Path:
+    """A tiny random `architecture` model saved into `folder` (created); returns the folder."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(hf_config(architecture))
+    model.save_pretrained(folder)
+    return folder
