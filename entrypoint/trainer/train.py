@@ -29,6 +29,7 @@ from entrypoint.trainer.engines import Engine, make_engine
 from entrypoint.trainer.metrics import open_sinks
 from entrypoint.trainer.metrics.measure import memory_gib, mfu
 from entrypoint.trainer.models import model_spec
+from entrypoint.trainer.models.source import with_local_checkpoint
 from entrypoint.trainer.optim import lr_at
 from entrypoint.trainer.teardown import leave
 
@@ -144,6 +145,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         use_warm_cache(paths.checkpoints)
     device = init_distributed(plan, timeout_s)
     rank, leader = dist.get_rank(), int(os.environ.get("LOCAL_RANK", "0")) == 0
+    plan = with_local_checkpoint(plan, paths)
     engine = make_engine(plan, device)
     batches = prepare_data(plan, paths)
     start = 0

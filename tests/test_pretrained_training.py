@@ -1,0 +1,87 @@
+"""`model=hf` under every engine that runs it, on two real torchrun ranks (gloo, CPU): the weights each
+strategy loads from the checkpoint (whole under DDP and ZeRO-1, sharded under FSDP2 and FSDP+TP, one gathered
+parameter at a time under ZeRO-3) give the loss transformers' own `from_pretrained` model gives on the same
+batch, and the strategies' losses agree while they train, as the built-in model's do. LoRA trains only its
+adapters and starts from the base model's loss."""
+
+import json
+
+import pytest
+
+from tests.entrypoint_support import run_on_two_ranks, tiny_plan, write_plan
+from tests.pretrained import save_checkpoint
+
+pytestmark = pytest.mark.torchrun
+
+STRATEGIES = {
+    "ddp": ("parallelism=ddp",),
+    "fsdp": ("parallelism=fsdp",),
+    "fsdp-tp": ("parallelism=fsdp", "parallelism.tp=2"),
+    "zero1": ("parallelism=zero1",),
+    "zero3": ("parallelism=zero3",),
+    "fsdp-lora": ("parallelism=fsdp", "model.lora.rank=4"),
+}
+LOADED_TOLERANCE = 1e-5
+"""The first loss against transformers' own model (fp32 on both sides; the reduction order differs)."""
+TRAINED_TOLERANCE = 5e-4
+"""As the built-in model's engines (`test_engine_conformance.TOLERANCE`)."""
+
+SCRIPT = """
+import json, sys
+from pathlib import Path
+import torch, torch.distributed as dist
+from transformers import AutoModelForCausalLM
+from compiler.spec import Plan
+from entrypoint.trainer.data import Batches, make_source
+from entrypoint.trainer.engines import make_engine
+
+PLANS = json.loads(Path(sys.argv[1]).with_name("plans.json").read_text())
+cpu = torch.device("cpu")
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+theirs = None
+for name, path in PLANS.items():
+    plan = Plan.from_json(Path(path).read_text())
+    batches = Batches(make_source(plan, None), plan, plan.layout.coordinates(rank).dp)
+    theirs = theirs or AutoModelForCausalLM.from_pretrained(plan.model.path, dtype=torch.float32)
+    inputs, targets = batches.micro_batch(0, 0)
+    with torch.no_grad():
+        first = torch.nn.functional.cross_entropy(theirs(input_ids=inputs).logits.flatten(0, 1), targets.flatten())
+    dist.all_reduce(first)
+    reference = first.item() / dist.get_world_size()  # tensor-parallel ranks share a batch: the mean is its loss
+    engine = make_engine(plan, cpu)
+    losses = []
+    for step in range(3):
+        total = engine.forward_backward([batches.micro_batch(step, 0)]).detach().clone()
+        dist.all_reduce(total)
+        losses.append(total.item() / plan.layout.ranks_per_stage)
+        engine.step(plan.trainer.lr)
+    model = getattr(engine.model, "module", engine.model)
+    trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
+    if rank == 0:
+        result = json.dumps({"losses": losses, "reference": reference, "trainable": trainable})
+        print(f"RESULT {name} {result}", flush=True)  # one write: the other rank's logs share the stream
+    del engine
+"""
+
+
+def test_every_strategy_loads_the_checkpoint_and_trains_alike(tmp_path):
+    checkpoint = save_checkpoint(tmp_path / "qwen2", "qwen2")
+    common = ("model=hf", f"model.path={checkpoint}", "parallelism.micro_batch=2", "trainer.lr=1e-3")
+    paths = {}
+    for name, overrides in STRATEGIES.items():
+        paths[name] = str(write_plan(tiny_plan(*common, *overrides), tmp_path / name))
+    (tmp_path / "plans.json").write_text(json.dumps(paths))
+    output = run_on_two_ranks(SCRIPT, tiny_plan(*common), tmp_path, timeout=400)
+    results = {}
+    for line in output.splitlines():
+        if line.startswith("RESULT"):
+            _, name, data = line.split(" ", 2)
+            results[name] = json.loads(data)
+    assert set(results) == set(STRATEGIES)
+    for name, result in results.items():
+        assert result["losses"][0] == pytest.approx(result["reference"], abs=LOADED_TOLERANCE), name
+        assert result["losses"][-1] < result["losses"][0], name
+        if "lora" not in name and "tp" not in name:  # tp=2 on two ranks trains on one data-parallel rank's batches
+            assert result["losses"] == pytest.approx(results["ddp"]["losses"], abs=TRAINED_TOLERANCE), name
+    assert results["fsdp-lora"]["trainable"] and all(".lora_" in n for n in results["fsdp-lora"]["trainable"])
