@@ -84,7 +84,10 @@ def test_the_config_json_is_read_from_s3(aws, checkpoints):
     [
         (("model.layers=3",), r"model.layers: is read from .*config.json for model.family=hf; drop model.layers"),
         (("parallelism.pp=2",), r"parallelism.pp: model=hf runs without pipeline parallelism; set parallelism.pp=1"),
-        (("parallelism=fsdp", "parallelism.tp=2"), r"parallelism.tp: transformers has no tensor-parallel plan for gpt2"),
+        (
+            ("parallelism=fsdp", "parallelism.tp=2"),
+            r"parallelism.tp: transformers has no tensor-parallel plan for gpt2",
+        ),
         (("parallelism.activation_checkpointing=selective",), r"recomputes whole decoder layers"),
         (("model.lora.rank=-1",), r"model.lora: needs rank >= 0"),
     ],

@@ -37,6 +37,8 @@ def fill_from_checkpoint(model: DictConfig) -> None:
             "model.path", "is empty", "set model.path to a checkpoint folder, an s3:// prefix or a Hub id"
         )
     fields = model_fields(read_config(path), f"{path}/{CONFIG_FILE}")
+    if Path(path).is_dir():  # the targets mount it, from wherever the command ran
+        model.path = str(Path(path).resolve())
     for name, value in fields.items():
         if name in REQUIRED_SHAPE and not OmegaConf.is_missing(model, name):
             raise ConfigError(

@@ -44,6 +44,7 @@ def render_dockerfile(plan: Plan) -> str:
         system_packages=system_packages(plan),
         build_tools=BUILD_TOOLS,
         dependencies=python_dependencies(image),
+        features=feature_dependencies(plan),
         constrained=uses_constraints(image),
         constraints=CONSTRAINTS_IN_IMAGE,
     )
@@ -76,6 +77,16 @@ def python_dependencies(image: schema.ImageConfig) -> list[str]:
     pins += [f"boto3=={image.boto3}"]
     if image.family is schema.ImageFamily.dlc:  # no virtual environment of ours brought the build tools
         pins = [*BUILD_TOOLS, *pins]
+    return pins
+
+
+def feature_dependencies(plan: Plan) -> list[str]:
+    """Pinned packages only some plans need, in a layer of their own above dockyard's (which every plan of
+    the family shares): Hugging Face's libraries for model=hf, peft for LoRA."""
+    image, model = plan.image, plan.model
+    pins = [f"transformers=={image.transformers}"] if model.family == "hf" else []
+    if model.lora.rank:
+        pins.append(f"peft=={image.peft}")
     return pins
 
 

@@ -8,6 +8,8 @@ PLAN_CHANNEL = "plan"
 PRETRAINED_CHANNEL = "pretrained"
 """`model=hf`: the channel holding the checkpoint (`model.path`) on the nodes, as SageMaker's input channels
 are mounted, `/opt/ml/input/data/pretrained`."""
+HUB_TOKEN_SECRET = "DOCKYARD_HF_TOKEN_SECRET"
+"""The variable naming the Secrets Manager secret the entrypoint reads HF_TOKEN from (SageMaker)."""
 PLAN_PATH = f"{CONTAINER_ROOT}/input/data/{PLAN_CHANNEL}/plan.json"
 """Where targets point DOCKYARD_PLAN."""
 CODE_DIR = f"{CONTAINER_ROOT}/code"

@@ -35,6 +35,10 @@ class ImageConfig:
     """DeepSpeed version (installed after torch, against it); null to leave it out."""
     boto3: str = "1.44.5"
     """boto3 version in the image (the runtime's S3 downloads)."""
+    transformers: str = "5.24.0"
+    """transformers version, installed when the plan trains a Hugging Face model (model=hf)."""
+    peft: str = "0.21.2"
+    """peft version, installed when the plan trains LoRA adapters (model.lora.rank > 0)."""
     wheelhouse: list[str] = field(default_factory=list)
     """Folders searched for the torch wheel of cpu_local; empty means the find-links of pip's configuration."""
     cuda: str | None = None

@@ -63,6 +63,9 @@ class SageMakerTargetConfig(TargetConfig):
     """VPC subnet ids for the job (needed for FSx and EFS channels)."""
     security_groups: list[str] = field(default_factory=list)
     """VPC security group ids, with `subnets`."""
+    hub_token_secret: str | None = None
+    """model=hf with a gated Hub id: the ARN of a Secrets Manager secret holding a Hugging Face token, which
+    the entrypoint reads with the job's role and hands to the trainer as HF_TOKEN (never in the request)."""
 
 
 class JobKind(Enum):
@@ -100,6 +103,9 @@ class KubernetesTargetConfig(TargetConfig):
     claim: str | None = None
     """A ReadWriteMany PersistentVolumeClaim (FSx for Lustre, EFS) keeping each run's checkpoints and model
     under `<run id>/`; without one they live in the pods and go with them."""
+    hub_token_secret: str | None = None
+    """model=hf with a gated Hub id: a Secret in the namespace whose key HF_TOKEN the pods get as the
+    environment variable HF_TOKEN (a secretKeyRef: the token never enters the manifest)."""
 
 
 class ContainerRuntime(Enum):

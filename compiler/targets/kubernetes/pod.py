@@ -15,6 +15,8 @@ PORT_NAME, MASTER_PORT = "pytorchjob-port", 29500
 """The rendezvous port, named as Kubeflow's operator looks it up (it passes it on as PET_MASTER_PORT)."""
 RUN_LABEL = "dockyard/run-id"
 PLAN_ANNOTATION = "dockyard/plan"
+HUB_TOKEN = "HF_TOKEN"
+"""The variable huggingface_hub reads its token from, and the key of `target.hub_token_secret` holding it."""
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 HOST_SHARE = 0.9
 """Of the node's vCPUs and memory, what the pod requests; the rest stays allocatable to the node's daemons."""
@@ -131,6 +133,9 @@ def pod_template(plan: Plan, image: str, run_id: str, *, env: list[dict], restar
         {"name": "DOCKYARD_RUN_ID", "value": run_id},
         *env,
     ]
+    if target.hub_token_secret:
+        reference = {"name": target.hub_token_secret, "key": HUB_TOKEN}
+        environment.append({"name": HUB_TOKEN, "valueFrom": {"secretKeyRef": reference}})
     container = {
         "name": CONTAINER,
         "image": image,

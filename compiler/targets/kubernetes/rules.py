@@ -2,6 +2,7 @@
 
 from compiler.spec import DataSource, KubernetesTargetConfig, Plan
 from compiler.spec.errors import ConfigError
+from compiler.targets.channels import check_checkpoint_reachable
 from compiler.targets.kubernetes import validate
 
 MAX_PODS = 100_000
@@ -20,6 +21,7 @@ def check(plan: Plan) -> list[str]:
             f"asks for {plan.layout.nodes} pods, and Kubernetes runs at most {MAX_PODS:,} in one job",
             "use fewer nodes",
         )
+    check_checkpoint_reachable(plan, "Kubernetes")
     if plan.data.source in (DataSource.fsx, DataSource.efs) and plan.data.claim is None:
         raise ConfigError(
             "data.claim",

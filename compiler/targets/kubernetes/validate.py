@@ -52,7 +52,7 @@ def check_names(plan: Plan, run_id: str, hostnames: tuple[str, ...]) -> None:
     label = f"a DNS-1123 label (at most {MAX_LABEL} lower-case letters, digits, '-')"
     _check(DNS_LABEL, "target.namespace", target.namespace, label, limit=MAX_LABEL)
     subdomain = f"a DNS-1123 subdomain (at most {MAX_SUBDOMAIN} lower-case letters, digits, '-' and '.')"
-    for key in ("service_account", "priority_class", "scheduler_name", "claim"):
+    for key in ("service_account", "priority_class", "scheduler_name", "claim", "hub_token_secret"):
         if getattr(target, key) is not None:
             _check(DNS_SUBDOMAIN, f"target.{key}", getattr(target, key), subdomain)
     if plan.data.claim is not None:

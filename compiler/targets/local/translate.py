@@ -16,6 +16,7 @@ from pathlib import Path
 from compiler.core.catalog import LOCAL_CPU, instance_type
 from compiler.spec import DataSource, Entry, Plan
 from compiler.spec.contract import CONTAINER_ROOT, PLAN_CHANNEL, PLAN_PATH
+from compiler.targets.channels import pretrained_channel
 
 GROUP = "homogeneousCluster"
 INSTANCE_TYPE = "local"
@@ -98,9 +99,9 @@ def hosts(plan: Plan) -> tuple[str, ...]:
 
 
 def channel_sources(plan: Plan, run_dir: Path, group: str | None = None) -> dict[str, str]:
-    """Host folders mounted as channels: the plan, and the data unless it is synthetic or `data.groups`
-    leaves `group` out (as SageMaker's InstanceGroupNames does)."""
-    channels = {PLAN_CHANNEL: str(run_dir / "plan")}
+    """Host folders mounted as channels: the plan, a pretrained checkpoint, and the data unless it is synthetic
+    or `data.groups` leaves `group` out (as SageMaker's InstanceGroupNames does)."""
+    channels = {PLAN_CHANNEL: str(run_dir / "plan"), **pretrained_channel(plan, run_dir)[0]}
     if group is not None and plan.data.groups and group not in plan.data.groups:
         return channels
     if plan.data.source is DataSource.local:
@@ -147,6 +148,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> LocalRe
     )
     channels = channel_sources(plan, run_dir)
     downloads = {channels[plan.data.channel]: plan.data.uri} if plan.data.source is DataSource.s3 else {}
+    downloads |= pretrained_channel(plan, run_dir)[1]
     writable = [str(run_dir / name) for name in ("model", "checkpoints")]
     writable += [str(run_dir / "nodes" / host / "output") for host in names]
     return LocalRequest(

@@ -11,6 +11,7 @@ import botocore.session
 from compiler.core.grammar import ECR_REGISTRY, check_s3_uri, shown
 from compiler.spec import DataSource, Plan, SageMakerTargetConfig
 from compiler.spec.errors import ConfigError, UnknownNameError
+from compiler.targets.channels import check_checkpoint_reachable
 
 SUBNET, SECURITY_GROUP = re.compile(r"subnet-[0-9a-f]{8,17}"), re.compile(r"sg-[0-9a-f]{8,17}")
 MAX_RUN_HOURS = 28 * 24
@@ -72,6 +73,7 @@ def check(plan: Plan) -> list[str]:
             f"{shown(registry)} is not an ECR registry, and SageMaker pulls training images only from ECR",
             "push to <account>.dkr.ecr.<region>.amazonaws.com",
         )
+    check_checkpoint_reachable(plan, "SageMaker")
     if plan.data.source in (DataSource.fsx, DataSource.efs) and not (target.subnets and target.security_groups):
         raise ConfigError(
             "target.subnets",

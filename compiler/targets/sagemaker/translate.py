@@ -13,9 +13,18 @@ from botocore.exceptions import ParamValidationError
 from botocore.validate import validate_parameters
 
 from compiler.spec import Plan
-from compiler.spec.contract import CONTAINER_ROOT, METRICS_SEPARATORS, PLAN_CHANNEL, PLAN_PATH, REPORTED_METRICS
+from compiler.spec.contract import (
+    CONTAINER_ROOT,
+    HUB_TOKEN_SECRET,
+    METRICS_SEPARATORS,
+    PLAN_CHANNEL,
+    PLAN_PATH,
+    PRETRAINED_CHANNEL,
+    REPORTED_METRICS,
+)
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import DataSource, Entry, SageMakerTargetConfig
+from compiler.targets.channels import CheckpointSource, checkpoint_source
 
 FILE_SYSTEM_TYPES = {DataSource.fsx: "FSxLustre", DataSource.efs: "EFS"}
 NUMBER = r"(-?[0-9.]+(?:[eE][-+]?[0-9]+)?)"
@@ -73,7 +82,11 @@ def to_request(plan: Plan, image: str, *, run_id: str, job_prefix: str) -> SageM
             "MetricDefinitions": metric_definitions(),
         },
         "RoleArn": target.role_arn,
-        "InputDataConfig": [_s3_channel(PLAN_CHANNEL, plan_uri, "File"), *_data_channels(plan)],
+        "InputDataConfig": [
+            _s3_channel(PLAN_CHANNEL, plan_uri, "File"),
+            *_pretrained_channel(plan),
+            *_data_channels(plan),
+        ],
         "OutputDataConfig": {"S3OutputPath": target.output_uri or f"{job_prefix.rstrip('/')}/output"},
         "ResourceConfig": {
             **_instances(plan),
@@ -95,6 +108,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, job_prefix: str) -> SageM
             **target.environment,
             "DOCKYARD_PLAN": PLAN_PATH,
             "DOCKYARD_RUN_ID": run_id,
+            **({HUB_TOKEN_SECRET: target.hub_token_secret} if target.hub_token_secret else {}),
         },
         "HyperParameters": _hyperparameters(plan),
         "Tags": [{"Key": "dockyard:plan", "Value": plan.content_hash}, {"Key": "dockyard:name", "Value": plan.name}],
@@ -125,6 +139,14 @@ def _instances(plan: Plan) -> dict:
             for name, instance_type, count in groups
         ]
     }
+
+
+def _pretrained_channel(plan: Plan) -> list[dict]:
+    """A checkpoint on S3 arrives as the `pretrained` channel, which SageMaker copies to every node before the
+    job starts (a Hub id is fetched by the nodes)."""
+    if checkpoint_source(plan) is CheckpointSource.s3:
+        return [_s3_channel(PRETRAINED_CHANNEL, plan.model.path, "File")]
+    return []
 
 
 def _data_channels(plan: Plan) -> list[dict]:

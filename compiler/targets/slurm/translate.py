@@ -22,6 +22,7 @@ import jinja2
 from compiler.spec import DataSource, Plan
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import ContainerRuntime
+from compiler.targets.channels import CheckpointSource, checkpoint_source, pretrained_channel
 
 CONTAINER_ROOT = "/opt/ml"
 ENTRYPOINT = "dockyard-entrypoint"
@@ -117,8 +118,11 @@ def efa_devices(kind: ContainerRuntime) -> list[str]:
 
 
 def channels(plan: Plan, run_dir: Path) -> dict[str, str]:
-    """Channel name -> folder on the shared file system: the plan, and the data unless it is synthetic."""
+    """Channel name -> folder on the shared file system: the plan, a pretrained checkpoint (a folder there,
+    or copied from S3 into the run), and the data unless it is synthetic."""
     found = {"plan": str(run_dir / "plan")}
+    for name, folder in pretrained_channel(plan, run_dir)[0].items():
+        found[name] = _checked(FOLDER, folder, "model.path", "the folder")
     if plan.data.source is not DataSource.synthetic:
         _checked(SLURM_NAME, plan.data.channel, "data.channel", "the channel name")
     if plan.data.source is DataSource.local:
@@ -141,7 +145,9 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> SlurmRe
     mounts = [f"{source}:{CONTAINER_ROOT}/input/data/{name}:ro" for name, source in sources.items()]
     mounts += [f"{source}:{CONTAINER_ROOT}/{name}" for name, source in writable.items()]
     environment = dict(target.environment)
-    passed = tuple(dict.fromkeys(("DOCKYARD_PLAN", "DOCKYARD_RUN_ID", *SLURM_VARIABLES, *environment)))
+    # A Hub checkpoint's token goes from the submitting shell into the containers by name, never by value.
+    hub = ("HF_TOKEN",) if checkpoint_source(plan) is CheckpointSource.hub else ()
+    passed = tuple(dict.fromkeys(("DOCKYARD_PLAN", "DOCKYARD_RUN_ID", *SLURM_VARIABLES, *environment, *hub)))
     values = {
         "run_id": run_id,
         "run_dir": folder,
@@ -161,6 +167,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> SlurmRe
         "devices": efa_devices(kind) if plan.instance.efa_devices else [],
     }
     downloads = {sources[plan.data.channel]: plan.data.uri} if plan.data.source is DataSource.s3 else {}
+    downloads |= pretrained_channel(plan, run_dir)[1]
     return SlurmRequest(
         run_id=run_id,
         run_dir=folder,
