@@ -19,7 +19,8 @@ from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, Ro
 from torch.utils.checkpoint import checkpoint
 
 from compiler.spec.schema import Activation, Checkpointing, ModelConfig, Norm, Position
-from entrypoint.trainer.models.weights import TorchFile, WeightsFormat
+from entrypoint.trainer.models.decoder_hf import DecoderWeights
+from entrypoint.trainer.models.weights import WeightsFormat
 from entrypoint.trainer.offload import ActivationOffload
 
 
@@ -232,7 +233,8 @@ class DecoderSpec:
     """The decoder's entry in `entrypoint.trainer.models.MODELS`."""
 
     name = "decoder"
-    weights: WeightsFormat = TorchFile()
+    weights: WeightsFormat = DecoderWeights()
+    """Hugging Face's layout (GPT2LMHeadModel, LlamaForCausalLM) where the shape has one, model.pt otherwise."""
 
     def loss(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return loss_fn(output, targets)
