@@ -85,7 +85,7 @@ def test_smoke_job_trains_on_two_container_nodes(engine, tmp_path):
     losses = [row["loss"] for row in metrics(run_dir)]
     assert metrics(run_dir)[-1]["step"] == 20
     assert losses[-1] < losses[0] * 0.8
-    assert (run_dir / "model/model.pt").exists()
+    assert (run_dir / "model/model.safetensors").exists()
     assert (run_dir / "checkpoints/step-00000010/dockyard.json").exists()
     assert "algo-1 | " in result.stdout and "algo-2 | " in result.stdout
     record = json.loads((run_dir / "run.json").read_text())

@@ -35,6 +35,10 @@ class ImageConfig:
     """DeepSpeed version (installed after torch, against it); null to leave it out."""
     boto3: str = "1.44.5"
     """boto3 version in the image (the runtime's S3 downloads)."""
+    safetensors: str = "0.8.0"
+    """safetensors version in the image (the final model's weights in Hugging Face format)."""
+    huggingface_hub: str = "2.4.0"
+    """huggingface_hub version in the image (writes the safetensors shards and their index)."""
     wheelhouse: list[str] = field(default_factory=list)
     """Folders searched for the torch wheel of cpu_local; empty means the find-links of pip's configuration."""
     cuda: str | None = None
