@@ -123,11 +123,9 @@ def _conv1d(name: str, value: torch.Tensor) -> torch.Tensor:
     return value.t() if name.startswith(GPT2_NAMES.layer_prefix) and value.dim() == 2 else value
 
 
-def _gpt2_config(model: ModelConfig, dtype: torch.dtype) -> dict[str, Any]:
+def _gpt2_config(model: ModelConfig) -> dict[str, Any]:
     return {
-        "architectures": [GPT2],
         "model_type": "gpt2",
-        "vocab_size": model.vocab,
         "n_positions": model.context,
         "n_embd": model.hidden,
         "n_layer": model.layers,
@@ -139,10 +137,6 @@ def _gpt2_config(model: ModelConfig, dtype: torch.dtype) -> dict[str, Any]:
         "embd_pdrop": 0.0,
         "attn_pdrop": 0.0,
         "scale_attn_weights": True,
-        "tie_word_embeddings": model.tied_embeddings,
-        "bos_token_id": None,
-        "eos_token_id": None,
-        "dtype": str(dtype).removeprefix("torch."),
     }
 
 
@@ -180,11 +174,9 @@ def _pairs_from_halves(rows: torch.Tensor, heads: int) -> torch.Tensor:
     return rows.reshape(heads, 2, -1, *rows.shape[1:]).transpose(1, 2).reshape(rows.shape).contiguous()
 
 
-def _llama_config(model: ModelConfig, dtype: torch.dtype) -> dict[str, Any]:
+def _llama_config(model: ModelConfig) -> dict[str, Any]:
     return {
-        "architectures": [LLAMA],
         "model_type": "llama",
-        "vocab_size": model.vocab,
         "hidden_size": model.hidden,
         "intermediate_size": model.ffn_hidden,
         "num_hidden_layers": model.layers,
@@ -199,10 +191,6 @@ def _llama_config(model: ModelConfig, dtype: torch.dtype) -> dict[str, Any]:
         "attention_bias": model.bias,
         "mlp_bias": model.bias,
         "attention_dropout": 0.0,
-        "tie_word_embeddings": model.tied_embeddings,
-        "bos_token_id": None,
-        "eos_token_id": None,
-        "dtype": str(dtype).removeprefix("torch."),
     }
 
 
@@ -210,7 +198,7 @@ EXPORTS = {
     GPT2: (_gpt2_to_hf, _gpt2_from_hf, _gpt2_config),
     LLAMA: (_llama_to_hf, _llama_from_hf, _llama_config),
 }
-"""Architecture → (the built-in's state in its names, back to the built-in's names, its config.json)."""
+"""Architecture → (the built-in's state in its names, back to the built-in's names, its own config.json keys)."""
 
 
 class DecoderWeights:
@@ -227,8 +215,15 @@ class DecoderWeights:
             TorchFile().save(folder, state, config)
             return
         to_hf, _, hf_config = EXPORTS[architecture]
-        dtype = state["embed.weight"].dtype
-        save_safetensors(folder, to_hf(state, model), hf_config(model, dtype), GENERATION_CONFIG, self.shard_size)
+        shared = {
+            "architectures": [architecture],
+            "vocab_size": model.vocab,
+            "tie_word_embeddings": model.tied_embeddings,
+            "bos_token_id": None,  # no tokenizer's ids are known to the built-in model
+            "eos_token_id": None,
+            "dtype": str(state["embed.weight"].dtype).removeprefix("torch."),
+        }
+        save_safetensors(folder, to_hf(state, model), shared | hf_config(model), GENERATION_CONFIG, self.shard_size)
 
     def load(self, folder: Path) -> dict[str, torch.Tensor]:
         """The weights under the trainer's names, from either layout (its config.json says which)."""
