@@ -1,7 +1,8 @@
 """The built-in decoder's final model in Hugging Face format: transformers' `AutoModelForCausalLM` loads the
 files the weights format writes and computes the built-in module's logits (fp32, `hf_support.ATOL`; without
-the q/k row reordering the Llama logits are 0.4 off), from one file and from shards; the format
-reads back exactly what it wrote; a shape with no transformers architecture keeps model.pt.
+the q/k row reordering the Llama logits are 0.4 off), from one file and from shards; the format reads back
+exactly what it wrote; generation_config.json is what transformers makes of the config; a shape with no
+transformers architecture keeps model.pt.
 
 All offline: the models are built from the tiny plan's shapes and random weights, nothing is downloaded."""
 
@@ -9,6 +10,7 @@ import json
 
 import pytest
 import torch
+from transformers import AutoConfig, GenerationConfig
 
 from entrypoint.trainer.models import MODELS
 from entrypoint.trainer.models.decoder_hf import DecoderWeights
@@ -49,7 +51,8 @@ def test_transformers_loads_the_export_with_the_built_in_logits(shape, tmp_path)
     SPEC.weights.save(tmp_path, module.state_dict(), config)
     written = json.loads((tmp_path / "config.json").read_text())
     assert written["architectures"] == [architecture]
-    assert json.loads((tmp_path / "generation_config.json").read_text())["_from_model_config"] is True
+    generation = GenerationConfig.from_pretrained(tmp_path).to_diff_dict()
+    assert generation == GenerationConfig.from_model_config(AutoConfig.from_pretrained(tmp_path)).to_diff_dict()
     assert sorted(path.name for path in tmp_path.iterdir()) == ONE_FILE_EXPORT
     assert_transformers_logits(module, tmp_path)
 

@@ -21,7 +21,12 @@ from compiler.spec.plan import model_from_dict
 from compiler.spec.transformers_export import GPT2, LLAMA, transformers_architecture
 from entrypoint.trainer.models.weights import CONFIG_FILE, SHARD_SIZE, TorchFile, load_safetensors, save_safetensors
 
-GENERATION_CONFIG = {"_from_model_config": True, "output_attentions": False, "output_hidden_states": False}
+GENERATION_CONFIG = {
+    "_from_model_config": True,
+    "output_attentions": False,
+    "output_hidden_states": False,
+    "use_cache": True,
+}
 """What `GenerationConfig.from_model_config` writes for these configs, without its version stamp: no bos or eos
 token, which a built-in model trained on token ids does not know."""
 
