@@ -54,6 +54,15 @@ if os.environ.get("CI") == "true":
 
 
 @pytest.fixture(scope="session")
+def hf_checkpoints(tmp_path_factory) -> dict[str, Path]:
+    """A tiny random checkpoint of each architecture in `tests.pretrained.TINY`, saved once per run."""
+    from tests.pretrained import TINY, save_checkpoint
+
+    root = tmp_path_factory.mktemp("checkpoints")
+    return {architecture: save_checkpoint(root / architecture, architecture) for architecture in TINY}
+
+
+@pytest.fixture(scope="session")
 def engine():
     """A real Docker engine. Without one, tests that need it skip locally and fail in CI (CI=true), where
     `make test` starts one."""

@@ -45,12 +45,16 @@ def hf_config(architecture: str):
     return config
 
 
-def save_checkpoint(folder: Path, architecture: str, seed: int = 0) -> Path:
-    """A tiny random `architecture` model saved into `folder` (created); returns the folder."""
+def save_checkpoint(folder: Path, architecture: str, seed: int = 0, readable: bool = True) -> Path:
+    """A tiny random `architecture` model saved into `folder` (created); returns the folder. safetensors
+    writes its files 0600: `readable` opens them to the containers' user, as the plan's error tells users to."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(hf_config(architecture))
     model.save_pretrained(folder)
+    if readable:
+        for file in folder.iterdir():
+            file.chmod(0o644)
     return folder

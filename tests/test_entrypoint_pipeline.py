@@ -151,8 +151,8 @@ def test_tied_embeddings_across_stages(tmp_path_factory):
     reference_root, pipelined_root = tmp_path_factory.mktemp("tied"), tmp_path_factory.mktemp("tied-pp")
     reference = train(tiny_plan(UNTIED, tied), reference_root)
     assert_same_run(train(pipeline_plan("pp2-dp2-fsdp", tied), pipelined_root), reference)
-    ours = torch.load(pipelined_root / "model/model.pt")
-    theirs = torch.load(reference_root / "model/model.pt")
+    ours = MODELS["decoder"].weights.load(pipelined_root / "model")
+    theirs = MODELS["decoder"].weights.load(reference_root / "model")
     assert "head.weight" not in ours and ours.keys() == theirs.keys()
     assert torch.allclose(ours["embed.weight"], theirs["embed.weight"], atol=1e-4)
 
@@ -175,8 +175,8 @@ def test_pipelined_resume_equals_uninterrupted(tmp_path, one_f_one_b):
     assert max(resumed) == max(uninterrupted) == 6
     for step in (4, 5, 6):
         assert resumed[step] == pytest.approx(uninterrupted[step], abs=1e-6), step
-    ours = torch.load(tmp_path / "model/model.pt")
-    theirs = torch.load(one_f_one_b[0] / "model/model.pt")
+    ours = MODELS["decoder"].weights.load(tmp_path / "model")
+    theirs = MODELS["decoder"].weights.load(one_f_one_b[0] / "model")
     assert ours.keys() == theirs.keys()
     for name, value in theirs.items():
         assert torch.allclose(ours[name], value, atol=1e-6), name

@@ -67,7 +67,7 @@ def test_root_start_trains_as_the_user_in_root_owned_0700_folders(engine, image,
     status, log = start(engine, image, volumes)
     assert status == 0, log[-3000:]
     assert "user        dockyard (uid 1000), dropped to from root" in log
-    model = tmp_path / "model/model.pt"
+    model = tmp_path / "model/model.safetensors"
     assert model.stat().st_uid == 1000, "written by the unprivileged user"
     assert (tmp_path / "output/data/metrics.jsonl").stat().st_uid == 1000
 
@@ -100,7 +100,7 @@ def test_a_stranger_trains_as_itself_where_it_may_write(engine, image, tmp_path)
     status, log = start(engine, image, volumes, user=STRANGER)
     assert status == 0, log[-3000:]
     assert "user        uid 4321, as started" in log
-    assert (tmp_path / "ml/model.pt").stat().st_uid == 4321
+    assert (tmp_path / "ml/model.safetensors").stat().st_uid == 4321
 
 
 def test_root_of_a_user_namespace_keeps_root(tmp_path):

@@ -45,7 +45,8 @@ def test_reference_strategies_train(reference_runs, strategy):
     root, records = reference_runs[strategy]
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
     assert_loss_falls(records)
-    assert (root / "model/model.pt").is_file() and (root / "model/config.json").is_file()
+    exported = {path.name for path in (root / "model").iterdir()}
+    assert exported == {"model.safetensors", "config.json", "generation_config.json"}
     checkpoints = sorted(p.name for p in (root / "checkpoints").iterdir() if p.name.startswith("step-"))
     assert checkpoints == ["step-00000003"]  # every 3 steps, not at the end (the final model is in model/)
 
@@ -94,7 +95,7 @@ def test_resume_equals_uninterrupted(tmp_path, reference_runs, strategy):
     plan = tiny_plan(f"parallelism={strategy}")
     first = train(plan, tmp_path, DOCKYARD_STOP_AT_STEP="3")
     assert [r["step"] for r in first] == [1, 2, 3]
-    assert not (tmp_path / "model/model.pt").exists()
+    assert not (tmp_path / "model/model.safetensors").exists()
     train(plan, tmp_path)
     resumed = losses(metrics(tmp_path))
     uninterrupted = losses(reference_runs[strategy][1])

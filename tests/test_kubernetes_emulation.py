@@ -42,6 +42,6 @@ def test_smoke_plan_trains_through_emulated_pods(kind, engine, tmp_path):
         assert f"{host.split('.')[0]} | cluster     {source}: node {rank} of 2" in log
     losses = [json.loads(line.split(" | ", 1)[1])["loss"] for line in log.splitlines() if '"loss"' in line]
     assert losses[-1] < losses[0]
-    assert (claim / run_id / "model" / "model.pt").exists()
+    assert (claim / run_id / "model" / "model.safetensors").exists()
     assert (claim / run_id / "checkpoints" / "step-00000010" / "dockyard.json").exists()
     assert engine.containers.list(all=True, filters={"label": f"{LABEL}={run_id}"}) == []

@@ -20,6 +20,7 @@ from compiler.targets.local import runner as local_runner
 from compiler.targets.local import translate as local
 from compiler.targets.records import RunRecord
 from tests.helpers import PRESETS, S3_TOKENS, plan_for
+from tests.hf_support import assert_transformers_logits, trained_decoder
 
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
 SHORT = [
@@ -85,7 +86,8 @@ def test_smoke_job_trains_on_two_container_nodes(engine, tmp_path):
     losses = [row["loss"] for row in metrics(run_dir)]
     assert metrics(run_dir)[-1]["step"] == 20
     assert losses[-1] < losses[0] * 0.8
-    assert (run_dir / "model/model.pt").exists()
+    model = run_dir / "model"
+    assert_transformers_logits(trained_decoder(model, plan_for(*SHORT).model), model)
     assert (run_dir / "checkpoints/step-00000010/dockyard.json").exists()
     assert "algo-1 | " in result.stdout and "algo-2 | " in result.stdout
     record = json.loads((run_dir / "run.json").read_text())

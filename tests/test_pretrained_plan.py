@@ -14,7 +14,7 @@ from compiler.planner import models
 from compiler.spec.errors import ConfigError
 from entrypoint.trainer.models import MODELS
 from tests.helpers import plan_for
-from tests.pretrained import TINY, save_checkpoint
+from tests.pretrained import save_checkpoint
 
 LLAMA3_8B = {
     "model_type": "llama",
@@ -32,23 +32,8 @@ LLAMA3_8B = {
 """Meta-Llama-3-8B's config.json, the keys the planner reads."""
 
 
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
-    root = tmp_path_factory.mktemp("checkpoints")
-    return {name: save_checkpoint(root / name, name) for name in TINY}
-
-
-@pytest.mark.parametrize("architecture", sorted(TINY))
-def test_the_planners_count_is_the_built_models(architecture, checkpoints):
-    model = plan_for("model=hf", f"model.path={checkpoints[architecture]}").model
-    with torch.device("meta"):
-        built = MODELS["hf"].build(model)
-    facts = models.FAMILIES["hf"]
-    assert sum(p.numel() for p in built.parameters()) == facts.parameter_count(model, model.layers, True, True)
-
-
-def test_lora_counts_its_adapters_and_shrinks_the_optimizer(checkpoints):
-    plain = ("model=hf", f"model.path={checkpoints['llama']}", "hardware=p4d.24xlarge", "parallelism=ddp")
+def test_lora_counts_its_adapters_and_shrinks_the_optimizer(hf_checkpoints):
+    plain = ("model=hf", f"model.path={hf_checkpoints['llama']}", "hardware=p4d.24xlarge", "parallelism=ddp")
     lora = ("model.lora.rank=8", "model.lora.targets=[q_proj,v_proj,down_proj]")
     model = plan_for(*plain, *lora).model
     with torch.device("meta"):
@@ -70,8 +55,8 @@ def test_a_config_json_alone_plans_as_the_built_in_llama3_8b(tmp_path):
     assert pretrained.estimate.host_memory["checkpoint load"] == 8 * 128256 * 4096 * 4  # 8 processes, 1 tensor
 
 
-def test_the_config_json_is_read_from_s3(aws, checkpoints):
-    body = (checkpoints["qwen2"] / "config.json").read_bytes()
+def test_the_config_json_is_read_from_s3(aws, hf_checkpoints):
+    body = (hf_checkpoints["qwen2"] / "config.json").read_bytes()
     aws.client("s3").put_object(Bucket="dockyard-example-data", Key="models/qwen2/config.json", Body=body)
     model = plan_for("model=hf", "model.path=s3://dockyard-example-data/models/qwen2/").model
     assert (model.architecture, model.layers, model.hidden, model.kv_heads) == ("qwen2", 2, 64, 2)
@@ -92,9 +77,9 @@ def test_the_config_json_is_read_from_s3(aws, checkpoints):
         (("model.lora.rank=-1",), r"model.lora: needs rank >= 0"),
     ],
 )
-def test_what_a_pretrained_model_cannot_run_with_is_one_line(overrides, message, checkpoints):
+def test_what_a_pretrained_model_cannot_run_with_is_one_line(overrides, message, hf_checkpoints):
     with pytest.raises(ConfigError, match=message):
-        plan_for("model=hf", f"model.path={checkpoints['gpt2']}", *overrides)
+        plan_for("model=hf", f"model.path={hf_checkpoints['gpt2']}", *overrides)
 
 
 def test_a_folder_without_config_json_and_lora_on_the_built_in_model_are_refused(tmp_path):
@@ -107,7 +92,7 @@ def test_a_folder_without_config_json_and_lora_on_the_built_in_model_are_refused
         plan_for("model.lora.rank=8")
 
 
-def test_the_cli_plans_a_pretrained_model_in_one_process_without_torch(checkpoints, tmp_path):
+def test_the_cli_plans_a_pretrained_model_in_one_process_without_torch(hf_checkpoints, tmp_path):
     """`dockyard plan` reads config.json with the standard library: no torch, no transformers on the host."""
     script = (
         "import sys; from compiler.cli.main import main\n"
@@ -115,10 +100,18 @@ def test_the_cli_plans_a_pretrained_model_in_one_process_without_torch(checkpoin
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'heavy import'\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", script, "plan", "model=hf", f"model.path={checkpoints['qwen3']}"],
+        [sys.executable, "-c", script, "plan", "model=hf", f"model.path={hf_checkpoints['qwen3']}"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
     )
     assert result.returncode == 0, result.stderr
     assert "model     hf" in result.stdout
+
+
+def test_a_checkpoint_only_its_owner_can_read_is_refused_before_anything_runs(tmp_path):
+    folder = save_checkpoint(tmp_path / "llama", "llama", readable=False)
+    with pytest.raises(
+        ConfigError, match=rf"^model.path: .*model.safetensors is readable only by its owner.*chmod -R a\+rX {folder}$"
+    ):
+        plan_for("model=hf", f"model.path={folder}")

@@ -111,7 +111,7 @@ def test_builtin_trainer_on_two_instances_under_sdk_v3(engine, tmp_path, sdk_v3_
     image, channels = built(tmp_path, "experiment=smoke")
     model = train(engine, sdk_v3_python, tmp_path, image, channels, {})
     with tarfile.open(model) as archive:
-        assert {"model.pt", "config.json"} <= set(archive.getnames())
+        assert {"model.safetensors", "config.json", "generation_config.json"} <= set(archive.getnames())
 
 
 def test_estimator_script_on_two_instances_under_sdk_v3(engine, tmp_path, points, sdk_v3_python):  # noqa: F811

@@ -215,7 +215,7 @@ def test_smoke_job_trains_through_sbatch_on_two_nodes(engine, slurm_cluster, tmp
     assert record["final"]["step"] == 60
     losses = [row["loss"] for row in metrics(run_dir)]
     assert losses[-1] < losses[0] * 0.8
-    assert (run_dir / "model/model.pt").exists()
+    assert (run_dir / "model/model.safetensors").exists()
     assert "n1 | cluster     slurm: node 0 of 2 (n1)" in result.stdout
     assert "n2 | cluster     slurm: node 1 of 2 (n2)" in result.stdout
     assert f"metrics     {run_dir.resolve()}/output/data/metrics.jsonl" in result.stdout

@@ -30,14 +30,15 @@ class Architecture:
     tied_default: bool = False
     """tie_word_embeddings when config.json leaves it out (the config class's default)."""
     tensor_parallel: bool = True
-    """transformers gives it a tensor-parallel plan of column- and row-wise linear layers."""
+    """transformers gives it a tensor-parallel plan of column- and row-wise linear layers only (the plans
+    dockyard applies with DTensor under FSDP)."""
 
 
 ARCHITECTURES = {
     "llama": Architecture(),
     "mistral": Architecture(),
     "qwen2": Architecture(qkv_bias=True),
-    "qwen3": Architecture(qk_norm=True),
+    "qwen3": Architecture(qk_norm=True, tensor_parallel=False),  # its per-head norms need a tensor-parallel all-reduce
     "gemma": Architecture(tied_default=True),
     "gpt2": Architecture(
         gated=False,

@@ -74,7 +74,7 @@ def uses_constraints(image: schema.ImageConfig) -> bool:
 def python_dependencies(image: schema.ImageConfig) -> list[str]:
     """dockyard's pinned requirements after torch (which has a layer of its own); the config's come later."""
     pins = [f"deepspeed=={image.deepspeed}"] if image.deepspeed else []
-    pins += [f"boto3=={image.boto3}"]
+    pins += [f"boto3=={image.boto3}", f"safetensors=={image.safetensors}", f"huggingface_hub=={image.huggingface_hub}"]
     if image.family is schema.ImageFamily.dlc:  # no virtual environment of ours brought the build tools
         pins = [*BUILD_TOOLS, *pins]
     return pins

@@ -13,6 +13,7 @@ from typing import Protocol
 from compiler.core.architectures import ARCHITECTURES, architecture
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError, UnknownNameError
+from compiler.spec.transformers_export import transformers_architecture
 
 
 class ModelFamily(Protocol):
@@ -101,7 +102,14 @@ class DecoderFamily:
                 )
             if model.rope_theta <= 0:
                 raise ConfigError("model.rope_theta", "must be positive")
-        yield from ()
+        if transformers_architecture(model) is None:
+            yield (
+                f"model: activation={model.activation.value}, norm={model.norm.value}, "
+                f"position={model.position.value}, bias={str(model.bias).lower()}, kv_heads={model.kv_heads} of "
+                f"{model.heads} heads has no transformers architecture (GPT-2: gelu, layernorm, learned, bias, "
+                "kv_heads=heads; Llama: swiglu, rmsnorm, rope): the final model is saved as model.pt, not in "
+                "Hugging Face format"
+            )
 
     def pipeline_layers(self, model: schema.ModelConfig) -> int:
         return model.layers

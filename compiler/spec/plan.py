@@ -92,6 +92,12 @@ class Plan:
         return cls.from_dict(data)
 
 
+def model_from_dict(data: dict[str, Any]) -> schema.ModelConfig:
+    """The plan's `model` section, as `Plan.to_dict` writes it, as its type (what a weights format is given)."""
+    model: schema.ModelConfig = _typed(schema.ModelConfig, data, "model.")
+    return model
+
+
 def _canonical(value: Any, indent: int | None = None) -> str:
     separators = (",", ": ") if indent else (",", ":")
     return json.dumps(value, sort_keys=True, indent=indent, separators=separators, allow_nan=False)

@@ -3,6 +3,7 @@ into the nodes, or on a shared file system), an s3:// prefix (copied before the 
 Hub id (fetched by the nodes themselves). The nodes look for it in the `pretrained` channel first
 (`entrypoint.trainer.models.source`)."""
 
+import stat
 from enum import Enum
 from pathlib import Path
 
@@ -47,3 +48,19 @@ def check_checkpoint_reachable(plan: Plan, target: str) -> None:
             f"{plan.model.path} is a folder on this machine, which {target}'s nodes cannot read",
             "upload it (aws s3 sync) and set model.path=s3://bucket/prefix, or give a Hub id",
         )
+
+
+def check_checkpoint_readable(plan: Plan) -> None:
+    """A mounted checkpoint folder is read by the image's own user, not its owner: every file must be readable
+    by others (safetensors writes its files 0600, so a fresh `save_pretrained` folder is not)."""
+    if checkpoint_source(plan) is not CheckpointSource.folder:
+        return
+    folder = Path(plan.model.path)
+    for path in (folder, *folder.rglob("*")):
+        needed = stat.S_IROTH | (stat.S_IXOTH if path.is_dir() else 0)
+        if path.stat().st_mode & needed != needed:
+            raise ConfigError(
+                "model.path",
+                f"{path} is readable only by its owner, and training runs as another user in the containers",
+                f"make the checkpoint readable: chmod -R a+rX {folder}",
+            )

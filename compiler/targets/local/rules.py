@@ -4,6 +4,7 @@ from pathlib import Path
 
 from compiler.spec import DataSource, Plan
 from compiler.spec.errors import ConfigError
+from compiler.targets.channels import check_checkpoint_readable
 
 MAX_CONTAINERS = 64
 """The most nodes (containers) one local job starts. They all run on this machine, and each is given the
@@ -19,6 +20,7 @@ CLUSTER_TARGETS = "or a cluster target (target=slurm, target=kubernetes or targe
 def check(plan: Plan) -> list[str]:
     _check_size(plan)
     _check_data(plan)
+    check_checkpoint_readable(plan)
     return []
 
 

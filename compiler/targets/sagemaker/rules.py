@@ -11,7 +11,7 @@ import botocore.session
 from compiler.core.grammar import ECR_REGISTRY, check_s3_uri, shown
 from compiler.spec import DataSource, Plan, SageMakerTargetConfig
 from compiler.spec.errors import ConfigError, UnknownNameError
-from compiler.targets.channels import check_checkpoint_reachable
+from compiler.targets.channels import CheckpointSource, checkpoint_source
 
 SUBNET, SECURITY_GROUP = re.compile(r"subnet-[0-9a-f]{8,17}"), re.compile(r"sg-[0-9a-f]{8,17}")
 MAX_RUN_HOURS = 28 * 24
@@ -73,7 +73,6 @@ def check(plan: Plan) -> list[str]:
             f"{shown(registry)} is not an ECR registry, and SageMaker pulls training images only from ECR",
             "push to <account>.dkr.ecr.<region>.amazonaws.com",
         )
-    check_checkpoint_reachable(plan, "SageMaker")
     if plan.data.source in (DataSource.fsx, DataSource.efs) and not (target.subnets and target.security_groups):
         raise ConfigError(
             "target.subnets",
@@ -125,6 +124,13 @@ def check(plan: Plan) -> list[str]:
                 raise ConfigError(f"target.{key}", f"{shown(value)} is not a {key[:-1].replace('_', ' ')} id")
     _check_environment(target.environment)
     _check_hyperparameters(plan.trainer.hyperparameters)
+    if target.hub_token_secret is not None:
+        check_shape("target.hub_token_secret", "SecretArn", target.hub_token_secret)
+    if checkpoint_source(plan) is CheckpointSource.folder:
+        return [
+            f"model.path: {plan.model.path} is uploaded to the job's S3 prefix at every launch; upload it once "
+            "and set model.path=s3://bucket/prefix to skip that"
+        ]
     return []
 
 

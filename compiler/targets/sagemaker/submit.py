@@ -7,6 +7,8 @@ profile and credentials apply as everywhere in AWS's tools; nothing here reads t
 
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import IO
 
 import boto3
@@ -55,12 +57,23 @@ def check_resources(request: SageMakerRequest, session: boto3.Session) -> None:
             ) from None
 
 
+def upload_folder(folder: Path, uri: str, s3) -> None:
+    """Every file under `folder` to the same relative key under the s3:// prefix `uri`, several at a time."""
+    bucket, prefix = split_s3_uri(uri)
+    files = [path for path in sorted(folder.rglob("*")) if path.is_file()]
+    print(f"dockyard: uploading {folder} ({sum(f.stat().st_size for f in files) / 2**20:.1f} MiB) to {uri}")
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda f: s3.upload_file(str(f), bucket, prefix + f.relative_to(folder).as_posix()), files))
+
+
 def submit(request: SageMakerRequest, plan_json: str, session: boto3.Session) -> str:
     """Upload the plan and create the job; returns the job's name."""
     output_bucket = split_s3_uri(request.create_training_job["OutputDataConfig"]["S3OutputPath"])[0]
     account.create_default_bucket(output_bucket, request.region, session)
     check_resources(request, session)
     quotas.check(request.create_training_job, session.client("service-quotas"), session.client("sagemaker"))
+    for folder, uri in request.uploads.items():
+        upload_folder(Path(folder), uri, session.client("s3"))
     bucket, prefix = split_s3_uri(request.plan_uri)
     session.client("s3").put_object(Bucket=bucket, Key=f"{prefix}plan.json", Body=plan_json.encode())
     client = session.client("sagemaker")

@@ -6,7 +6,7 @@ through DOCKYARD_PLAN, exactly as in the local target.
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import botocore.session
 from botocore.exceptions import ParamValidationError
@@ -43,6 +43,8 @@ class SageMakerRequest:
     """Where submit() uploads plan.json: the `plan` channel's S3 prefix."""
     create_training_job: dict
     """Exactly the parameters of CreateTrainingJob."""
+    uploads: dict[str, str] = field(default_factory=dict)
+    """Folders of this machine submit() copies to S3 first (folder -> s3:// prefix): a checkpoint folder."""
 
     @property
     def run_id(self) -> str:
@@ -55,7 +57,12 @@ class SageMakerRequest:
     def to_json(self) -> str:
         return (
             json.dumps(
-                {"region": self.region, "plan_uri": self.plan_uri, "CreateTrainingJob": self.create_training_job},
+                {
+                    "region": self.region,
+                    "plan_uri": self.plan_uri,
+                    "uploads": self.uploads,
+                    "CreateTrainingJob": self.create_training_job,
+                },
                 indent=2,
                 sort_keys=True,
             )
@@ -84,7 +91,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, job_prefix: str) -> SageM
         "RoleArn": target.role_arn,
         "InputDataConfig": [
             _s3_channel(PLAN_CHANNEL, plan_uri, "File"),
-            *_pretrained_channel(plan),
+            *_pretrained_channel(plan, job_prefix),
             *_data_channels(plan),
         ],
         "OutputDataConfig": {"S3OutputPath": target.output_uri or f"{job_prefix.rstrip('/')}/output"},
@@ -118,7 +125,9 @@ def to_request(plan: Plan, image: str, *, run_id: str, job_prefix: str) -> SageM
     if target.subnets:
         parameters["VpcConfig"] = {"SecurityGroupIds": list(target.security_groups), "Subnets": list(target.subnets)}
     check_with_botocore(parameters)
-    return SageMakerRequest(region=target.region, plan_uri=plan_uri, create_training_job=parameters)
+    source = checkpoint_source(plan)
+    uploads = {plan.model.path: pretrained_upload_uri(job_prefix)} if source is CheckpointSource.folder else {}
+    return SageMakerRequest(region=target.region, plan_uri=plan_uri, create_training_job=parameters, uploads=uploads)
 
 
 def _s3_channel(name: str, uri: str, input_mode: str) -> dict:
@@ -141,12 +150,20 @@ def _instances(plan: Plan) -> dict:
     }
 
 
-def _pretrained_channel(plan: Plan) -> list[dict]:
+def _pretrained_channel(plan: Plan, job_prefix: str) -> list[dict]:
     """A checkpoint on S3 arrives as the `pretrained` channel, which SageMaker copies to every node before the
-    job starts (a Hub id is fetched by the nodes)."""
-    if checkpoint_source(plan) is CheckpointSource.s3:
+    job starts; a folder of this machine is uploaded under the job's prefix first (a Hub id is fetched by the
+    nodes)."""
+    source = checkpoint_source(plan)
+    if source is CheckpointSource.s3:
         return [_s3_channel(PRETRAINED_CHANNEL, plan.model.path, "File")]
+    if source is CheckpointSource.folder:
+        return [_s3_channel(PRETRAINED_CHANNEL, pretrained_upload_uri(job_prefix), "File")]
     return []
+
+
+def pretrained_upload_uri(job_prefix: str) -> str:
+    return f"{job_prefix.rstrip('/')}/{PRETRAINED_CHANNEL}/"
 
 
 def _data_channels(plan: Plan) -> list[dict]:

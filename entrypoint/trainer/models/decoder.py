@@ -19,7 +19,8 @@ from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, Ro
 from torch.utils.checkpoint import checkpoint
 
 from compiler.spec.schema import Activation, Checkpointing, ModelConfig, Norm, Position
-from entrypoint.trainer.models.weights import TorchFile, WeightsFormat
+from entrypoint.trainer.models.decoder_hf import DecoderWeights
+from entrypoint.trainer.models.weights import WeightsFormat
 from entrypoint.trainer.offload import ActivationOffload
 
 
@@ -233,7 +234,8 @@ class DecoderSpec:
 
     name = "decoder"
     builds_empty = False
-    weights: WeightsFormat = TorchFile()
+    weights: WeightsFormat = DecoderWeights()
+    """Hugging Face's layout (GPT2LMHeadModel, LlamaForCausalLM) where the shape has one, model.pt otherwise."""
 
     def loss(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return loss_fn(output, targets)

@@ -11,9 +11,8 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from entrypoint.trainer.models.weights import read_safetensors, save_safetensors
+from entrypoint.trainer.models.weights import GENERATION_CONFIG_FILE, load_safetensors, save_safetensors
 
-GENERATION_FILE = "generation_config.json"
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -97,7 +96,7 @@ class PretrainedFiles:
         source = Path(config["path"])
         hf_config = json.loads((source / "config.json").read_text())
         hf_config["dtype"] = str(next(iter(state.values())).dtype).removeprefix("torch.")
-        generation = source / GENERATION_FILE
+        generation = source / GENERATION_CONFIG_FILE
         generation_config = json.loads(generation.read_text()) if generation.is_file() else {}
         lora = config["lora"]
         weights = merged_weights(state, lora["alpha"] / lora["rank"]) if lora["rank"] else state
@@ -123,7 +122,9 @@ class PretrainedFiles:
             task_type="CAUSAL_LM",
             base_model_name_or_path="..",
         ).save_pretrained(folder)
-        save_file(adapter_weights(state), folder / "adapter_model.safetensors")
+        weights = folder / "adapter_model.safetensors"
+        save_file(adapter_weights(state), weights)
+        weights.chmod(0o644)  # as the model's own files (safetensors writes 0600)
 
     def load(self, folder: Path) -> dict[str, torch.Tensor]:
-        return read_safetensors(folder)
+        return load_safetensors(folder)

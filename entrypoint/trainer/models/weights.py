@@ -2,16 +2,30 @@
 
 The trainer saves the final model through its family's adapter (`ModelSpec.weights`), so a family can
 write the files another tool reads (Hugging Face's safetensors and config, say) with its own key names.
+`save_safetensors` and `load_safetensors` are that layout for any family: the family maps its names and
+config to those of its transformers architecture, these write and read the files.
 """
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+from huggingface_hub import save_torch_state_dict
+from safetensors.torch import load_file
 
 MODEL_FILE = "model.pt"
 CONFIG_FILE = "config.json"
+GENERATION_CONFIG_FILE = "generation_config.json"
+SAFETENSORS_FILE = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+SHARD_SIZE = "5GB"
+"""Hugging Face's default: a larger model is split into shards of at most this size, with an index."""
+PARTIAL = ".partial"
+"""The folder inside the model folder that a Hugging Face export is written into before it moves into place.
+Inside, not beside: the model folder may be a mount point (SageMaker's /opt/ml/model), which cannot be
+renamed, and a sibling may be another file system."""
 
 
 class WeightsFormat(Protocol):
@@ -40,21 +54,42 @@ class TorchFile:
 
 
 def save_safetensors(
-    folder: Path, state: dict[str, torch.Tensor], config: dict[str, Any], generation_config: dict[str, Any]
+    folder: Path,
+    state: dict[str, torch.Tensor],
+    config: dict[str, Any],
+    generation_config: dict[str, Any],
+    shard_size: int | str = SHARD_SIZE,
 ) -> None:
-    """TEMPORARY until the export branch lands."""
-    from huggingface_hub import save_torch_state_dict
+    """Write a transformers model folder: `config.json`, `generation_config.json` and the weights, as
+    `model.safetensors` or, above `shard_size`, as shards with `model.safetensors.index.json`.
 
-    folder.mkdir(parents=True, exist_ok=True)
-    save_torch_state_dict(state, folder)
-    (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2))
-    (folder / "generation_config.json").write_text(json.dumps(generation_config, indent=2))
+    `state` has the transformers architecture's names; tensors that share storage (tied embeddings) are
+    written once. The files are written in a `.partial` folder and moved into `folder` with the file that
+    makes it loadable (the single weights file or the index) last, after removing a previous export's: a
+    crash leaves a folder that no reader takes for a complete model.
+    """
+    partial = folder / PARTIAL
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    save_torch_state_dict(state, partial, max_shard_size=shard_size)
+    (partial / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True))
+    (partial / GENERATION_CONFIG_FILE).write_text(json.dumps(generation_config, indent=2, sort_keys=True))
+    complete = SAFETENSORS_INDEX if (partial / SAFETENSORS_INDEX).exists() else SAFETENSORS_FILE
+    for stale in (folder / SAFETENSORS_INDEX, folder / SAFETENSORS_FILE, *folder.glob("model-*.safetensors")):
+        stale.unlink(missing_ok=True)
+    for written in sorted(partial.iterdir(), key=lambda path: path.name == complete):
+        written.chmod(0o644)  # safetensors writes 0600; servers and the next run read as other users
+        written.rename(folder / written.name)
+    partial.rmdir()
 
 
-def read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
+def load_safetensors(folder: Path) -> dict[str, torch.Tensor]:
+    """The state dict `save_safetensors` wrote (transformers' names), from one file or every shard in the index;
+    a tied tensor written once appears once."""
+    index = folder / SAFETENSORS_INDEX
+    if not index.exists():
+        return load_file(folder / SAFETENSORS_FILE)
     state: dict[str, torch.Tensor] = {}
-    for file in sorted(folder.glob("*.safetensors")):
-        state |= load_file(file)
+    for shard in sorted(set(json.loads(index.read_text())["weight_map"].values())):
+        state |= load_file(folder / shard)
     return state

@@ -21,7 +21,7 @@ COPY wheelhouse/ /tmp/wheelhouse/
 RUN pip install --constraint /etc/dockyard/constraints.txt --find-links /tmp/wheelhouse torch==2.13.0+cpu
 
 # Pinned Python dependencies (DeepSpeed builds against the torch above).
-RUN pip install --no-build-isolation --constraint /etc/dockyard/constraints.txt deepspeed==0.19.8 boto3==1.44.5
+RUN pip install --no-build-isolation --constraint /etc/dockyard/constraints.txt deepspeed==0.19.8 boto3==1.44.5 safetensors==0.8.0 huggingface_hub==2.4.0
 
 # The config's own packages (image.python_packages), apart so that changing them keeps the layers above.
 RUN pip install --no-build-isolation einops==0.8.2

@@ -8,7 +8,7 @@ RUN useradd --create-home --shell /bin/bash dockyard \
  && mkdir -p /opt/ml/code && chown dockyard:dockyard /opt/ml/code
 
 # Pinned Python dependencies.
-RUN pip install --no-build-isolation setuptools==80.9.0 boto3==1.44.5
+RUN pip install --no-build-isolation setuptools==80.9.0 boto3==1.44.5 safetensors==0.8.0 huggingface_hub==2.4.0
 
 # The config's own packages (image.python_packages), apart so that changing them keeps the layers above.
 RUN pip install --no-build-isolation deepspeed==0.19.8

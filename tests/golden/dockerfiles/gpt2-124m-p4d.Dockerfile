@@ -8,7 +8,7 @@ RUN useradd --create-home --shell /bin/bash dockyard \
  && mkdir -p /opt/ml/code && chown dockyard:dockyard /opt/ml/code
 
 # Pinned Python dependencies.
-RUN pip install --no-build-isolation setuptools==80.9.0 boto3==1.44.5
+RUN pip install --no-build-isolation setuptools==80.9.0 boto3==1.44.5 safetensors==0.8.0 huggingface_hub==2.4.0
 
 # dockyard's runtime: the entrypoint and the plan's types, nothing of the compiler's host side, so a
 # change there (the CLI, the planner, the docs) leaves this layer and the image's tag as they are.

@@ -52,7 +52,7 @@ COPY constraints.txt /etc/dockyard/constraints.txt
 RUN pip install --constraint /etc/dockyard/constraints.txt --index-url https://download.pytorch.org/whl/cu128 torch==2.13.0
 
 # Pinned Python dependencies (DeepSpeed builds against the torch above).
-RUN pip install --no-build-isolation --constraint /etc/dockyard/constraints.txt deepspeed==0.19.8 boto3==1.44.5
+RUN pip install --no-build-isolation --constraint /etc/dockyard/constraints.txt deepspeed==0.19.8 boto3==1.44.5 safetensors==0.8.0 huggingface_hub==2.4.0
 
 # dockyard's runtime: the entrypoint and the plan's types, nothing of the compiler's host side, so a
 # change there (the CLI, the planner, the docs) leaves this layer and the image's tag as they are.
