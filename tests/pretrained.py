@@ -58,3 +58,19 @@ def save_checkpoint(folder: Path, architecture: str, seed: int = 0, readable: bo
         for file in folder.iterdir():
             file.chmod(0o644)
     return folder
+
+
+def save_tokenizer(folder: Path) -> Path:
+    """A byte-level BPE tokenizer of fewer than `VOCAB` tokens, trained on a few sentences, saved into `folder`
+    as transformers saves one."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    corpus = [f"the {n}th run trains {n % 7} models on {n % 5} nodes" for n in range(200)]
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=VOCAB - 16, special_tokens=["<unk>", "</s>"]))
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", eos_token="</s>")
+    wrapped.save_pretrained(folder)
+    return folder

@@ -28,6 +28,7 @@ from entrypoint.trainer.models.hf_files import (
     is_adapter,
     read_tensor,
 )
+from entrypoint.trainer.models.weights import WeightsFormat
 from entrypoint.trainer.offload import ActivationOffload
 
 IGNORED = -100
@@ -41,7 +42,8 @@ class PretrainedSpec:
 
     name = "hf"
     builds_empty = True
-    weights = PretrainedFiles()
+    weights: WeightsFormat = PretrainedFiles()
+    """The source checkpoint's Hugging Face layout, with LoRA merged and the adapter beside it."""
 
     def loss(self, output, targets: torch.Tensor) -> torch.Tensor:
         logits = output.logits
