@@ -21,7 +21,8 @@ from compiler.spec.errors import ConfigError
 
 CONFIG_FILE = "config.json"
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
-HUB_URL = "https://huggingface.co/{id}/resolve/main/config.json"
+HUB = "https://huggingface.co"
+"""The Hub, or the mirror HF_ENDPOINT names (as huggingface_hub reads it)."""
 REQUIRED_SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "context")
 """The shape fields without a default: a config that sets one for model=hf is told the checkpoint decides."""
 SHAPE_DEFAULT_SEQ_LEN = 8192
@@ -84,7 +85,8 @@ def _read_s3(uri: str) -> str:
 
 
 def _read_hub(model_id: str) -> str:
-    request = urllib.request.Request(HUB_URL.format(id=model_id))
+    endpoint = os.environ.get("HF_ENDPOINT", HUB).rstrip("/")
+    request = urllib.request.Request(f"{endpoint}/{model_id}/resolve/main/{CONFIG_FILE}")
     token = os.environ.get("HF_TOKEN")
     if token:
         request.add_header("Authorization", f"Bearer {token}")
