@@ -12,8 +12,10 @@ from compiler.spec.schema.config import (
 )
 from compiler.spec.schema.data import (
     DataConfig,
+    DataFormat,
     DataSource,
     InputMode,
+    LossOn,
 )
 from compiler.spec.schema.hardware import (
     HardwareConfig,
@@ -63,6 +65,8 @@ __all__ = [
     "DataSource",
     "InputMode",
     "DataConfig",
+    "DataFormat",
+    "LossOn",
     "InstanceGroup",
     "HardwareConfig",
     "ImageFamily",

@@ -19,6 +19,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, Ro
 from torch.utils.checkpoint import checkpoint
 
 from compiler.spec.schema import Activation, Checkpointing, ModelConfig, Norm, Position
+from entrypoint.trainer.models.loss import mean_cross_entropy
 from entrypoint.trainer.models.weights import TorchFile, WeightsFormat
 from entrypoint.trainer.offload import ActivationOffload
 
@@ -158,10 +159,6 @@ class Decoder(nn.Module):
         return self.embed(x, project=True) if self.head is None else self.head(x)
 
 
-def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
-
-
 @torch.no_grad()
 def init_parameter(config: ModelConfig, name: str, param: torch.Tensor) -> None:
     """GPT-2's initialisation of one parameter: N(0, 0.02), residual projections scaled by
@@ -235,7 +232,7 @@ class DecoderSpec:
     weights: WeightsFormat = TorchFile()
 
     def loss(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return loss_fn(output, targets)
+        return mean_cross_entropy(output, targets)
 
     def build(self, config: ModelConfig) -> Decoder:
         return Decoder(config)
