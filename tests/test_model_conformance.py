@@ -9,6 +9,7 @@ import torch
 from compiler.planner import models
 from compiler.planner.pipeline import split_layers
 from entrypoint.trainer.models import MODELS
+from entrypoint.trainer.models.loss import IGNORE_INDEX
 from tests.entrypoint_support import LLAMA_STYLE, tiny_plan
 
 SHAPES = {
@@ -82,3 +83,20 @@ def test_the_weights_format_reads_back_what_it_wrote(family, shape, tmp_path):
     assert loaded.keys() == state.keys()
     for name, value in state.items():
         assert torch.equal(loaded[name], value), name
+
+
+@pytest.mark.parametrize("family", MODELS)
+def test_the_loss_skips_masked_targets(family):
+    """A target equal to IGNORE_INDEX (a prompt token under data.loss_on=assistant, padding) counts nowhere:
+    the loss equals the loss over the other positions alone."""
+    config = tiny_plan(f"model.family={family}").model
+    spec = MODELS[family]
+    torch.manual_seed(0)
+    module = spec.build(config)
+    inputs = torch.randint(0, config.vocab, (2, 16))
+    targets = torch.randint(0, config.vocab, (2, 16))
+    with torch.no_grad():
+        output = module(inputs)
+    masked = targets.clone()
+    masked[:, :6] = IGNORE_INDEX
+    assert spec.loss(output, masked).item() == pytest.approx(spec.loss(output[:, 6:], targets[:, 6:]).item(), rel=1e-5)
