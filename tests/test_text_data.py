@@ -12,9 +12,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from compiler.launch import summary
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import DataFormat, LossOn
 from compiler.spec.tokenizer import TokenizerFacts
+from compiler.targets.records import RunRecord
 from entrypoint.trainer import documents, text_data, token_cache
 from entrypoint.trainer.models.loss import IGNORE_INDEX, mean_cross_entropy
 from tests.entrypoint_support import tiny_plan
@@ -193,3 +195,18 @@ def test_the_plan_checks_the_tokenizer(tmp_path, tokenizer):
     write_tokenizer_config(plain, eos_token=None)
     with pytest.raises(ConfigError, match=r"data.tokenizer: names no eos_token"):
         text_plan(data, plain)
+
+
+def test_the_sweep_summary_shows_the_validation_loss_and_plots_its_curve(tmp_path):
+    curve = [
+        {"step": 5, "loss": 5.0, "elapsed_s": 1.0, "val_loss": 5.2, "val_ppl": 181.3},
+        {"step": 8, "loss": 4.6, "elapsed_s": 1.6},
+        {"step": 10, "loss": 4.1, "elapsed_s": 2.0, "val_loss": 4.4, "val_ppl": 81.5},
+    ]
+    point = RunRecord(run_dir=str(tmp_path), status="completed", final=curve[-1], num=0)
+    assert summary.row(point, curve=curve)["val_loss"] == "4.4000"
+    assert summary.row(RunRecord(run_dir="b", status="completed", final={"loss": 4.0}))["val_loss"] == ""
+    summary.plot([(point, curve)], frozenset(), tmp_path / "loss.png")
+    training_only = [{k: v for k, v in m.items() if not k.startswith("val_")} for m in curve]
+    summary.plot([(point, training_only)], frozenset(), tmp_path / "training.png")
+    assert (tmp_path / "loss.png").read_bytes() != (tmp_path / "training.png").read_bytes()

@@ -23,6 +23,6 @@ here so that the planner checks them without importing the runtime."""
 METRICS_SEPARATORS = (", ", ": ")
 """`json.dumps` separators of a metrics line, `{"step": 10, "loss": 2.5, ...}`: one JSON object per line
 in the file and in the job's log, where SageMaker's metric regexes look for `"<name>": <number>`."""
-REPORTED_METRICS = ("loss", "tokens_per_s", "grad_norm", "mfu")
+REPORTED_METRICS = ("loss", "val_loss", "tokens_per_s", "grad_norm", "mfu")
 """Keys of the metrics lines that SageMaker extracts from the job's log: the console charts them, and
 DescribeTrainingJob's FinalMetricDataList gives a sweep's summary their final values."""

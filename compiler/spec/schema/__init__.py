@@ -22,6 +22,7 @@ from compiler.spec.schema.hardware import (
     InstanceGroup,
 )
 from compiler.spec.schema.image import (
+    DOCUMENT_PACKAGES,
     ImageConfig,
     ImageFamily,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "HardwareConfig",
     "ImageFamily",
     "ImageConfig",
+    "DOCUMENT_PACKAGES",
     "Activation",
     "Norm",
     "Position",

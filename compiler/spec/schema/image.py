@@ -12,6 +12,11 @@ class ImageFamily(Enum):
     dlc = "dlc"
 
 
+DOCUMENT_PACKAGES = ("tokenizers", "datasets", "pyarrow", "zstandard")
+"""What reading and tokenizing documents (`data.format=text|chat`) needs in the image, each pinned by its
+`image.<name>` field and installed only for such plans."""
+
+
 @dataclass
 class ImageConfig:
     family: ImageFamily = ImageFamily.cpu_local
@@ -35,6 +40,14 @@ class ImageConfig:
     """DeepSpeed version (installed after torch, against it); null to leave it out."""
     boto3: str = "1.44.5"
     """boto3 version in the image (the runtime's S3 downloads)."""
+    tokenizers: str = "0.23.3"
+    """tokenizers version, installed when the plan reads documents (`data.format=text|chat`)."""
+    datasets: str = "5.2.0"
+    """datasets version (save_to_disk folders), installed with tokenizers."""
+    pyarrow: str = "25.0.1"
+    """pyarrow version (Parquet), installed with tokenizers."""
+    zstandard: str = "0.25.0"
+    """zstandard version (.jsonl.zst), installed with tokenizers."""
     wheelhouse: list[str] = field(default_factory=list)
     """Folders searched for the torch wheel of cpu_local; empty means the find-links of pip's configuration."""
     cuda: str | None = None
