@@ -13,10 +13,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from compiler.launch import summary
+from compiler.planner.summary import summary_lines
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import DataFormat, LossOn
 from compiler.spec.tokenizer import TokenizerFacts
 from compiler.targets.records import RunRecord
+from entrypoint.launcher.cluster import Paths
 from entrypoint.trainer import documents, text_data, token_cache
 from entrypoint.trainer.models.loss import IGNORE_INDEX, mean_cross_entropy
 from tests.entrypoint_support import tiny_plan
@@ -210,3 +212,28 @@ def test_the_sweep_summary_shows_the_validation_loss_and_plots_its_curve(tmp_pat
     training_only = [{k: v for k, v in m.items() if not k.startswith("val_")} for m in curve]
     summary.plot([(point, training_only)], frozenset(), tmp_path / "training.png")
     assert (tmp_path / "loss.png").read_bytes() != (tmp_path / "training.png").read_bytes()
+
+
+def test_a_tokenizer_on_s3_is_downloaded_once_per_node(tmp_path, hf_tokenizer, aws, single_process_group):
+    for file in hf_tokenizer.iterdir():
+        aws.client("s3").upload_file(str(file), "dockyard-example-data", f"tokenizer/{file.name}")
+    plan = tiny_plan(
+        "data=s3",
+        "data.uri=s3://dockyard-example-data/docs/",
+        "data.format=text",
+        "data.tokenizer=s3://dockyard-example-data/tokenizer/",
+        "model.vocab=512",
+    )
+    paths = Paths(tmp_path / "root")
+    folder = text_data.tokenizer_folder(plan, paths, leader=True)
+    assert folder == paths.checkpoints / "token-cache/tokenizer"
+    assert TokenizerFacts.read(folder) == TokenizerFacts.read(hf_tokenizer)
+
+
+def test_the_plan_says_how_many_epochs_the_steps_cover():
+    plan = tiny_plan("data.tokens=1536")  # 6 steps × 512 tokens
+    assert summary_lines(plan)[[line[:4] for line in summary_lines(plan)].index("data")].endswith(
+        "2.00 epochs of 1,536 tokens"
+    )
+    with pytest.raises(ConfigError, match="data.tokens: 0 is not a token count"):
+        tiny_plan("data.tokens=0")

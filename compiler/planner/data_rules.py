@@ -19,6 +19,8 @@ from compiler.spec.tokenizer import TOKENIZER_FILE, TokenizerFacts, tokenizer_lo
 def check_format(config: schema.Config, targets: TargetCapabilities) -> Iterator[str]:
     data = config.data
     _check_evaluation(config)
+    if data.tokens is not None and data.tokens < 1:
+        raise ConfigError("data.tokens", f"{data.tokens} is not a token count", "give the dataset's token count")
     if data.format is schema.DataFormat.tokens:
         if data.validation is not None:
             raise ConfigError(
@@ -50,8 +52,6 @@ def check_format(config: schema.Config, targets: TargetCapabilities) -> Iterator
             "give a folder inside the container, like /opt/ml/checkpoints/token-cache",
         )
     _check_validation(data)
-    if data.tokens is not None and data.tokens < 1:
-        raise ConfigError("data.tokens", f"{data.tokens} is not a token count", "give the dataset's token count")
     facts = _tokenizer_facts(config, targets)
     if facts is None:
         yield "data.tokenizer is on S3: its vocabulary and chat template are checked when the job starts"
