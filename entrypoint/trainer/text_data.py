@@ -6,8 +6,8 @@ consecutive windows of seq_len + 1 tokens; without packing each document has a w
 with end-of-text tokens that are no targets and truncated (counted) when it is longer.
 """
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +21,8 @@ from compiler.spec.tokenizer import TokenizerFacts, tokenizer_location
 from entrypoint.launcher.cluster import Paths
 from entrypoint.trainer import documents, token_cache
 from entrypoint.trainer.data import ShuffledWindows
+
+POLL_S = 1.0
 
 
 class PackedDocuments(ShuffledWindows):
@@ -51,18 +53,10 @@ class SeparateDocuments(ShuffledWindows):
         return tokens, np.concatenate([self.targets[start:end], np.zeros(pad, dtype=np.uint8)])
 
 
-@dataclass(frozen=True)
-class Windows:
-    """What the run reads, and how well it fills its windows."""
-
-    train: ShuffledWindows
-    validation: ShuffledWindows | None
-    lines: list[str]
-
-
 def tokenizer_folder(plan: Plan, paths: Paths, leader: bool) -> Path:
     """The tokenizer's files on this node: the mounted channel, the plan's folder, or an S3 prefix downloaded
-    by the node's first rank (every rank calls this, then waits at a barrier)."""
+    by the node's first rank (every rank calls this, then waits at a barrier) and checked as the planner
+    checks a local one."""
     location = tokenizer_location(plan.data, plan.model)
     channel = paths.channel(TOKENIZER_CHANNEL)
     if channel.is_dir() and any(channel.iterdir()):
@@ -76,6 +70,8 @@ def tokenizer_folder(plan: Plan, paths: Paths, leader: bool) -> Path:
     facts = TokenizerFacts.read(folder)
     if facts.vocab > plan.model.vocab:
         raise ValueError(f"data.tokenizer: its {facts.vocab} token ids exceed model.vocab={plan.model.vocab}")
+    if facts.eos_id is None or (plan.data.format is DataFormat.chat and not facts.chat_template):
+        raise ValueError(f"data.tokenizer: {location} lacks an eos_token or, for chat, a chat template")
     return folder
 
 
@@ -86,8 +82,9 @@ def cache_root(plan: Plan, paths: Paths) -> Path:
 def ensure_cache(
     plan: Plan, data_folder: Path, tokenizer: Path, root: Path, leader: bool, log: Callable[[str], None]
 ) -> Path:
-    """The cache folder of this data; built here by the node's first rank if missing (every rank calls this,
-    then waits at a barrier). The key is computed by rank 0 and broadcast, so the data is hashed once."""
+    """The cache folder of this data; built here by the node's first rank if missing, which the node's other
+    ranks wait for by watching the folder appear (a barrier would time out on a large corpus; torchrun ends
+    them if the first rank fails). The key is computed by rank 0 and broadcast, so the data is hashed once."""
     held_out = plan.data.validation if isinstance(plan.data.validation, str) else None
     train, validation = documents.split_sources(data_folder, held_out)
     if not train:
@@ -104,11 +101,15 @@ def ensure_cache(
         token_cache.build(root, keys[0], encoder, lambda: token_cache.batches(splits, plan, fraction), log)
     elif leader:
         log(f"token cache       reused {folder} (no tokenization)")
+    while not folder.is_dir():  # the node's first rank is tokenizing: longer than a collective's timeout may allow
+        time.sleep(POLL_S)
     dist.barrier()
     return folder
 
 
-def open_windows(plan: Plan, folder: Path, eos: int) -> Windows:
+def open_windows(plan: Plan, folder: Path, eos: int) -> tuple[ShuffledWindows, ShuffledWindows | None, list[str]]:
+    """The training windows, the validation windows (None without `data.validation`) and the lines that say
+    what the run reads and how well it fills its windows."""
     meta = token_cache.CacheMeta.read(folder)
     seq_len, seed, packing = plan.model.seq_len, plan.trainer.seed, plan.data.packing
 
@@ -122,7 +123,7 @@ def open_windows(plan: Plan, folder: Path, eos: int) -> Windows:
     if train.windows < 1 or (validation is not None and validation.windows < 1):
         empty = "training" if train.windows < 1 else "validation"
         raise ValueError(f"the {empty} documents fill less than one window of seq_len {seq_len} + 1 tokens")
-    return Windows(train, validation, report_lines(plan, meta, folder, train.windows))
+    return train, validation, report_lines(plan, meta, folder, train.windows)
 
 
 def report_lines(plan: Plan, meta: token_cache.CacheMeta, folder: Path, windows: int) -> list[str]:

@@ -13,9 +13,9 @@ The `tokenizers` library encodes a batch of documents on all the node's cores (`
 
 import hashlib
 import json
-import os
 import shutil
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -138,8 +138,7 @@ def build(
 ) -> CacheMeta:
     """Tokenize `split_documents` ((split, batch of documents) in order) into `folder`/`key`, written beside
     it and moved into place whole: a folder that exists is complete. Another node that finished first wins."""
-    target, partial = folder / key, folder / f".{key}.{os.getpid()}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
+    target, partial = folder / key, folder / f".{key}.{uuid.uuid4().hex}.partial"  # nodes may share the folder
     parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {split: [] for split in SPLITS}
     meta, started, shown = CacheMeta(key), time.perf_counter(), time.perf_counter()
     eos = np.asarray([encoder.facts.eos_id], dtype=np.uint32)

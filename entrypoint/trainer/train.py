@@ -75,9 +75,9 @@ def prepare_data(plan: Plan, paths: Paths, leader: bool) -> Data:
     log = (lambda line: print(line, flush=True)) if leader else (lambda line: None)
     tokenizer = text_data.tokenizer_folder(plan, paths, leader)
     cache = text_data.ensure_cache(plan, folder, tokenizer, text_data.cache_root(plan, paths), leader, log)
-    windows = text_data.open_windows(plan, cache, TokenizerFacts.read(tokenizer).eos_id)
-    held_out = None if windows.validation is None else Batches(windows.validation, plan, dp_rank)
-    return Data(Batches(windows.train, plan, dp_rank), held_out, windows.lines)
+    train, validation, lines = text_data.open_windows(plan, cache, TokenizerFacts.read(tokenizer).eos_id)
+    held_out = None if validation is None else Batches(validation, plan, dp_rank)
+    return Data(Batches(train, plan, dp_rank), held_out, lines)
 
 
 def validation_metrics(engine: Engine, plan: Plan, held_out: Batches) -> dict:
