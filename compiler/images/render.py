@@ -43,7 +43,8 @@ def render_dockerfile(plan: Plan) -> str:
         runtime_dir=RUNTIME_DIR,
         system_packages=system_packages(plan),
         build_tools=BUILD_TOOLS,
-        dependencies=python_dependencies(plan),
+        dependencies=python_dependencies(image),
+        readers=document_readers(plan),
         constrained=uses_constraints(image),
         constraints=CONSTRAINTS_IN_IMAGE,
     )
@@ -70,17 +71,20 @@ def uses_constraints(image: schema.ImageConfig) -> bool:
     return image.family is not schema.ImageFamily.dlc
 
 
-def python_dependencies(plan: Plan) -> list[str]:
-    """dockyard's pinned requirements after torch (which has a layer of its own), and the document readers
-    when the plan tokenizes (`data.format=text|chat`); the config's come later."""
-    image = plan.image
+def python_dependencies(image: schema.ImageConfig) -> list[str]:
+    """dockyard's pinned requirements after torch (which has a layer of its own); the config's come later."""
     pins = [f"deepspeed=={image.deepspeed}"] if image.deepspeed else []
     pins += [f"boto3=={image.boto3}"]
-    if plan.data.format is not schema.DataFormat.tokens:
-        pins += [f"{name}=={getattr(image, name)}" for name in schema.DOCUMENT_PACKAGES]
     if image.family is schema.ImageFamily.dlc:  # no virtual environment of ours brought the build tools
         pins = [*BUILD_TOOLS, *pins]
     return pins
+
+
+def document_readers(plan: Plan) -> list[str]:
+    """The pinned packages that read and tokenize documents, for plans with `data.format` text or chat."""
+    if plan.data.format is schema.DataFormat.tokens:
+        return []
+    return [f"{name}=={getattr(plan.image, name)}" for name in schema.DOCUMENT_PACKAGES]
 
 
 def _environment() -> jinja2.Environment:
