@@ -14,9 +14,11 @@ import torch.nn.functional as F
 
 from compiler.launch import summary
 from compiler.planner.summary import summary_lines
+from compiler.spec.contract import TOKENIZER_CHANNEL
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import DataFormat, LossOn
 from compiler.spec.tokenizer import TokenizerFacts
+from compiler.targets.local.translate import channel_sources
 from compiler.targets.records import RunRecord
 from entrypoint.launcher.cluster import Paths
 from entrypoint.trainer import documents, text_data, token_cache
@@ -237,3 +239,11 @@ def test_the_plan_says_how_many_epochs_the_steps_cover():
     )
     with pytest.raises(ConfigError, match="data.tokens: 0 is not a token count"):
         tiny_plan("data.tokens=0")
+
+
+def test_the_local_target_mounts_a_host_tokenizer_as_a_channel(tmp_path, tokenizer):
+    data = tmp_path / "data"
+    write_jsonl(data / "train.jsonl", [{"text": "a b"}])
+    channels = channel_sources(text_plan(data, tokenizer), tmp_path / "run")
+    assert channels[TOKENIZER_CHANNEL] == str(tokenizer) and channels["train"] == str(data)
+    assert TOKENIZER_CHANNEL not in channel_sources(tiny_plan("data=local", f"data.path={data}"), tmp_path / "run")
