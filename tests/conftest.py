@@ -145,6 +145,14 @@ def s3_tokens(aws) -> bytes:
     return tokens
 
 
+@pytest.fixture(scope="session")
+def hf_tokenizer(tmp_path_factory) -> Path:
+    """A Hugging Face tokenizer folder trained at test time on `tests.text_corpus` (with a chat template)."""
+    from tests.text_corpus import train_tokenizer
+
+    return train_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
 @pytest.fixture
 def registry(engine, tmp_path: Path) -> Iterator[str]:
     """Debian's docker-registry on 127.0.0.1 (a loopback registry the engine may use over plain HTTP)."""

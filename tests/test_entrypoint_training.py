@@ -108,7 +108,7 @@ def test_local_token_files(tmp_path):
     """data=local: memory-mapped uint16 files (learnable walks, as the synthetic source makes them)."""
     folder = tmp_path / "tokens"
     folder.mkdir()
-    walks = SyntheticTokens(vocab=2048, seq_len=4095, seed=7)(torch.arange(4))
+    walks = SyntheticTokens(vocab=2048, seq_len=4095, seed=7).walks(torch.arange(4))
     for index, walk in enumerate(walks):
         walk.to(torch.int32).numpy().astype("uint16").tofile(folder / f"shard-{index}.bin")
     plan = tiny_plan("data=local", f"data.path={folder}")

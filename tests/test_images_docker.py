@@ -170,3 +170,42 @@ def test_cli_build_error_is_one_line_and_builds_nothing(smoke: BuiltImage, proje
     assert result.stderr.startswith("dockyard: error: image.wheelhouse: no torch-2.13.0+cpu-cp311")
     assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "run" / "image.json").exists()
+
+
+DOCUMENT_READERS = """
+import datasets, pyarrow, pyarrow.parquet, tokenizers, zstandard, json, pathlib
+from compiler.spec.schema import DataFormat
+from entrypoint.trainer import documents
+folder = pathlib.Path("/tmp/docs")
+folder.mkdir()
+rows = [{"text": f"document {n}"} for n in range(3)]
+(folder / "a.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(
+    "".join(json.dumps(r) + "\\n" for r in rows).encode()))
+pyarrow.parquet.write_table(pyarrow.Table.from_pylist(rows), folder / "b.parquet")
+datasets.Dataset.from_list(rows).save_to_disk(str(folder / "c"))
+read = [list(documents.records(p, DataFormat.text, "text")) for p in documents.sources(folder)]
+versions = (tokenizers.__version__, datasets.__version__, pyarrow.__version__, zstandard.__version__)
+print(*versions, read == [[r["text"] for r in rows]] * 3)
+"""
+
+
+def test_an_image_for_documents_has_the_pinned_readers(engine: docker.DockerClient, smoke: BuiltImage) -> None:
+    """The readers' layer (only for plans with data.format text or chat) on the layers the smoke image has too;
+    the smoke image has no readers."""
+    documents = [
+        "experiment=smoke",
+        "data=s3",
+        "data.uri=s3://dockyard-example-data/docs/",
+        "data.format=text",
+        "data.tokenizer=s3://dockyard-example-data/tokenizer/",
+    ]
+    image = build_image(checked_plan(compose_config(documents)), engine, cwd=Path.cwd())
+    assert run_in(engine, image.reference, "python", "-c", DOCUMENT_READERS).split()[-5:] == [
+        "0.23.3",
+        "5.2.0",
+        "25.0.1",
+        "0.25.0",
+        "True",
+    ]
+    with pytest.raises(docker.errors.ContainerError):
+        run_in(engine, smoke.reference, "python", "-c", "import tokenizers")

@@ -72,6 +72,21 @@ def test_cuda_image_installs_the_pinned_network_stack_without_cuda_compat() -> N
     assert "download.pytorch.org/whl/cu128 torch==2.13.0" in text
 
 
+DOCUMENTS = (
+    "data=s3",
+    "data.uri=s3://dockyard-example-data/docs/",
+    "data.format=text",
+    "data.tokenizer=s3://dockyard-example-data/tokenizer/",
+)
+
+
+def test_the_document_readers_are_installed_only_for_plans_that_read_documents() -> None:
+    readers = "tokenizers==0.23.3 datasets==5.2.0 pyarrow==25.0.1 zstandard==0.25.0"
+    assert readers in render_dockerfile(plan_of("experiment=smoke", *DOCUMENTS))
+    assert "tokenizers" not in render_dockerfile(plan_of("experiment=smoke"))
+    assert "datasets==5.1.0" in render_dockerfile(plan_of("experiment=smoke", *DOCUMENTS, "image.datasets=5.1.0"))
+
+
 def test_dlc_image_adds_only_dockyard_and_user_layers() -> None:
     text = render_dockerfile(plan_of("experiment=gpt2-124m-p4d", *SCRIPT))
     assert "torch==" not in text and "venv" not in text and "constraint" not in text
@@ -94,6 +109,7 @@ def test_dlc_image_adds_only_dockyard_and_user_layers() -> None:
         (["experiment=gpt2-124m-p4d", "image.efa_installer=1.41.0"], "image.efa_installer"),
         (["image.gdrcopy=2.5.1"], "image.gdrcopy"),
         (["image.torch='2.13; rm -rf /'"], "image.torch"),
+        (["image.pyarrow='25; curl x'"], "image.pyarrow"),
         (["image.system_packages=['g++ && curl x']"], "image.system_packages"),
         (["image.python_packages=[torch]"], "image.python_packages"),
         (["image.python_packages=['x==1 --index-url=http://evil']"], "image.python_packages"),

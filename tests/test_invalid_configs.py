@@ -8,6 +8,7 @@ from tests.helpers import plan_for
 SM = "experiment=gpt2-124m-p4d"  # SageMaker, one p4d, S3 data
 P5 = ("hardware=p5.48xlarge", "image=cuda")  # GPUs on the local target
 PP2 = ("parallelism.pp=2", "model.tied_embeddings=false", "parallelism.dp=-1")
+TEXT = ("data=s3", "data.uri=s3://bucket/docs", "data.format=text")
 ROLE = "target.role_arn=arn:aws:iam::123456789012:role/SageMakerRole"
 
 INVALID = [
@@ -132,6 +133,19 @@ INVALID = [
     ),
     ([SM, "model=llama3.2-1b"], "data.token_dtype", "uint16 cannot hold a vocabulary of 128256"),
     ([SM, "data.token_dtype=int8"], "data.token_dtype", "is not a token type"),
+    # documents and conversations (the tokenizer's own checks: tests/test_text_data.py)
+    (["data.format=text"], "data.source", "synthetic data has none"),
+    ([*TEXT, "data.packing_mask=true"], "data.packing_mask", "not built yet"),
+    (TEXT, "data.tokenizer", "is missing"),
+    ([*TEXT, "data.tokenizer=tok"], "data.tokenizer", "is not a folder holding tokenizer.json"),
+    ([*TEXT, "data.tokenizer=s3://My_Bucket/tok"], "data.tokenizer", "is not an S3 URI"),
+    ([*TEXT, "data.validation=1.5"], "data.validation", "is not a fraction between 0 and 1"),
+    ([*TEXT, "data.validation=../val.jsonl"], "data.validation", "is not a path inside the data folder"),
+    ([*TEXT, "data.cache=cache"], "data.cache", "is not an absolute path"),
+    ([*TEXT, "data.channel=tokenizer"], "data.channel", "is the channel of a host tokenizer folder"),
+    (["data.validation=0.1"], "data.validation", "token arrays do not have"),
+    (["trainer.eval_interval=10"], "trainer.eval_interval", "needs held-out data"),
+    (["trainer.eval_batches=0"], "trainer.eval_batches", "is not a batch count"),
     # targets
     ([SM, "target.max_run_hours=700"], "target.max_run_hours", "SageMaker stops jobs after 28 days"),
     ([SM, "target.role_arn=my-role"], "target.role_arn", "SageMaker takes 20 to 2048 characters"),

@@ -10,7 +10,15 @@ from compiler.spec.contract import METRICS_SINKS, REPORTED_METRICS
 from compiler.targets.sagemaker import translate
 from entrypoint.trainer.metrics import SINKS
 
-RECORD = {"step": 40, "loss": 2.5e-05, "lr": 3e-4, "grad_norm": 0.75, "tokens_per_s": 91234.5, "mfu": 0.4125}
+RECORD = {
+    "step": 40,
+    "loss": 2.5e-05,
+    "val_loss": 3.25,
+    "lr": 3e-4,
+    "grad_norm": 0.75,
+    "tokens_per_s": 91234.5,
+    "mfu": 0.4125,
+}
 
 
 def test_the_planner_knows_the_trainers_sinks():

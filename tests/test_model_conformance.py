@@ -14,6 +14,7 @@ from compiler.planner import models
 from compiler.planner.pipeline import split_layers
 from compiler.spec import Plan
 from entrypoint.trainer.models import MODELS
+from entrypoint.trainer.models.loss import IGNORE_INDEX
 from tests.entrypoint_support import LLAMA_STYLE, tiny_plan
 from tests.pretrained import TINY
 
@@ -105,3 +106,22 @@ def test_the_weights_format_reads_back_what_it_wrote(family, shape, plan_of, tmp
     for name, value in state.items():
         assert torch.equal(loaded[stored[value.untyped_storage().data_ptr()]], value), name
     assert set(loaded) <= set(state)
+
+
+@pytest.mark.parametrize(("family", "shape"), CASES)
+def test_the_loss_skips_masked_targets(family, shape, plan_of):
+    """A target equal to IGNORE_INDEX (a prompt token under data.loss_on=assistant, padding) counts nowhere:
+    the loss equals the cross-entropy over the other positions alone."""
+    config = plan_of(family, shape).model
+    spec = MODELS[family]
+    torch.manual_seed(0)
+    module = spec.build(config)
+    inputs = torch.randint(0, config.vocab, (2, 16))
+    targets = torch.randint(0, config.vocab, (2, 16))
+    with torch.no_grad():
+        output = module(inputs)
+    logits = getattr(output, "logits", output)
+    masked = targets.clone()
+    masked[:, :6] = IGNORE_INDEX
+    kept = torch.nn.functional.cross_entropy(logits[:, 6:].flatten(0, 1), targets[:, 6:].flatten())
+    assert spec.loss(output, masked).item() == pytest.approx(kept.item(), rel=1e-5)

@@ -98,7 +98,7 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
     except PointFailedError as exc:  # a sweep's job failed: the others ran, the summary says how
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         sys.exit(1)
-    except (HydraException, OmegaConfBaseException, ValueError, ConfigError, yaml.YAMLError) as exc:
+    except (HydraException, OmegaConfBaseException, ValueError, OverflowError, ConfigError, yaml.YAMLError) as exc:
         if user_wants_traceback or task_failed:  # a bug in dockyard, not a user's mistake
             raise
         error = as_config_error(exc)

@@ -133,7 +133,7 @@ def compose_in_context(overrides: Sequence[str]) -> schema.Config:
     check_overrides(overrides)
     try:
         cfg = compose(CONFIG_NAME, overrides=list(overrides))
-    except (ConfigCompositionException, OverrideParseException, ValueError, yaml.YAMLError) as exc:
+    except (ConfigCompositionException, OverrideParseException, ValueError, OverflowError, yaml.YAMLError) as exc:
         raise as_config_error(exc) from None
     return to_config(cfg)
 
@@ -238,6 +238,9 @@ def as_config_error(exc: BaseException) -> ConfigError:
         return ConfigError(keys[-1], inner.message, inner.fix) if inner.key == "oc.env" and keys else inner
     if isinstance(exc, yaml.YAMLError):
         return _yaml_error(exc)
+    if isinstance(exc, OverflowError):  # an integer too large for a float field; OmegaConf appends the key
+        key = re.search(r"full_key: (\S+)", str(exc))
+        return ConfigError(key[1] if key else "overrides", "is a number too large for a float", "give a smaller number")
     if isinstance(exc, MissingConfigException) and exc.options is not None and exc.missing_cfg_file:
         group, _, option = exc.missing_cfg_file.rpartition("/")
         return UnknownNameError(group or "config", f"{group or 'config'} option", option, exc.options)

@@ -82,9 +82,14 @@ def python_dependencies(image: schema.ImageConfig) -> list[str]:
 
 def feature_dependencies(plan: Plan) -> list[str]:
     """Pinned packages only some plans need, in a layer of their own above dockyard's (which every plan of
-    the family shares): Hugging Face's libraries for model=hf, peft for LoRA."""
+    the family shares): the document readers for `data.format` text or chat, Hugging Face's transformers for
+    model=hf, peft for LoRA."""
     image, model = plan.image, plan.model
-    pins = [f"transformers=={image.transformers}"] if model.family == "hf" else []
+    pins = []
+    if plan.data.format is not schema.DataFormat.tokens:
+        pins += [f"{name}=={getattr(image, name)}" for name in schema.DOCUMENT_PACKAGES]
+    if model.family == "hf":
+        pins.append(f"transformers=={image.transformers}")
     if model.lora.rank:
         pins.append(f"peft=={image.peft}")
     return pins

@@ -24,6 +24,7 @@ COLUMNS = (
     "overrides",
     "status",
     "final_loss",
+    "val_loss",
     "tokens_per_s",
     "time_to_loss_s",
     "compile_s",
@@ -54,6 +55,7 @@ def row(
         "overrides": varied_overrides(record, common),
         "status": record.status,
         "final_loss": number(record.final.get("loss"), 4),
+        "val_loss": number(record.final.get("val_loss"), 4),
         "tokens_per_s": number(record.final.get("tokens_per_s"), 1),
         "time_to_loss_s": number(time_to_loss(curve, target_loss), 1),
         "compile_s": number(compile_seconds(curve), 1),
@@ -139,7 +141,8 @@ def markdown(sweep_dir: Path, rows: list[dict[str, str]], common: frozenset[str]
 
 def plot(curves: list[tuple[RunRecord, list[dict]]], common: frozenset[str], path: Path) -> None:
     """Every point's loss against the step and, where the metrics time it, against seconds of training
-    (points with different batches or compile times compare on the second)."""
+    (points with different batches or compile times compare on the second); a point with held-out data
+    has its validation loss beside it, dashed in the same colour."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -150,7 +153,17 @@ def plot(curves: list[tuple[RunRecord, list[dict]]], common: frozenset[str], pat
     for axes, x, label in zip(panels[0], ("step", "elapsed_s"), ("step", "seconds of training"), strict=False):
         for record, curve in curves:
             name = f"#{record.num} {varied_overrides(record, common)}"[:60]
-            axes.plot([m[x] for m in curve], [m["loss"] for m in curve], marker=".", label=name)
+            (line,) = axes.plot([m[x] for m in curve], [m["loss"] for m in curve], marker=".", label=name)
+            held_out = [m for m in curve if m.get("val_loss") is not None]
+            if held_out:
+                axes.plot(
+                    [m[x] for m in held_out],
+                    [m["val_loss"] for m in held_out],
+                    marker="x",
+                    linestyle="--",
+                    color=line.get_color(),
+                    label=f"{name} (validation)"[:60],
+                )
         axes.set_xlabel(label)
         axes.set_ylabel("loss")
         axes.set_title(f"loss, {len(curves)} points")

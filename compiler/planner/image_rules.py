@@ -30,6 +30,7 @@ IMAGE_PINS = {
     schema.ImageFamily.dlc: (),
 }
 """The version pins each image family uses; deepspeed may be null wherever it applies."""
+HUGGING_FACE_PACKAGES = ("safetensors", "huggingface_hub", "transformers", "peft")
 
 
 def check_image(
@@ -71,7 +72,7 @@ def _check_image_versions(image: schema.ImageConfig) -> None:
             continue
         if name not in wanted:
             raise ConfigError(f"image.{name}", f"does not apply to the {family} image", f"set image.{name}=null")
-    for name in ("torch", "deepspeed", "boto3", "safetensors", "huggingface_hub", "transformers", "peft", *CUDA_STACK):
+    for name in ("torch", "deepspeed", "boto3", *HUGGING_FACE_PACKAGES, *schema.DOCUMENT_PACKAGES, *CUDA_STACK):
         value = getattr(image, name)
         if value is not None:
             check = grammar.check_debian_version if name == "nccl" else grammar.check_release

@@ -19,6 +19,7 @@ from compiler.core.architectures import architecture
 from compiler.core.capabilities import TargetCapabilities
 from compiler.core.catalog import INSTANCE_TYPES, LOCAL_CPU
 from compiler.planner import models
+from compiler.planner.data_rules import check_format
 from compiler.planner.image_rules import check_image
 from compiler.spec import InstanceType, schema
 from compiler.spec.contract import METRICS_SINKS, PLAN_CHANNEL
@@ -183,7 +184,7 @@ def check_data(
             )
     if source in (schema.DataSource.fsx, schema.DataSource.efs):
         _check_file_system(config, targets)
-    if source is not schema.DataSource.synthetic:
+    if source is not schema.DataSource.synthetic and data.format is schema.DataFormat.tokens:
         if data.token_dtype not in ("uint16", "uint32"):
             raise ConfigError("data.token_dtype", f"'{data.token_dtype}' is not a token type", "use uint16 or uint32")
         if data.token_dtype == "uint16" and config.model.vocab > UINT16_VOCAB:
@@ -192,7 +193,7 @@ def check_data(
                 f"uint16 cannot hold a vocabulary of {config.model.vocab}",
                 "set data.token_dtype=uint32",
             )
-    yield from ()
+    yield from check_format(config, targets)
 
 
 def _check_file_system(config: schema.Config, targets: TargetCapabilities) -> None:

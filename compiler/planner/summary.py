@@ -3,8 +3,9 @@
 from compiler.planner.estimate import GIB, Memory
 from compiler.planner.pipeline import bubble_fraction
 from compiler.spec import Plan
-from compiler.spec.schema import Compile, LrScaling
+from compiler.spec.schema import Compile, DataFormat, LrScaling
 from compiler.spec.strategies import facts
+from compiler.spec.tokenizer import tokenizer_location
 
 
 def summary_lines(plan: Plan) -> list[str]:
@@ -106,7 +107,18 @@ def _data(plan: Plan) -> str:
         "fsx": f"{data.file_system_id}:{data.path}",
         "efs": f"{data.file_system_id}:{data.path}",
     }.get(data.source.value)
-    return f"{data.source.value} {where}" if where else data.source.value
+    line = f"{data.source.value} {where}" if where else data.source.value
+    if data.format is not DataFormat.tokens:
+        held_out = f", validation {data.validation}" if data.validation is not None else ""
+        line += f"   {data.format.value}, tokenizer {tokenizer_location(data, plan.model)}{held_out}"
+    if data.tokens:
+        line += f"   {epochs(plan, data.tokens):.2f} epochs of {data.tokens:,} tokens"
+    return line
+
+
+def epochs(plan: Plan, dataset_tokens: int) -> float:
+    """How many passes over a dataset of `dataset_tokens` tokens the run's steps make."""
+    return plan.trainer.steps * plan.batch.tokens_per_step / dataset_tokens
 
 
 def _peak_moment(memory: Memory) -> str:

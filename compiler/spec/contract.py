@@ -10,6 +10,8 @@ PRETRAINED_CHANNEL = "pretrained"
 are mounted, `/opt/ml/input/data/pretrained`."""
 HUB_TOKEN_SECRET = "DOCKYARD_HF_TOKEN_SECRET"
 """The variable naming the Secrets Manager secret the entrypoint reads HF_TOKEN from (SageMaker)."""
+TOKENIZER_CHANNEL = "tokenizer"
+"""A tokenizer folder on the host (`data.tokenizer`) reaches the local target's containers as this channel."""
 PLAN_PATH = f"{CONTAINER_ROOT}/input/data/{PLAN_CHANNEL}/plan.json"
 """Where targets point DOCKYARD_PLAN."""
 CODE_DIR = f"{CONTAINER_ROOT}/code"
@@ -26,6 +28,6 @@ here so that the planner checks them without importing the runtime."""
 METRICS_SEPARATORS = (", ", ": ")
 """`json.dumps` separators of a metrics line, `{"step": 10, "loss": 2.5, ...}`: one JSON object per line
 in the file and in the job's log, where SageMaker's metric regexes look for `"<name>": <number>`."""
-REPORTED_METRICS = ("loss", "tokens_per_s", "grad_norm", "mfu")
+REPORTED_METRICS = ("loss", "val_loss", "tokens_per_s", "grad_norm", "mfu")
 """Keys of the metrics lines that SageMaker extracts from the job's log: the console charts them, and
 DescribeTrainingJob's FinalMetricDataList gives a sweep's summary their final values."""

@@ -15,8 +15,17 @@ import torch
 
 from compiler.spec import Plan
 from compiler.spec.schema import DataSource
+from entrypoint.trainer.models.loss import IGNORE_INDEX
 
 TOKEN_SUFFIXES = (".bin", ".npy", ".tokens")
+
+
+Pairs = tuple[torch.Tensor, torch.Tensor]
+"""(inputs, targets) of a micro batch."""
+
+
+def next_token_pairs(tokens: torch.Tensor) -> Pairs:
+    return tokens[:, :-1], tokens[:, 1:]
 
 
 class SyntheticTokens:
@@ -28,7 +37,10 @@ class SyntheticTokens:
         self.successor = torch.randperm(vocab, generator=generator)
         self.vocab, self.seq_len, self.seed = vocab, seq_len, seed
 
-    def __call__(self, indices: torch.Tensor) -> torch.Tensor:
+    def __call__(self, indices: torch.Tensor) -> Pairs:
+        return next_token_pairs(self.walks(indices))
+
+    def walks(self, indices: torch.Tensor) -> torch.Tensor:
         current = (indices * 2654435761 + self.seed) % self.vocab
         tokens = [current]
         for _ in range(self.seq_len):
@@ -37,22 +49,15 @@ class SyntheticTokens:
         return torch.stack(tokens, dim=1)
 
 
-class TokenFiles:
-    """Memory-mapped token files (flat arrays of uint16/uint32), read as one stream cut into windows.
+class ShuffledWindows:
+    """Windows of seq_len + 1 tokens visited in a seeded random order, a fresh order each epoch; a subclass
+    says what window i holds and which of its tokens are training targets (None: all of them)."""
 
-    Windows are visited in a seeded random order, a fresh order each epoch."""
-
-    def __init__(self, folder: Path, dtype: str, seq_len: int, seed: int) -> None:
-        files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in TOKEN_SUFFIXES)
-        if not files:
-            raise FileNotFoundError(f"no token files ({', '.join(TOKEN_SUFFIXES)}) under {folder}")
-        self.arrays = [_memmap(path, np.dtype(dtype)) for path in files]
-        self.starts = np.cumsum([0] + [len(a) for a in self.arrays])
-        self.seq_len, self.seed = seq_len, seed
-        self.windows = (int(self.starts[-1]) - 1) // seq_len
-        if self.windows < 1:
-            raise ValueError(f"{folder} holds {self.starts[-1]} tokens, fewer than one sequence of {seq_len + 1}")
+    def __init__(self, windows: int, seq_len: int, seed: int) -> None:
+        self.windows, self.seq_len, self.seed = windows, seq_len, seed
         self._orders: dict[int, torch.Tensor] = {}
+
+    def window(self, index: int) -> tuple[np.ndarray, np.ndarray | None]: ...
 
     def _order(self, epoch: int) -> torch.Tensor:
         if epoch not in self._orders:
@@ -60,23 +65,43 @@ class TokenFiles:
             self._orders = {epoch: torch.randperm(self.windows, generator=generator)}
         return self._orders[epoch]
 
-    def _read(self, start: int) -> np.ndarray:
-        """seq_len + 1 tokens from the stream, across a file boundary if need be."""
-        end, parts = start + self.seq_len + 1, []
-        index = int(np.searchsorted(self.starts, start, side="right")) - 1
-        while start < end:
-            offset = start - int(self.starts[index])
-            take = min(end - start, len(self.arrays[index]) - offset)
-            parts.append(self.arrays[index][offset : offset + take])
-            start, index = start + take, index + 1
-        return np.concatenate(parts).astype(np.int64)
-
-    def __call__(self, indices: torch.Tensor) -> torch.Tensor:
-        rows = []
+    def __call__(self, indices: torch.Tensor) -> Pairs:
+        rows, flags = [], []
         for index in indices.tolist():
-            window = int(self._order(index // self.windows)[index % self.windows])
-            rows.append(torch.from_numpy(self._read(window * self.seq_len)))
-        return torch.stack(rows)
+            tokens, targets = self.window(int(self._order(index // self.windows)[index % self.windows]))
+            rows.append(torch.from_numpy(tokens.astype(np.int64)))
+            flags.append(None if targets is None else torch.from_numpy(targets.astype(bool)))
+        inputs, targets = next_token_pairs(torch.stack(rows))
+        if any(flag is not None for flag in flags):
+            kept = torch.stack([torch.ones(self.seq_len + 1, dtype=torch.bool) if f is None else f for f in flags])
+            targets = targets.masked_fill(~kept[:, 1:], IGNORE_INDEX)
+        return inputs, targets
+
+
+class TokenFiles(ShuffledWindows):
+    """Memory-mapped token files (flat arrays of uint16/uint32), read as one stream cut into windows."""
+
+    def __init__(self, folder: Path, dtype: str, seq_len: int, seed: int) -> None:
+        files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in TOKEN_SUFFIXES)
+        if not files:
+            raise FileNotFoundError(f"no token files ({', '.join(TOKEN_SUFFIXES)}) under {folder}")
+        self.arrays = [_memmap(path, np.dtype(dtype)) for path in files]
+        self.starts = np.cumsum([0] + [len(a) for a in self.arrays])
+        super().__init__((int(self.starts[-1]) - 1) // seq_len, seq_len, seed)
+        if self.windows < 1:
+            raise ValueError(f"{folder} holds {self.starts[-1]} tokens, fewer than one sequence of {seq_len + 1}")
+
+    def window(self, index: int) -> tuple[np.ndarray, None]:
+        """seq_len + 1 tokens from the stream, across a file boundary if need be."""
+        start = index * self.seq_len
+        end, parts = start + self.seq_len + 1, []
+        file = int(np.searchsorted(self.starts, start, side="right")) - 1
+        while start < end:
+            offset = start - int(self.starts[file])
+            take = min(end - start, len(self.arrays[file]) - offset)
+            parts.append(self.arrays[file][offset : offset + take])
+            start, file = start + take, file + 1
+        return np.concatenate(parts), None
 
 
 def _memmap(path: Path, dtype: np.dtype) -> np.ndarray:
@@ -94,7 +119,7 @@ def data_folder(plan: Plan, channel_dir: Path) -> Path:
     return Path(plan.data.path or channel_dir)
 
 
-def make_source(plan: Plan, folder: Path | None) -> Callable[[torch.Tensor], torch.Tensor]:
+def make_source(plan: Plan, folder: Path | None) -> Callable[[torch.Tensor], Pairs]:
     model, seed = plan.model, plan.trainer.seed
     if plan.data.source is DataSource.synthetic:
         return SyntheticTokens(model.vocab, model.seq_len, seed)
@@ -104,11 +129,10 @@ def make_source(plan: Plan, folder: Path | None) -> Callable[[torch.Tensor], tor
 class Batches:
     """The micro batches one data-parallel rank trains on, by step."""
 
-    def __init__(self, source: Callable[[torch.Tensor], torch.Tensor], plan: Plan, dp_rank: int) -> None:
+    def __init__(self, source: Callable[[torch.Tensor], Pairs], plan: Plan, dp_rank: int) -> None:
         self.source, self.dp_rank = source, dp_rank
         self.micro, self.accum, self.dp = plan.batch.micro_batch, plan.batch.grad_accum, plan.layout.dp
 
-    def micro_batch(self, step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def micro_batch(self, step: int, micro: int) -> Pairs:
         first = ((step * self.accum + micro) * self.dp + self.dp_rank) * self.micro
-        tokens = self.source(torch.arange(first, first + self.micro))
-        return tokens[:, :-1], tokens[:, 1:]
+        return self.source(torch.arange(first, first + self.micro))

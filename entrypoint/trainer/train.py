@@ -7,9 +7,11 @@ split into parts; the next part resumes from the checkpoint at N when N is a che
 """
 
 import argparse
+import math
 import os
 import signal
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,10 +21,11 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from compiler.spec import Plan
 from compiler.spec.s3 import download_s3
-from compiler.spec.schema import Compile, DataSource
+from compiler.spec.schema import Compile, DataFormat, DataSource, TrainerConfig
+from compiler.spec.tokenizer import TokenizerFacts
 from entrypoint.launcher.cluster import Paths
 from entrypoint.launcher.main import DEFAULT_TIMEOUT_S
-from entrypoint.trainer import checkpoint
+from entrypoint.trainer import checkpoint, text_data
 from entrypoint.trainer.compiled import use_warm_cache
 from entrypoint.trainer.data import Batches, data_folder, make_source
 from entrypoint.trainer.engines import Engine, make_engine
@@ -30,6 +33,7 @@ from entrypoint.trainer.metrics import open_sinks
 from entrypoint.trainer.metrics.measure import memory_gib, mfu
 from entrypoint.trainer.models import model_spec
 from entrypoint.trainer.models.source import with_local_checkpoint
+from entrypoint.trainer.models.weights import copy_tokenizer
 from entrypoint.trainer.optim import lr_at
 from entrypoint.trainer.teardown import leave
 
@@ -51,15 +55,43 @@ def init_distributed(plan: Plan, timeout_s: float) -> torch.device:
     return device
 
 
-def prepare_data(plan: Plan, paths: Paths) -> Batches:
+@dataclass(frozen=True)
+class Data:
+    train: Batches
+    validation: Batches | None
+    lines: list[str]
+    """What rank 0 reports about the data in the run's first lines."""
+    tokenizer: Path | None = None
+    """The tokenizer's folder on this node (text and chat data): the final model carries its files."""
+
+
+def prepare_data(plan: Plan, paths: Paths, leader: bool) -> Data:
     folder = None
+    dp_rank = plan.layout.coordinates(dist.get_rank()).dp
     if plan.data.source is not DataSource.synthetic:
         folder = data_folder(plan, paths.channel(plan.data.channel))
         empty = not folder.is_dir() or not any(folder.iterdir())
-        if plan.data.source is DataSource.s3 and empty and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        if plan.data.source is DataSource.s3 and empty and leader:
             download_s3(plan.data.uri, folder)
         dist.barrier()
-    return Batches(make_source(plan, folder), plan, plan.layout.coordinates(dist.get_rank()).dp)
+    if plan.data.format is DataFormat.tokens:
+        return Data(Batches(make_source(plan, folder), plan, dp_rank), None, [])
+    log = (lambda line: print(line, flush=True)) if leader else (lambda line: None)
+    tokenizer = text_data.tokenizer_folder(plan, paths, leader)
+    cache = text_data.ensure_cache(plan, folder, tokenizer, text_data.cache_root(plan, paths), leader, log)
+    train, validation, lines = text_data.open_windows(plan, cache, TokenizerFacts.read(tokenizer).eos_id)
+    held_out = None if validation is None else Batches(validation, plan, dp_rank)
+    return Data(Batches(train, plan, dp_rank), held_out, lines, tokenizer)
+
+
+def validation_metrics(engine: Engine, plan: Plan, held_out: Batches) -> dict:
+    """The mean loss over `trainer.eval_batches` validation steps (always the same batches) and its perplexity."""
+    accum, batches = plan.batch.grad_accum, plan.trainer.eval_batches
+    total = sum(
+        engine.evaluate([held_out.micro_batch(index, micro) for micro in range(accum)]) for index in range(batches)
+    )
+    loss = global_mean(total / (accum * batches), plan.layout.ranks_per_stage)
+    return {"val_loss": round(loss, 6), "val_ppl": round(math.exp(min(loss, 50.0)), 4)}
 
 
 def derived_lines(plan: Plan, backend: str, start_step: int) -> list[str]:
@@ -84,11 +116,13 @@ def derived_lines(plan: Plan, backend: str, start_step: int) -> list[str]:
     return lines
 
 
-def save_final_model(engine: Engine, plan: Plan, paths: Paths) -> None:
-    """The whole model, in its family's weights format, from rank 0."""
+def save_final_model(engine: Engine, plan: Plan, paths: Paths, tokenizer: Path | None = None) -> None:
+    """The whole model, in its family's weights format, from rank 0, with the tokenizer it was trained with."""
     state = engine.full_state_dict()
     if dist.get_rank() == 0:
         model_spec(plan.model).weights.save(paths.model, state, plan.to_dict()["model"])
+        if tokenizer is not None:
+            copy_tokenizer(tokenizer, paths.model)
 
 
 def global_mean(value: torch.Tensor, holders: int) -> float:
@@ -139,6 +173,12 @@ def step_record(
     }
 
 
+def evaluates(trainer: TrainerConfig, done_steps: int) -> bool:
+    """Validation every `eval_interval` steps, and after the last step."""
+    interval = trainer.eval_interval
+    return done_steps == trainer.steps or bool(interval and done_steps % interval == 0)
+
+
 def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> None:
     stop = StopSignal()
     if Compile(plan.trainer.compile) is not Compile.false:
@@ -147,7 +187,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
     rank, leader = dist.get_rank(), int(os.environ.get("LOCAL_RANK", "0")) == 0
     plan = with_local_checkpoint(plan, paths)
     engine = make_engine(plan, device)
-    batches = prepare_data(plan, paths)
+    data = prepare_data(plan, paths, leader)
     start = 0
     done = checkpoint.complete(paths.checkpoints)
     if done:
@@ -156,25 +196,27 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
     sinks = open_sinks(plan.trainer.metrics, paths.output) if rank == 0 else []
     if rank == 0:
         backend = dist.get_backend()
-        print("\n".join(derived_lines(plan, backend, start)), flush=True)
+        print("\n".join([*derived_lines(plan, backend, start), *data.lines]), flush=True)
     trainer, accum = plan.trainer, plan.batch.grad_accum
     started = last_time = time.perf_counter()
     last_step = start
     for step in range(start, trainer.steps):
-        loss = engine.forward_backward([batches.micro_batch(step, micro) for micro in range(accum)])
+        loss = engine.forward_backward([data.train.micro_batch(step, micro) for micro in range(accum)])
         lr = lr_at(step, trainer, plan.derived.lr)
         norm = engine.step(lr)
         done_steps = step + 1
-        if done_steps % trainer.log_interval == 0 or done_steps in (start + 1, trainer.steps):
+        validating = data.validation is not None and evaluates(trainer, done_steps)
+        if validating or done_steps % trainer.log_interval == 0 or done_steps in (start + 1, trainer.steps):
             mean_loss = global_mean(loss / accum, plan.layout.ranks_per_stage)
             now = time.perf_counter()
+            held_out = validation_metrics(engine, plan, data.validation) if validating else {}
             if sinks:
                 record = step_record(
                     plan, device, done_steps, mean_loss, lr, norm, done_steps - last_step, now - last_time
                 )
                 for sink in sinks:
-                    sink.write(record | {"elapsed_s": round(now - started, 3)})
-            last_time, last_step = now, done_steps
+                    sink.write(record | held_out | {"elapsed_s": round(now - started, 3)})
+            last_time, last_step = time.perf_counter(), done_steps  # a step's time leaves validation out
         interval, stopped = trainer.checkpoint_interval, stop.agreed(device)
         if done_steps < trainer.steps and (stopped or (interval and done_steps % interval == 0)):
             checkpoint.save(engine, paths.checkpoints, done_steps, leader, {"plan": plan.content_hash})
@@ -183,7 +225,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         if stop_at is not None and done_steps >= stop_at:
             break
     else:
-        save_final_model(engine, plan, paths)
+        save_final_model(engine, plan, paths, data.tokenizer)
     for sink in sinks:
         sink.close()
     dist.barrier()

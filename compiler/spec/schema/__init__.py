@@ -12,14 +12,17 @@ from compiler.spec.schema.config import (
 )
 from compiler.spec.schema.data import (
     DataConfig,
+    DataFormat,
     DataSource,
     InputMode,
+    LossOn,
 )
 from compiler.spec.schema.hardware import (
     HardwareConfig,
     InstanceGroup,
 )
 from compiler.spec.schema.image import (
+    DOCUMENT_PACKAGES,
     ImageConfig,
     ImageFamily,
 )
@@ -65,10 +68,13 @@ __all__ = [
     "DataSource",
     "InputMode",
     "DataConfig",
+    "DataFormat",
+    "LossOn",
     "InstanceGroup",
     "HardwareConfig",
     "ImageFamily",
     "ImageConfig",
+    "DOCUMENT_PACKAGES",
     "Activation",
     "Norm",
     "Position",

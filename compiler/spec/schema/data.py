@@ -1,7 +1,8 @@
-"""The `data/` group: where the training tokens come from."""
+"""The `data/` group: where the training data comes from and how it becomes tokens."""
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 
 class DataSource(Enum):
@@ -15,6 +16,22 @@ class DataSource(Enum):
 class InputMode(Enum):
     File = "File"
     FastFile = "FastFile"
+
+
+class DataFormat(Enum):
+    tokens = "tokens"
+    """Pre-tokenized arrays (.bin/.npy/.tokens), read as they are."""
+    text = "text"
+    """Documents: JSONL (also .jsonl.gz, .jsonl.zst), .txt (one document per file), Parquet or a `datasets`
+    folder written by `save_to_disk`, tokenized once into the token cache."""
+    chat = "chat"
+    """Conversations: JSONL/Parquet rows with a `messages` list of {role, content}, rendered with the
+    tokenizer's chat template."""
+
+
+class LossOn(Enum):
+    assistant = "assistant"
+    all = "all"
 
 
 @dataclass
@@ -37,3 +54,23 @@ class DataConfig:
     """fsx/efs on Kubernetes: the PersistentVolumeClaim that mounts the file system (`path` is inside it)."""
     token_dtype: str = "uint16"
     """Element type of the token files: uint16 (vocab < 65,536) or uint32."""
+    format: DataFormat = DataFormat.tokens
+    """tokens (pre-tokenized arrays), text (documents) or chat (conversations, for supervised fine-tuning)."""
+    field: str = "text"
+    """text: the JSONL/Parquet/datasets column holding each document."""
+    tokenizer: str | None = None
+    """text/chat: a folder or an s3:// prefix holding a Hugging Face tokenizer (tokenizer.json)."""
+    cache: str | None = None
+    """text/chat: the folder of the token cache (inside the container); empty means under the checkpoints."""
+    packing: bool = True
+    """text/chat: documents packed into seq_len windows with EOS between them; false gives each document a
+    window of its own (padded, long ones truncated)."""
+    packing_mask: bool = False
+    """Document-boundary attention masking inside packed windows (not built yet: refused)."""
+    loss_on: LossOn = LossOn.assistant
+    """chat: the tokens the loss is computed on: assistant (the replies only) or all."""
+    validation: Any = None
+    """text/chat: held-out data, a fraction of the documents (0.1, chosen by a seeded draw) or the relative path
+    of a file or folder inside the data folder (held out whole); a number or a path, so typed Any."""
+    tokens: int | None = None
+    """The dataset's token count, if known: the plan then says how many epochs the steps cover."""

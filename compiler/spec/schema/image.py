@@ -12,6 +12,11 @@ class ImageFamily(Enum):
     dlc = "dlc"
 
 
+DOCUMENT_PACKAGES = ("tokenizers", "datasets", "pyarrow", "zstandard")
+"""What reading and tokenizing documents (`data.format=text|chat`) needs in the image, each pinned by its
+`image.<name>` field and installed only for such plans."""
+
+
 @dataclass
 class ImageConfig:
     family: ImageFamily = ImageFamily.cpu_local
@@ -43,6 +48,14 @@ class ImageConfig:
     """transformers version, installed when the plan trains a Hugging Face model (model=hf)."""
     peft: str = "0.21.2"
     """peft version, installed when the plan trains LoRA adapters (model.lora.rank > 0)."""
+    tokenizers: str = "0.23.3"
+    """tokenizers version, installed when the plan reads documents (`data.format=text|chat`)."""
+    datasets: str = "5.2.0"
+    """datasets version (save_to_disk folders), installed with tokenizers."""
+    pyarrow: str = "25.0.1"
+    """pyarrow version (Parquet), installed with tokenizers."""
+    zstandard: str = "0.25.0"
+    """zstandard version (.jsonl.zst), installed with tokenizers."""
     wheelhouse: list[str] = field(default_factory=list)
     """Folders searched for the torch wheel of cpu_local; empty means the find-links of pip's configuration."""
     cuda: str | None = None

@@ -69,6 +69,10 @@ class TrainerConfig:
     """Steps between checkpoints; 0 keeps only the final model."""
     log_interval: int = 10
     """Steps between metrics lines."""
+    eval_interval: int = 0
+    """Steps between validation losses (needs `data.validation`); 0 evaluates only at the end."""
+    eval_batches: int = 4
+    """Micro batches per data-parallel rank in each validation."""
     metrics: list[str] = field(default_factory=lambda: ["jsonl"])
     """Where the built-in trainer's metrics go (`compiler.spec.contract.METRICS_SINKS`): jsonl, one JSON object
     per line to the job's log and to output/data/metrics.jsonl."""

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from compiler.core.catalog import LOCAL_CPU, instance_type
 from compiler.spec import DataSource, Entry, Plan
-from compiler.spec.contract import CONTAINER_ROOT, PLAN_CHANNEL, PLAN_PATH
+from compiler.spec.contract import CONTAINER_ROOT, PLAN_CHANNEL, PLAN_PATH, TOKENIZER_CHANNEL
+from compiler.spec.schema import DataFormat
+from compiler.spec.tokenizer import tokenizer_location
 from compiler.targets.channels import pretrained_channel
 
 GROUP = "homogeneousCluster"
@@ -99,8 +101,8 @@ def hosts(plan: Plan) -> tuple[str, ...]:
 
 
 def channel_sources(plan: Plan, run_dir: Path, group: str | None = None) -> dict[str, str]:
-    """Host folders mounted as channels: the plan, a pretrained checkpoint, and the data unless it is synthetic
-    or `data.groups` leaves `group` out (as SageMaker's InstanceGroupNames does)."""
+    """Host folders mounted as channels: the plan, a pretrained checkpoint, and the data (and a host tokenizer)
+    unless it is synthetic or `data.groups` leaves `group` out (as SageMaker's InstanceGroupNames does)."""
     channels = {PLAN_CHANNEL: str(run_dir / "plan"), **pretrained_channel(plan, run_dir)[0]}
     if group is not None and plan.data.groups and group not in plan.data.groups:
         return channels
@@ -108,6 +110,9 @@ def channel_sources(plan: Plan, run_dir: Path, group: str | None = None) -> dict
         channels[plan.data.channel] = str(Path(plan.data.path))
     elif plan.data.source is DataSource.s3:
         channels[plan.data.channel] = str(run_dir / "data" / plan.data.channel)  # downloaded by submit()
+    tokenizer = tokenizer_location(plan.data, plan.model)
+    if plan.data.format is not DataFormat.tokens and tokenizer and not tokenizer.startswith("s3://"):
+        channels[TOKENIZER_CHANNEL] = tokenizer
     return channels
 
 

@@ -29,7 +29,8 @@ class ModelSpec(Protocol):
     """How the final model's weights are written and read."""
 
     def loss(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """The mean loss of the module's output against the targets."""
+        """The mean loss of the module's output against the targets, skipping targets equal to
+        `loss.IGNORE_INDEX` (`loss.mean_cross_entropy` does both)."""
         ...
 
     def build(self, config: ModelConfig) -> nn.Module:

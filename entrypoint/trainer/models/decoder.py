@@ -20,6 +20,7 @@ from torch.utils.checkpoint import checkpoint
 
 from compiler.spec.schema import Activation, Checkpointing, ModelConfig, Norm, Position
 from entrypoint.trainer.models.decoder_hf import DecoderWeights
+from entrypoint.trainer.models.loss import mean_cross_entropy
 from entrypoint.trainer.models.weights import WeightsFormat
 from entrypoint.trainer.offload import ActivationOffload
 
@@ -159,10 +160,6 @@ class Decoder(nn.Module):
         return self.embed(x, project=True) if self.head is None else self.head(x)
 
 
-def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
-
-
 @torch.no_grad()
 def init_parameter(config: ModelConfig, name: str, param: torch.Tensor) -> None:
     """GPT-2's initialisation of one parameter: N(0, 0.02), residual projections scaled by
@@ -238,7 +235,7 @@ class DecoderSpec:
     """Hugging Face's layout (GPT2LMHeadModel, LlamaForCausalLM) where the shape has one, model.pt otherwise."""
 
     def loss(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return loss_fn(output, targets)
+        return mean_cross_entropy(output, targets)
 
     def build(self, config: ModelConfig) -> Decoder:
         return Decoder(config)

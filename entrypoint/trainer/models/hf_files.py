@@ -4,24 +4,19 @@ config and tokenizer files, and with LoRA the merged model plus the adapter `pef
 """
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import safe_open
 
-from entrypoint.trainer.models.weights import GENERATION_CONFIG_FILE, load_safetensors, save_safetensors
-
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "tokenizer.model",
-    "vocab.json",
-    "merges.txt",
-    "chat_template.jinja",
+from entrypoint.trainer.models.weights import (
+    GENERATION_CONFIG_FILE,
+    copy_tokenizer,
+    load_safetensors,
+    save_safetensors,
 )
+
 ADAPTER_FOLDER = "adapter"
 PEFT_PREFIX = "base_model.model."
 
@@ -101,9 +96,7 @@ class PretrainedFiles:
         lora = config["lora"]
         weights = merged_weights(state, lora["alpha"] / lora["rank"]) if lora["rank"] else state
         save_safetensors(folder, weights, hf_config, generation_config)
-        for name in TOKENIZER_FILES:
-            if (source / name).is_file():
-                shutil.copy2(source / name, folder / name)
+        copy_tokenizer(source, folder)
         if lora["rank"]:
             self._save_adapter(folder / ADAPTER_FOLDER, state, config)
 

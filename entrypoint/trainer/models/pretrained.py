@@ -16,7 +16,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed.checkpoint as dcp
-import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
 
@@ -28,11 +27,10 @@ from entrypoint.trainer.models.hf_files import (
     is_adapter,
     read_tensor,
 )
+from entrypoint.trainer.models.loss import mean_cross_entropy
 from entrypoint.trainer.models.weights import WeightsFormat
 from entrypoint.trainer.offload import ActivationOffload
 
-IGNORED = -100
-"""Targets the loss skips (transformers' and PyTorch's convention)."""
 TP_STYLES = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
 LAYER_PATTERN = re.compile(r"^(?:.*\.)?layers\.\*\.")
 
@@ -46,8 +44,7 @@ class PretrainedSpec:
     """The source checkpoint's Hugging Face layout, with LoRA merged and the adapter beside it."""
 
     def loss(self, output, targets: torch.Tensor) -> torch.Tensor:
-        logits = output.logits
-        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORED)
+        return mean_cross_entropy(output.logits, targets)
 
     def build(self, config: ModelConfig) -> nn.Module:
         from transformers import AutoConfig, AutoModelForCausalLM

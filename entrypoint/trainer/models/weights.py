@@ -93,3 +93,23 @@ def load_safetensors(folder: Path) -> dict[str, torch.Tensor]:
     for shard in sorted(set(json.loads(index.read_text())["weight_map"].values())):
         state |= load_file(folder / shard)
     return state
+
+
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+)
+"""What a Hugging Face tokenizer folder may hold (fast and slow tokenizers, the chat template)."""
+
+
+def copy_tokenizer(source: Path, folder: Path) -> None:
+    """The tokenizer files of `source` into a model folder, so that AutoTokenizer loads it from there."""
+    for name in TOKENIZER_FILES:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, folder / name)
+            (folder / name).chmod(0o644)

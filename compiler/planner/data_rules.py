@@ -1,0 +1,157 @@
+"""The rules of documents and conversations (`data.format=text|chat`): a source to read them from, a
+tokenizer that fits the model, a chat template for chat, and a validation split the trainer can hold out.
+
+A tokenizer on this machine is read here, before anything is built; one on S3 is checked by the trainer
+when it has downloaded it.
+"""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from compiler.core import grammar
+from compiler.core.capabilities import TargetCapabilities
+from compiler.spec import schema
+from compiler.spec.contract import TOKENIZER_CHANNEL
+from compiler.spec.errors import ConfigError
+from compiler.spec.tokenizer import TOKENIZER_FILE, TokenizerFacts, tokenizer_location
+
+
+def check_format(config: schema.Config, targets: TargetCapabilities) -> Iterator[str]:
+    data = config.data
+    _check_evaluation(config)
+    if data.tokens is not None and data.tokens < 1:
+        raise ConfigError("data.tokens", f"{data.tokens} is not a token count", "give the dataset's token count")
+    if data.format is schema.DataFormat.tokens:
+        if data.validation is not None:
+            raise ConfigError(
+                "data.validation",
+                "holds out documents, which token arrays do not have",
+                "set data.format=text or chat, or remove data.validation",
+            )
+        return
+    if data.source is schema.DataSource.synthetic:
+        raise ConfigError(
+            "data.source",
+            f"data.format={data.format.value} reads documents, synthetic data has none",
+            "use data=local, s3, fsx or efs with data.path or data.uri",
+        )
+    if data.channel == TOKENIZER_CHANNEL:
+        raise ConfigError(
+            "data.channel", f"'{TOKENIZER_CHANNEL}' is the channel of a host tokenizer folder", "name it train"
+        )
+    if data.packing_mask:
+        raise ConfigError(
+            "data.packing_mask", "document-boundary masking is not built yet", "set data.packing_mask=false"
+        )
+    if not data.field:
+        raise ConfigError("data.field", "is empty", "name the column holding the text, like data.field=text")
+    if data.cache is not None and not Path(data.cache).is_absolute():
+        raise ConfigError(
+            "data.cache",
+            f"{grammar.shown(data.cache)} is not an absolute path",
+            "give a folder inside the container, like /opt/ml/checkpoints/token-cache",
+        )
+    _check_validation(data)
+    facts = _tokenizer_facts(config, targets)
+    if facts is None:
+        yield "data.tokenizer is on S3: its vocabulary and chat template are checked when the job starts"
+        return
+    check_tokenizer(config, facts)
+
+
+def check_tokenizer(config: schema.Config, facts: TokenizerFacts) -> None:
+    """What the model and the format need of the tokenizer (the trainer runs it again on one from S3)."""
+    if facts.vocab > config.model.vocab:
+        raise ConfigError(
+            "data.tokenizer",
+            f"its {facts.vocab:,} token ids exceed model.vocab={config.model.vocab:,}",
+            f"set model.vocab={facts.vocab} or more, or use the model's own tokenizer",
+        )
+    if facts.eos_id is None:
+        raise ConfigError(
+            "data.tokenizer",
+            "names no eos_token in tokenizer_config.json, which packing puts between documents",
+            "use a tokenizer with an end-of-text token",
+        )
+    if config.data.format is schema.DataFormat.chat and not facts.chat_template:
+        raise ConfigError(
+            "data.format",
+            "chat needs the tokenizer's chat template, and it has none",
+            "use a tokenizer with chat_template (chat_template.jinja), or data.format=text",
+        )
+
+
+def _tokenizer_facts(config: schema.Config, targets: TargetCapabilities) -> TokenizerFacts | None:
+    location = tokenizer_location(config.data, config.model)
+    if location is None:
+        raise ConfigError(
+            "data.tokenizer",
+            "is missing",
+            "set data.tokenizer to a folder or s3:// prefix holding a Hugging Face tokenizer",
+        )
+    if location.startswith("s3://"):
+        grammar.check_s3_uri("data.tokenizer", location)
+        return None
+    if location == config.model.path and not Path(location).is_absolute():
+        return None  # a Hub model's own tokenizer: the nodes fetch it with the model
+    folder = Path(location)
+    if not folder.is_absolute() or not (folder / TOKENIZER_FILE).is_file():
+        raise ConfigError(
+            "data.tokenizer",
+            f"{grammar.shown(location)} is not a folder holding {TOKENIZER_FILE}",
+            "give the absolute path of a saved Hugging Face tokenizer, or an s3:// prefix",
+        )
+    if not targets.own.host_folders:
+        raise ConfigError(
+            "data.tokenizer",
+            f"a host folder cannot reach target={config.target.kind.value}",
+            "upload it to S3 and give its s3:// prefix",
+        )
+    try:
+        return TokenizerFacts.read(folder)
+    except ValueError as error:
+        raise ConfigError(
+            "data.tokenizer",
+            f"{folder / TOKENIZER_FILE} is not a tokenizer ({error})",
+            "save the tokenizer with save_pretrained",
+        ) from error
+
+
+def _check_validation(data: schema.DataConfig) -> None:
+    held_out = data.validation
+    if held_out is None:
+        return
+    if isinstance(held_out, bool) or not isinstance(held_out, (int, float, str)):
+        raise ConfigError(
+            "data.validation",
+            f"{held_out!r} is neither a fraction nor a path",
+            "give a fraction like 0.1 or a path inside the data folder",
+        )
+    if isinstance(held_out, str):
+        path = Path(held_out)
+        if path.is_absolute() or ".." in path.parts or not held_out.strip():
+            raise ConfigError(
+                "data.validation",
+                f"{grammar.shown(held_out)} is not a path inside the data folder",
+                "give the held-out file or folder relative to the data folder, like val.jsonl",
+            )
+    elif not 0 < held_out < 1:
+        raise ConfigError(
+            "data.validation",
+            f"{held_out} is not a fraction between 0 and 1",
+            "hold out a fraction of the documents, like data.validation=0.1",
+        )
+
+
+def _check_evaluation(config: schema.Config) -> None:
+    trainer = config.trainer
+    if trainer.eval_interval < 0:
+        raise ConfigError(
+            "trainer.eval_interval",
+            f"{trainer.eval_interval} is negative",
+            "give the steps between validations, or 0 for the end only",
+        )
+    if trainer.eval_batches < 1:
+        raise ConfigError("trainer.eval_batches", f"{trainer.eval_batches} is not a batch count", "use 1 or more")
+    if trainer.eval_interval and config.data.validation is None:
+        raise ConfigError("trainer.eval_interval", "needs held-out data", "set data.validation=0.1 (or a path)")

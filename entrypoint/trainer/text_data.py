@@ -1,0 +1,158 @@
+"""`data.format=text|chat`: the tokenizer's folder, the token cache (built by each node's first rank when it is
+missing, reused otherwise) and the windows every rank reads from it, with the lines the run reports.
+
+Packing (`data.packing=true`) cuts the stream of documents, each followed by the end-of-text token, into
+consecutive windows of seq_len + 1 tokens; without packing each document has a window of its own, padded
+with end-of-text tokens that are no targets and truncated (counted) when it is longer.
+"""
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch.distributed as dist
+
+from compiler.spec import Plan
+from compiler.spec.contract import TOKENIZER_CHANNEL
+from compiler.spec.s3 import download_s3
+from compiler.spec.schema import DataFormat
+from compiler.spec.tokenizer import TokenizerFacts, tokenizer_location
+from entrypoint.launcher.cluster import Paths
+from entrypoint.trainer import documents, token_cache
+from entrypoint.trainer.data import ShuffledWindows
+
+POLL_S = 1.0
+
+
+class PackedDocuments(ShuffledWindows):
+    def __init__(self, split: Path, seq_len: int, seed: int) -> None:
+        self.tokens = np.load(split / "tokens.npy", mmap_mode="r")
+        self.targets = np.load(split / "targets.npy", mmap_mode="r")
+        super().__init__((len(self.tokens) - 1) // seq_len, seq_len, seed)
+
+    def window(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        start = index * self.seq_len
+        end = start + self.seq_len + 1
+        return self.tokens[start:end], self.targets[start:end]
+
+
+class SeparateDocuments(ShuffledWindows):
+    def __init__(self, split: Path, seq_len: int, seed: int, eos: int) -> None:
+        self.tokens = np.load(split / "tokens.npy", mmap_mode="r")
+        self.targets = np.load(split / "targets.npy", mmap_mode="r")
+        self.starts = np.load(split / "starts.npy")
+        self.eos = eos
+        super().__init__(len(self.starts) - 1, seq_len, seed)
+
+    def window(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        start = int(self.starts[index])
+        end = min(int(self.starts[index + 1]), start + self.seq_len + 1)
+        pad = self.seq_len + 1 - (end - start)
+        tokens = np.concatenate([self.tokens[start:end], np.full(pad, self.eos, dtype=self.tokens.dtype)])
+        return tokens, np.concatenate([self.targets[start:end], np.zeros(pad, dtype=np.uint8)])
+
+
+def tokenizer_folder(plan: Plan, paths: Paths, leader: bool) -> Path:
+    """The tokenizer's files on this node: the mounted channel, the plan's folder, or an S3 prefix downloaded
+    by the node's first rank (every rank calls this, then waits at a barrier) and checked as the planner
+    checks a local one."""
+    location = tokenizer_location(plan.data, plan.model)
+    channel = paths.channel(TOKENIZER_CHANNEL)
+    if channel.is_dir() and any(channel.iterdir()):
+        return channel
+    if location is None or not location.startswith("s3://"):
+        return Path(location or channel)
+    folder = cache_root(plan, paths) / "tokenizer"
+    if leader and not folder.is_dir():
+        download_s3(location, folder)
+    dist.barrier()
+    facts = TokenizerFacts.read(folder)
+    if facts.vocab > plan.model.vocab:
+        raise ValueError(f"data.tokenizer: its {facts.vocab} token ids exceed model.vocab={plan.model.vocab}")
+    if facts.eos_id is None or (plan.data.format is DataFormat.chat and not facts.chat_template):
+        raise ValueError(f"data.tokenizer: {location} lacks an eos_token or, for chat, a chat template")
+    return folder
+
+
+def cache_root(plan: Plan, paths: Paths) -> Path:
+    return Path(plan.data.cache) if plan.data.cache else paths.checkpoints / "token-cache"
+
+
+def ensure_cache(
+    plan: Plan, data_folder: Path, tokenizer: Path, root: Path, leader: bool, log: Callable[[str], None]
+) -> Path:
+    """The cache folder of this data; built here by the node's first rank if missing, which the node's other
+    ranks wait for by watching the folder appear (a barrier would time out on a large corpus; torchrun ends
+    them if the first rank fails). The key is computed by rank 0 and broadcast, so the data is hashed once."""
+    held_out = plan.data.validation if isinstance(plan.data.validation, str) else None
+    train, validation = documents.split_sources(data_folder, held_out)
+    if not train:
+        raise FileNotFoundError(f"no documents (.jsonl[.gz|.zst], .txt, .parquet, datasets) under {data_folder}")
+    keys = [token_cache.cache_key(plan, tokenizer, data_folder, train, validation) if dist.get_rank() == 0 else ""]
+    dist.broadcast_object_list(keys, src=0)
+    folder = root / keys[0]
+    if leader and not folder.is_dir():
+        log(f"token cache       building {folder}")
+        root.mkdir(parents=True, exist_ok=True)
+        encoder = token_cache.Encoder(tokenizer, plan.data.format, plan.data.loss_on)
+        fraction = plan.data.validation if isinstance(plan.data.validation, float) else None
+        splits = {"train": train, "validation": validation}
+        token_cache.build(root, keys[0], encoder, lambda: token_cache.batches(splits, plan, fraction), log)
+    elif leader:
+        log(f"token cache       reused {folder} (no tokenization)")
+    while not folder.is_dir():  # the node's first rank is tokenizing: longer than a collective's timeout may allow
+        time.sleep(POLL_S)
+    dist.barrier()
+    return folder
+
+
+def open_windows(plan: Plan, folder: Path, eos: int) -> tuple[ShuffledWindows, ShuffledWindows | None, list[str]]:
+    """The training windows, the validation windows (None without `data.validation`) and the lines that say
+    what the run reads and how well it fills its windows."""
+    meta = token_cache.CacheMeta.read(folder)
+    seq_len, seed, packing = plan.model.seq_len, plan.trainer.seed, plan.data.packing
+
+    def split(name: str) -> ShuffledWindows:
+        if packing:
+            return PackedDocuments(folder / name, seq_len, seed)
+        return SeparateDocuments(folder / name, seq_len, seed, eos)
+
+    train = split("train")
+    validation = split("validation") if plan.data.validation is not None else None
+    if train.windows < 1 or (validation is not None and validation.windows < 1):
+        empty = "training" if train.windows < 1 else "validation"
+        raise ValueError(f"the {empty} documents fill less than one window of seq_len {seq_len} + 1 tokens")
+    return train, validation, report_lines(plan, meta, folder, train.windows)
+
+
+def report_lines(plan: Plan, meta: token_cache.CacheMeta, folder: Path, windows: int) -> list[str]:
+    train = meta.splits["train"]
+    lines = [f"documents         {train.documents:,} training, {train.tokens:,} tokens ({plan.data.format.value})"]
+    held = meta.splits.get("validation")
+    if held and held.documents:
+        lines.append(f"validation        {held.documents:,} documents, {held.tokens:,} tokens held out")
+    lines.append(_packing_line(plan, folder / "train"))
+    if plan.data.format is DataFormat.chat:
+        masked = 1 - train.targets / max(train.tokens, 1)
+        lines.append(f"loss on           {plan.data.loss_on.value} tokens: {masked:.1%} of tokens masked out")
+    epochs = plan.trainer.steps * plan.batch.global_batch / windows
+    lines.append(f"epochs            {epochs:.2f} over {plan.trainer.steps} steps of {plan.batch.global_batch} windows")
+    return lines
+
+
+def _packing_line(plan: Plan, split: Path) -> str:
+    """Packing efficiency: document tokens (not separators or padding) ÷ the slots of the windows."""
+    starts, window = np.load(split / "starts.npy"), plan.model.seq_len + 1
+    lengths = np.diff(starts)  # each document and its end-of-text token
+    if plan.data.packing:
+        windows = (int(starts[-1]) - 1) // plan.model.seq_len
+        efficiency = (int(starts[-1]) - len(lengths)) / max(int(starts[-1]), 1)
+        return f"packing           {windows:,} windows of {window}, efficiency {efficiency:.1%}, 0 truncated"
+    used = np.minimum(lengths - 1, window)
+    truncated = int((lengths > window).sum())
+    efficiency = used.sum() / max(len(lengths) * window, 1)
+    return (
+        f"packing           off: {len(lengths):,} windows of {window}, efficiency {efficiency:.1%}, "
+        f"{truncated:,} truncated"
+    )

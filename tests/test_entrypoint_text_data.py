@@ -1,0 +1,79 @@
+"""Documents and conversations through the real entrypoint and torchrun (2 CPU processes, gloo): every file
+format trains with a validation loss that falls, and a run stopped at a checkpoint and resumed reuses the
+token cache and sees exactly the batches of the uninterrupted run, for text and chat."""
+
+import pytest
+
+from tests.entrypoint_support import entrypoint_env, losses, metrics, start_entrypoint, tiny_plan, write_plan
+from tests.text_corpus import conversations, documents, write_dataset, write_jsonl, write_parquet
+
+pytestmark = pytest.mark.torchrun
+
+RESUME_TOLERANCE = 1e-6
+"""As for token files: the resumed run restores the weights, the optimizer and the data position exactly."""
+
+
+def run(plan, root, **env) -> tuple[str, list[dict]]:
+    """The entrypoint's output and the metrics records after a run that succeeded."""
+    process = start_entrypoint(write_plan(plan, root), entrypoint_env(root, **env))
+    output, _ = process.communicate(timeout=240)
+    assert process.returncode == 0, output[-4000:]
+    return output, metrics(root)
+
+
+def document_plan(folder, tokenizer, fmt, *overrides):
+    return tiny_plan(
+        "data=local",
+        f"data.path={folder}",
+        f"data.format={fmt}",
+        f"data.tokenizer={tokenizer}",
+        "model.vocab=512",
+        "data.validation=0.2",
+        "trainer.eval_interval=3",
+        *overrides,
+    )
+
+
+def test_every_format_trains_and_the_validation_loss_falls(tmp_path, hf_tokenizer):
+    """JSONL, .jsonl.gz, .jsonl.zst, Parquet, a save_to_disk folder and .txt files in one data folder."""
+    data, docs = tmp_path / "data", documents(600)
+    rows = [{"text": doc} for doc in docs]
+    write_jsonl(data / "a.jsonl", rows[:100])
+    write_jsonl(data / "b.jsonl.gz", rows[100:200])
+    write_jsonl(data / "c.jsonl.zst", rows[200:300])
+    write_parquet(data / "d.parquet", rows[300:400])
+    write_dataset(data / "e", rows[400:590])
+    for index, doc in enumerate(docs[590:]):
+        (data / f"f{index}.txt").write_text(doc)
+    plan = document_plan(data, hf_tokenizer, "text", "trainer.steps=10", "trainer.eval_interval=5")
+    output, records = run(plan, tmp_path / "root")
+    trained = int(output.split("documents         ")[1].split(" training")[0])
+    held_out = int(output.split("validation        ")[1].split(" documents")[0])
+    assert trained + held_out == 600 and 60 < held_out < 180
+    assert "packing           " in output and "efficiency" in output
+    validation = {r["step"]: r["val_loss"] for r in records if "val_loss" in r}
+    assert list(validation) == [5, 10]
+    assert validation[10] < validation[5] - 0.1, validation
+
+
+@pytest.mark.parametrize("fmt", ["text", "chat"])
+def test_resume_equals_uninterrupted_and_reuses_the_cache(tmp_path, hf_tokenizer, fmt):
+    data = tmp_path / "data"
+    if fmt == "chat":
+        write_jsonl(data / "train.jsonl", [{"messages": c} for c in conversations(400)])
+    else:
+        write_jsonl(data / "train.jsonl", [{"text": doc} for doc in documents(300)])
+    plan = document_plan(data, hf_tokenizer, fmt)
+    whole_output, whole = run(plan, tmp_path / "whole")
+    assert "token cache       building" in whole_output
+    if fmt == "chat":
+        masked = float(whole_output.split("assistant tokens: ")[1].split("%")[0])
+        assert 40 < masked < 90  # prompts, system lines and separators are no targets
+    first_output, first = run(plan, tmp_path / "parts", DOCKYARD_STOP_AT_STEP="3")
+    assert [r["step"] for r in first] == [1, 2, 3] and "tokenizing" in first_output
+    resumed_output, _ = run(plan, tmp_path / "parts")
+    assert "token cache       reused" in resumed_output and "tokenizing" not in resumed_output
+    resumed = {r["step"]: r for r in metrics(tmp_path / "parts")}
+    for step, loss in losses(whole).items():
+        assert resumed[step]["loss"] == pytest.approx(loss, abs=RESUME_TOLERANCE), step
+    assert resumed[6]["val_loss"] == pytest.approx(whole[-1]["val_loss"], abs=RESUME_TOLERANCE)
