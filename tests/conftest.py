@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,6 +86,22 @@ def crds() -> dict[str, dict]:
     """The published CRDs (JobSet, PyTorchJob) by kind."""
     loaded = (yaml.load(path.read_text(), Loader=yaml.CSafeLoader) for path in sorted(CRD_DIR.glob("*.yaml")))
     return {crd["spec"]["names"]["kind"]: crd for crd in loaded}
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory) -> Iterator[str]:
+    """A real MLflow tracking server on 127.0.0.1 with a SQLite store, started as a user starts one."""
+    folder = tmp_path_factory.mktemp("mlflow")
+    port = free_port()
+    command = [
+        str(Path(sys.executable).parent / "mlflow"),
+        "server",
+        *("--backend-store-uri", f"sqlite:///{folder}/mlflow.db"),
+        *("--default-artifact-root", str(folder / "artifacts")),
+        *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
+    ]
+    with serving(command, port, timeout=90):
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="session")

@@ -43,7 +43,7 @@ def render_dockerfile(plan: Plan) -> str:
         runtime_dir=RUNTIME_DIR,
         system_packages=system_packages(plan),
         build_tools=BUILD_TOOLS,
-        dependencies=python_dependencies(image),
+        dependencies=python_dependencies(plan),
         constrained=uses_constraints(image),
         constraints=CONSTRAINTS_IN_IMAGE,
     )
@@ -70,10 +70,15 @@ def uses_constraints(image: schema.ImageConfig) -> bool:
     return image.family is not schema.ImageFamily.dlc
 
 
-def python_dependencies(image: schema.ImageConfig) -> list[str]:
-    """dockyard's pinned requirements after torch (which has a layer of its own); the config's come later."""
+def python_dependencies(plan: Plan) -> list[str]:
+    """dockyard's pinned requirements after torch (which has a layer of its own), with the clients of the
+    trackers the plan uses; the config's come later."""
+    image = plan.image
     pins = [f"deepspeed=={image.deepspeed}"] if image.deepspeed else []
     pins += [f"boto3=={image.boto3}"]
+    for tracker, field in schema.TRACKER_PINS.items():
+        if tracker in plan.trainer.trackers:
+            pins.append(f"{field.replace('_', '-')}=={getattr(image, field)}")
     if image.family is schema.ImageFamily.dlc:  # no virtual environment of ours brought the build tools
         pins = [*BUILD_TOOLS, *pins]
     return pins

@@ -71,7 +71,7 @@ def _check_image_versions(image: schema.ImageConfig) -> None:
             continue
         if name not in wanted:
             raise ConfigError(f"image.{name}", f"does not apply to the {family} image", f"set image.{name}=null")
-    for name in ("torch", "deepspeed", "boto3", *CUDA_STACK):
+    for name in ("torch", "deepspeed", "boto3", *schema.TRACKER_PINS.values(), *CUDA_STACK):
         value = getattr(image, name)
         if value is not None:
             check = grammar.check_debian_version if name == "nccl" else grammar.check_release

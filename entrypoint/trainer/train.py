@@ -26,7 +26,7 @@ from entrypoint.trainer import checkpoint
 from entrypoint.trainer.compiled import use_warm_cache
 from entrypoint.trainer.data import Batches, data_folder, make_source
 from entrypoint.trainer.engines import Engine, make_engine
-from entrypoint.trainer.metrics import open_sinks
+from entrypoint.trainer.metrics import TrackedRun, open_sinks
 from entrypoint.trainer.metrics.measure import memory_gib, mfu
 from entrypoint.trainer.models import model_spec
 from entrypoint.trainer.optim import lr_at
@@ -59,6 +59,11 @@ def prepare_data(plan: Plan, paths: Paths) -> Batches:
             download_s3(plan.data.uri, folder)
         dist.barrier()
     return Batches(make_source(plan, folder), plan, plan.layout.coordinates(dist.get_rank()).dp)
+
+
+def tracked_run(plan: Plan, paths: Paths) -> TrackedRun:
+    """What the trackers are opened with; every target sets DOCKYARD_RUN_ID (a bare torchrun is `local`)."""
+    return TrackedRun(plan, paths.output, os.environ.get("DOCKYARD_RUN_ID", "local"))
 
 
 def derived_lines(plan: Plan, backend: str, start_step: int) -> list[str]:
@@ -151,7 +156,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
     if done:
         start, folder = done[-1]
         engine.load(folder)
-    sinks = open_sinks(plan.trainer.metrics, paths.output) if rank == 0 else []
+    sinks = open_sinks(plan.trainer.trackers, tracked_run(plan, paths)) if rank == 0 else []
     if rank == 0:
         backend = dist.get_backend()
         print("\n".join(derived_lines(plan, backend, start)), flush=True)

@@ -20,6 +20,7 @@ from compiler.spec.schema.hardware import (
     InstanceGroup,
 )
 from compiler.spec.schema.image import (
+    TRACKER_PINS,
     ImageConfig,
     ImageFamily,
 )
@@ -54,7 +55,10 @@ from compiler.spec.schema.trainer import (
     Launcher,
     LrScaling,
     LrSchedule,
+    MlflowConfig,
     TrainerConfig,
+    WandbConfig,
+    WandbMode,
 )
 
 __all__ = [
@@ -67,6 +71,7 @@ __all__ = [
     "HardwareConfig",
     "ImageFamily",
     "ImageConfig",
+    "TRACKER_PINS",
     "Activation",
     "Norm",
     "Position",
@@ -91,4 +96,7 @@ __all__ = [
     "COMPILE_MODES",
     "LrScaling",
     "TrainerConfig",
+    "MlflowConfig",
+    "WandbConfig",
+    "WandbMode",
 ]

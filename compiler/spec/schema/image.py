@@ -12,6 +12,10 @@ class ImageFamily(Enum):
     dlc = "dlc"
 
 
+TRACKER_PINS = {"tensorboard": "tensorboard", "mlflow": "mlflow_skinny", "wandb": "wandb"}
+"""`trainer.trackers` name → the `image.<field>` pinning the client it installs (the field names its package)."""
+
+
 @dataclass
 class ImageConfig:
     family: ImageFamily = ImageFamily.cpu_local
@@ -35,6 +39,12 @@ class ImageConfig:
     """DeepSpeed version (installed after torch, against it); null to leave it out."""
     boto3: str = "1.44.5"
     """boto3 version in the image (the runtime's S3 downloads)."""
+    tensorboard: str = "2.21.0"
+    """TensorBoard version, installed when `trainer.trackers` lists tensorboard (its event writer)."""
+    mlflow_skinny: str = "3.17.2"
+    """mlflow-skinny version (MLflow's client without the server), installed when `trainer.trackers` lists mlflow."""
+    wandb: str = "0.31.0"
+    """W&B's client version, installed when `trainer.trackers` lists wandb."""
     wheelhouse: list[str] = field(default_factory=list)
     """Folders searched for the torch wheel of cpu_local; empty means the find-links of pip's configuration."""
     cuda: str | None = None
