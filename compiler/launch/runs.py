@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO
 
+from compiler.launch.plot import LOSS_PLOT, plot_losses
 from compiler.spec import Plan
 from compiler.spec.contract import METRICS_FILE
 from compiler.targets import records, registry
@@ -88,6 +89,7 @@ def execute(
         return record
     if state is None:  # detached; the job goes on
         return record
+    plot_run(Path(record.run_dir))
     return records.update(
         record,
         status=state.status,
@@ -139,6 +141,17 @@ def loss_curve(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def plot_run(run_dir: Path) -> Path | None:
+    """`<run>/loss.png` from the metrics the nodes left in the run folder; None where there are none (a job
+    whose output stays on its platform, one that stopped before its first record)."""
+    curve = loss_curve(run_dir)
+    if not curve:
+        return None
+    path = run_dir / LOSS_PLOT
+    plot_losses([(run_dir.name, curve)], f"loss, {run_dir.name}", path)
+    return path
+
+
 def final_metrics(run_dir: Path) -> dict:
     curve = loss_curve(run_dir)
     return curve[-1] if curve else {}
@@ -154,6 +167,7 @@ def print_results(record: RunRecord, out: IO[str] = sys.stdout) -> None:
     run_dir = Path(record.run_dir)
     for label, path in (
         ("metrics", metrics_file(run_dir)),
+        ("plot", run_dir / LOSS_PLOT),
         ("logs", run_dir / "logs"),
         ("checkpoints", run_dir / "checkpoints"),
         ("model", run_dir / "model"),

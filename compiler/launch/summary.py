@@ -14,11 +14,12 @@ import csv
 import statistics
 from pathlib import Path
 
+from compiler.launch.plot import LOSS_PLOT, plot_losses
 from compiler.launch.runs import loss_curve
 from compiler.launch.runs import refresh as refresh_run
 from compiler.targets.records import RunRecord, load_all
 
-SUMMARY_MD, SUMMARY_CSV, LOSS_PLOT = "summary.md", "summary.csv", "loss.png"
+SUMMARY_MD, SUMMARY_CSV = "summary.md", "summary.csv"
 COLUMNS = (
     "job",
     "overrides",
@@ -138,24 +139,6 @@ def markdown(sweep_dir: Path, rows: list[dict[str, str]], common: frozenset[str]
 
 
 def plot(curves: list[tuple[RunRecord, list[dict]]], common: frozenset[str], path: Path) -> None:
-    """Every point's loss against the step and, where the metrics time it, against seconds of training
-    (points with different batches or compile times compare on the second)."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    from matplotlib import pyplot
-
-    timed = all(m.get("elapsed_s") is not None for _, curve in curves for m in curve)
-    figure, panels = pyplot.subplots(1, 2 if timed else 1, figsize=(14 if timed else 8, 5), squeeze=False)
-    for axes, x, label in zip(panels[0], ("step", "elapsed_s"), ("step", "seconds of training"), strict=False):
-        for record, curve in curves:
-            name = f"#{record.num} {varied_overrides(record, common)}"[:60]
-            axes.plot([m[x] for m in curve], [m["loss"] for m in curve], marker=".", label=name)
-        axes.set_xlabel(label)
-        axes.set_ylabel("loss")
-        axes.set_title(f"loss, {len(curves)} points")
-        axes.grid(alpha=0.3)
-        axes.legend(fontsize="small")
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    pyplot.close(figure)
+    """Every point's loss curve, labelled by its number and its own overrides."""
+    labelled = [(f"#{record.num} {varied_overrides(record, common)}", curve) for record, curve in curves]
+    plot_losses(labelled, f"loss, {len(curves)} points", path)

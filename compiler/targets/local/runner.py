@@ -119,6 +119,14 @@ def _run_containers(request: LocalRequest, client, network, gateway: str, contai
     return _wait_for_all(request, containers, exits, out)
 
 
+def at_host_address(environment: dict[str, str], gateway: str) -> dict[str, str]:
+    """`environment` with URLs to `HOST_ALIAS` pointing at the host's address on the run's network: MLflow's
+    server refuses other Host headers than loopback and private addresses (its DNS-rebinding protection), and
+    the address is known only once the network exists."""
+    alias = f"://{HOST_ALIAS}:"
+    return {name: value.replace(alias, f"://{gateway}:") for name, value in environment.items()}
+
+
 def credentials(environ: Mapping[str, str]) -> dict[str, str]:
     """The trackers' credentials of the submitting shell, for the containers: never in the request."""
     return {name: environ[name] for name in TRACKER_CREDENTIALS if name in environ}
@@ -132,7 +140,7 @@ def _create(client, spec: ContainerSpec, run_id: str, gateway: str):
         command=list(spec.command),
         name=spec.name,
         hostname=spec.hostname,
-        environment={**spec.environment, **credentials(os.environ)},
+        environment={**at_host_address(spec.environment, gateway), **credentials(os.environ)},
         extra_hosts={HOST_ALIAS: gateway},
         volumes=volumes,
         device_requests=gpus,
