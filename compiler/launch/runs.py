@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO
 
 from compiler.launch.plot import LOSS_PLOT, plot_losses
+from compiler.planner.summary import predicted_seconds
 from compiler.spec import Plan
 from compiler.spec.contract import METRICS_FILE
 from compiler.targets import records, registry
@@ -42,7 +43,6 @@ def dry_run_image(plan: Plan, planned: str) -> str:
 
 def new_record(plan: Plan, request: Request, run_dir: Path, image: str, **point) -> RunRecord:
     """The record of a job about to be submitted (`point`: a sweep's num and overrides)."""
-    predicted = plan.trainer.steps * plan.estimate.throughput.step_seconds if plan.estimate else None
     return RunRecord(
         run_dir=str(run_dir),
         run_id=request.run_id,
@@ -50,7 +50,7 @@ def new_record(plan: Plan, request: Request, run_dir: Path, image: str, **point)
         image=image,
         region=getattr(request, "region", ""),
         price_per_hour=plan.price_per_hour,
-        predicted_s=predicted,
+        predicted_s=predicted_seconds(plan),
         **point,
     )
 

@@ -102,11 +102,23 @@ def write(sweep_dir: Path) -> list[RunRecord]:
         writer.writeheader()
         writer.writerows(row(record, frozenset(), curve, target) for record, curve in curves)
     rows = [row(record, common, curve, target) for record, curve in curves]
-    (sweep_dir / SUMMARY_MD).write_text(markdown(sweep_dir, rows, common, target))
+    (sweep_dir / SUMMARY_MD).write_text(markdown(sweep_dir, rows, common, target) + total_line(records))
     curves = [(record, curve) for record, curve in curves if curve]
     if curves:
         plot(curves, common, sweep_dir / LOSS_PLOT)
     return records
+
+
+def total_line(records: list[RunRecord]) -> str:
+    """The whole sweep: its points' cost summed (billed, measured or predicted seconds × price, as each row's
+    cost_usd) and their wall time; empty when no point has either."""
+    costs = [record.cost_usd for record in records if record.cost_usd is not None]
+    walls = [record.wall_s for record in records if record.wall_s is not None]
+    if not (costs or walls):
+        return ""
+    parts = [f"${sum(costs):,.2f} for {len(costs)} points"] if costs else []
+    parts += [f"{sum(walls):,.1f} s of wall time over {len(walls)} points"] if walls else []
+    return f"\nTotal: {', '.join(parts)}.\n"
 
 
 def refresh(sweep_dir: Path) -> list[RunRecord]:
