@@ -58,6 +58,6 @@ def test_a_run_is_plotted_with_its_validation_loss(tmp_path):
     records = [{"step": s, "loss": 5.0 / s, "elapsed_s": s * 0.5} for s in (1, 2, 3, 4)]
     records[1]["val_loss"], records[3]["val_loss"] = 2.9, 1.6
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    assert runs.plot_run(tmp_path) == tmp_path / "loss.png"
+    assert runs.plot_run(tmp_path, "run-1") == tmp_path / "loss.png"
     assert (tmp_path / "loss.png").read_bytes()[:8] == PNG
-    assert runs.plot_run(tmp_path / "nodes/algo-2") is None  # no metrics, no picture
+    assert runs.plot_run(tmp_path / "nodes/algo-2", "run-2") is None  # no metrics, no picture

@@ -80,7 +80,7 @@ def main(verb: str, args: list[str]) -> None:
 
 def draw_plot(record: records.RunRecord) -> None:
     """`status RUN --plot`: the run's loss.png, from the metrics its nodes left so far in its folder."""
-    path = runs.plot_run(Path(record.run_dir))
+    path = runs.plot_run(Path(record.run_dir), record.run_id)
     if path is None:
         print(f"plot      none: no metrics in {record.run_dir} yet (a remote target keeps them in its output)")
     else:

@@ -89,7 +89,7 @@ def execute(
         return record
     if state is None:  # detached; the job goes on
         return record
-    plot_run(Path(record.run_dir))
+    plot_run(Path(record.run_dir), record.run_id)
     return records.update(
         record,
         status=state.status,
@@ -141,14 +141,14 @@ def loss_curve(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def plot_run(run_dir: Path) -> Path | None:
+def plot_run(run_dir: Path, run_id: str) -> Path | None:
     """`<run>/loss.png` from the metrics the nodes left in the run folder; None where there are none (a job
     whose output stays on its platform, one that stopped before its first record)."""
     curve = loss_curve(run_dir)
     if not curve:
         return None
     path = run_dir / LOSS_PLOT
-    plot_losses([(run_dir.name, curve)], f"loss, {run_dir.name}", path)
+    plot_losses([(run_id, curve)], f"loss, {run_id}", path)
     return path
 
 
