@@ -26,28 +26,12 @@ def test_the_plan_says_what_the_whole_run_takes_and_costs():
     assert f"- the whole run: {expected}" in report_markdown(plan)
 
 
-def test_the_sweep_summary_adds_up_its_points(tmp_path):
-    points = [
-        RunRecord(
-            run_dir=str(tmp_path / "0"),
-            run_id="a",
-            target="local",
-            image="i",
-            num=0,
-            price_per_hour=3.6,
-            started=100.0,
-            ended=200.0,
-        ),
-        RunRecord(
-            run_dir=str(tmp_path / "1"),
-            run_id="b",
-            target="local",
-            image="i",
-            num=1,
-            price_per_hour=3.6,
-            predicted_s=50.0,
-        ),
-    ]
+def point(num: int, **times: float) -> RunRecord:
+    return RunRecord(run_dir=f"/sweep/{num}", run_id=f"p{num}", target="local", num=num, price_per_hour=3.6, **times)
+
+
+def test_the_sweep_summary_adds_up_its_points():
+    points = [point(0, started=100.0, ended=200.0), point(1, predicted_s=50.0)]
     assert summary.total_line(points) == "\nTotal: $0.15 for 2 points, 100.0 s of wall time over 1 points.\n"
     assert summary.total_line([]) == ""
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import jinja2
 
 from compiler.spec import DataSource, Plan
+from compiler.spec.contract import TRACKER_CREDENTIALS
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import ContainerRuntime
 
@@ -141,7 +142,8 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> SlurmRe
     mounts = [f"{source}:{CONTAINER_ROOT}/input/data/{name}:ro" for name, source in sources.items()]
     mounts += [f"{source}:{CONTAINER_ROOT}/{name}" for name, source in writable.items()]
     environment = dict(target.environment)
-    passed = tuple(dict.fromkeys(("DOCKYARD_PLAN", "DOCKYARD_RUN_ID", *SLURM_VARIABLES, *environment)))
+    credentials = TRACKER_CREDENTIALS if {"mlflow", "wandb"} & set(plan.trainer.trackers) else ()
+    passed = tuple(dict.fromkeys(("DOCKYARD_PLAN", "DOCKYARD_RUN_ID", *SLURM_VARIABLES, *environment, *credentials)))
     values = {
         "run_id": run_id,
         "run_dir": folder,
