@@ -7,6 +7,8 @@ import logging
 import os
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,7 +103,20 @@ def mlflow_server(tmp_path_factory) -> Iterator[str]:
         *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
     ]
     with serving(command, port, timeout=90):
-        yield f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 90
+        while not _answers(f"{url}/health"):  # the port opens before the app has started
+            assert time.monotonic() < deadline, "mlflow server did not become healthy"
+            time.sleep(0.2)
+        yield url
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 @pytest.fixture(scope="session")

@@ -100,3 +100,20 @@ def test_a_tracker_that_is_down_costs_one_warning_and_no_records(tmp_path, capsy
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert len(warnings) == 1 and "the mlflow tracker failed" in warnings[0], warnings
     assert runs.loss_curve(tmp_path) == RECORDS
+
+
+def test_a_tracker_failing_mid_run_is_left_out_after_one_warning(tmp_path, mlflow_server, capsys):
+    from mlflow.tracking import MlflowClient
+
+    plan = plan_for("trainer.trackers=[mlflow]", f"trainer.mlflow.tracking_uri={mlflow_server}")
+    jsonl, mlflow = open_sinks(plan.trainer.trackers, TrackedRun(plan, tmp_path / "output/data", "mid-run"))
+    mlflow.write(RECORDS[0])
+    MlflowClient(mlflow_server).delete_run(mlflow.sink.run_id)  # the server refuses what follows
+    for record in RECORDS:
+        jsonl.write(record)
+        mlflow.write(record)
+    mlflow.close()
+    assert mlflow.sink is None
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "the mlflow tracker failed" in warnings[0], warnings
+    assert runs.loss_curve(tmp_path) == RECORDS

@@ -20,7 +20,8 @@ from compiler.spec.contract import CONTAINER_ROOT, PLAN_CHANNEL, PLAN_PATH
 
 HOST_ALIAS = "host.docker.internal"
 """The host, as the containers name it (Docker Desktop's name, given to every container here)."""
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+"""Hosts of a tracking URI on the host's loopback (IPv4: the relay connects to 127.0.0.1)."""
 GROUP = "homogeneousCluster"
 INSTANCE_TYPE = "local"
 
