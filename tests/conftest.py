@@ -6,6 +6,9 @@ import json
 import logging
 import os
 import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,6 +97,35 @@ def crds() -> dict[str, dict]:
     """The published CRDs (JobSet, PyTorchJob) by kind."""
     loaded = (yaml.load(path.read_text(), Loader=yaml.CSafeLoader) for path in sorted(CRD_DIR.glob("*.yaml")))
     return {crd["spec"]["names"]["kind"]: crd for crd in loaded}
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory) -> Iterator[str]:
+    """A real MLflow tracking server on 127.0.0.1 with a SQLite store, started as a user starts one."""
+    folder = tmp_path_factory.mktemp("mlflow")
+    port = free_port()
+    command = [
+        str(Path(sys.executable).parent / "mlflow"),
+        "server",
+        *("--backend-store-uri", f"sqlite:///{folder}/mlflow.db"),
+        *("--default-artifact-root", str(folder / "artifacts")),
+        *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
+    ]
+    with serving(command, port, timeout=90):
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 90
+        while not _answers(f"{url}/health"):  # the port opens before the app has started
+            assert time.monotonic() < deadline, "mlflow server did not become healthy"
+            time.sleep(0.2)
+        yield url
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,11 @@ PRESETS = {
     "smoke": ["experiment=smoke"],
     "gpt2-124m-p4d": ["experiment=gpt2-124m-p4d"],
     "smoke-compile": ["experiment=smoke", "trainer.compile=blocks"],  # inductor needs g++ and Python.h
+    "smoke-trackers": [  # the pinned clients of the trackers the plan uses, and only those
+        "experiment=smoke",
+        "trainer.trackers=[tensorboard,mlflow,wandb]",
+        "trainer.mlflow.tracking_uri=http://127.0.0.1:5000",
+    ],
     "llama3-8b-p5x4": ["experiment=llama3-8b-p5x4", *LLAMA],
     "llama3-70b-p5x16": ["experiment=llama3-70b-p5x16", *LLAMA],
     # Each family with everything it can take: the user's code, apt and pip packages.
@@ -110,6 +115,7 @@ def test_dlc_image_adds_only_dockyard_and_user_layers() -> None:
         (["image.gdrcopy=2.5.1"], "image.gdrcopy"),
         (["image.torch='2.13; rm -rf /'"], "image.torch"),
         (["image.pyarrow='25; curl x'"], "image.pyarrow"),
+        (["image.mlflow_skinny='3.17.2 ; rm -rf /'"], "image.mlflow_skinny"),
         (["image.system_packages=['g++ && curl x']"], "image.system_packages"),
         (["image.python_packages=[torch]"], "image.python_packages"),
         (["image.python_packages=['x==1 --index-url=http://evil']"], "image.python_packages"),

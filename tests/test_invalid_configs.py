@@ -41,7 +41,31 @@ INVALID = [
     (["model.kv_heads=3"], "model.kv_heads", "do not divide heads=4"),
     (["model.family=mamba"], "model.family", "unknown model family 'mamba'"),
     (["model.family=decoderr"], "model.family", "did you mean decoder"),
-    (["trainer.metrics=[jsonl,wandb]"], "trainer.metrics", "unknown metrics sink 'wandb'"),
+    (["trainer.trackers=[jsonl,wandbb]"], "trainer.trackers", "did you mean wandb"),
+    (["trainer.trackers=[mlflow]"], "trainer.mlflow.tracking_uri", "is missing for the mlflow tracker"),
+    (
+        ["trainer.trackers=[mlflow]", "trainer.mlflow.tracking_uri=http://me:secret@mlflow.example.com"],
+        "trainer.mlflow.tracking_uri",
+        "holds credentials, which would be stored in the plan",
+    ),
+    (
+        ["trainer.trackers=[mlflow]", "trainer.mlflow.tracking_uri=file:///tmp/mlruns"],
+        "trainer.mlflow.tracking_uri",
+        "is not an http(s)://HOST[:PORT] URL",
+    ),
+    (
+        [
+            "trainer.trackers=[mlflow]",
+            "trainer.mlflow.tracking_uri=arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/team",
+        ],
+        "trainer.mlflow.tracking_uri",
+        "sagemaker-mlflow plugin this version does not install",
+    ),
+    (
+        ["trainer=script", "trainer.source_dir=src", "trainer.script=t.py", "trainer.trackers=[tensorboard]"],
+        "trainer.trackers",
+        "are the built-in trainer's",
+    ),
     (["model.seq_len=512"], "model.seq_len", "exceeds the model's context of 256"),
     (["model.layers=0"], "model.layers", "must be at least 1"),
     (["model.position=rope", "model.hidden=120", "model.heads=8"], "model.heads", "RoPE needs an even head size"),

@@ -72,11 +72,12 @@ def test_metric_definitions_read_the_trainers_metrics_lines(tmp_path):
     import re
 
     from compiler.targets.sagemaker import job_metrics
+    from entrypoint.trainer.metrics import TrackedRun
     from entrypoint.trainer.metrics.jsonl import JsonlSink
 
     printed = io.StringIO()
     record = {"step": 40, "loss": 2.5e-05, "lr": 3e-4, "grad_norm": 0.75, "tokens_per_s": 91234.5, "mfu": None}
-    JsonlSink(tmp_path, printed).write(record)
+    JsonlSink(TrackedRun(plan_for(), tmp_path, "r"), printed).write(record)
     line = printed.getvalue()
     found = {}
     for definition in sagemaker.metric_definitions():
@@ -140,3 +141,20 @@ def test_missing_data_bucket_is_a_config_error(aws):
     with pytest.raises(ConfigError) as caught:
         sagemaker_submit.submit(request, plan.to_json(), aws)
     assert caught.value.key == "data.uri"
+
+
+def test_tensorboard_events_go_to_s3_as_the_job_runs():
+    job = sagemaker.to_request(
+        plan_for("experiment=gpt2-124m-p4d", f"target.role_arn={ROLE}", "trainer.trackers=[tensorboard]"),
+        IMAGE,
+        run_id="r",
+        job_prefix="s3://b/r/",
+    ).create_training_job
+    assert job["TensorBoardOutputConfig"] == {
+        "S3OutputPath": "s3://b/r/tensorboard",
+        "LocalPath": "/opt/ml/output/data/tensorboard",
+    }
+    plain = sagemaker.to_request(
+        plan_for("experiment=gpt2-124m-p4d", f"target.role_arn={ROLE}"), IMAGE, run_id="r", job_prefix="s3://b/r/"
+    )
+    assert "TensorBoardOutputConfig" not in plain.create_training_job

@@ -56,6 +56,18 @@ def test_sbatch_script_matches_golden(name, overrides, golden):
     golden.check(f"slurm/{name}.sh", script(*overrides))
 
 
+def test_tracker_credentials_pass_from_the_jobs_environment_by_name_only(monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "token-that-stays-in-the-shell")
+    tracked = script(
+        "experiment=smoke",
+        "target=slurm",
+        "trainer.trackers=[mlflow]",
+        "trainer.mlflow.tracking_uri=http://mlflow:5000",
+    )
+    assert "--env MLFLOW_TRACKING_TOKEN \\" in tracked and "token-that-stays-in-the-shell" not in tracked
+    assert "MLFLOW_TRACKING_TOKEN" not in script("experiment=smoke", "target=slurm")  # no tracker, nothing passed
+
+
 def test_dry_run_prints_the_sbatch_script_for_4_nodes_of_8_gpus(tmp_path):
     result = subprocess.run(
         [DOCKYARD, "launch", "experiment=llama3-8b-p5x4", "target=slurm", "--dry-run"],

@@ -66,7 +66,22 @@ def main(verb: str, args: list[str]) -> None:
     if verb == "warm-pool":
         parser.add_argument("action", choices=["release"], help="release: set the pool's keep-alive to 0")
     parser.add_argument("run", help="the run id `launch` printed, or the run folder (a sweep's folder for status)")
-    run = parser.parse_args(args).run  # argparse exits 2 with one usage line on a mistake
+    if verb == "status":
+        parser.add_argument("--plot", action="store_true", help="draw RUN/loss.png from the metrics in its folder")
+    parsed = parser.parse_args(args)  # argparse exits 2 with one usage line on a mistake
+    run = parsed.run
     if verb == "status" and records.holds_file(Path(run), summary.SUMMARY_CSV):
         return sweep_status(Path(run))
-    ACTIONS[verb](find_record(run))
+    record = find_record(run)
+    ACTIONS[verb](record)
+    if getattr(parsed, "plot", False):
+        draw_plot(record)
+
+
+def draw_plot(record: records.RunRecord) -> None:
+    """`status RUN --plot`: the run's loss.png, from the metrics its nodes left so far in its folder."""
+    path = runs.plot_run(Path(record.run_dir), record.run_id)
+    if path is None:
+        print(f"plot      none: no metrics in {record.run_dir} yet (a remote target keeps them in its output)")
+    else:
+        print(f"plot      {path}")

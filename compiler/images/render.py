@@ -83,7 +83,7 @@ def python_dependencies(image: schema.ImageConfig) -> list[str]:
 def feature_dependencies(plan: Plan) -> list[str]:
     """Pinned packages only some plans need, in a layer of their own above dockyard's (which every plan of
     the family shares): the document readers for `data.format` text or chat, Hugging Face's transformers for
-    model=hf, peft for LoRA."""
+    model=hf, peft for LoRA, the clients of `trainer.trackers`."""
     image, model = plan.image, plan.model
     pins = []
     if plan.data.format is not schema.DataFormat.tokens:
@@ -92,6 +92,9 @@ def feature_dependencies(plan: Plan) -> list[str]:
         pins.append(f"transformers=={image.transformers}")
     if model.lora.rank:
         pins.append(f"peft=={image.peft}")
+    for tracker, field in schema.TRACKER_PINS.items():
+        if tracker in plan.trainer.trackers:
+            pins.append(f"{field.replace('_', '-')}=={getattr(image, field)}")
     return pins
 
 

@@ -11,6 +11,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO
 
+from compiler.launch.plot import LOSS_PLOT, plot_losses
+from compiler.planner.summary import predicted_seconds
 from compiler.spec import Plan
 from compiler.spec.contract import METRICS_FILE
 from compiler.targets import records, registry
@@ -41,7 +43,6 @@ def dry_run_image(plan: Plan, planned: str) -> str:
 
 def new_record(plan: Plan, request: Request, run_dir: Path, image: str, **point) -> RunRecord:
     """The record of a job about to be submitted (`point`: a sweep's num and overrides)."""
-    predicted = plan.trainer.steps * plan.estimate.throughput.step_seconds if plan.estimate else None
     return RunRecord(
         run_dir=str(run_dir),
         run_id=request.run_id,
@@ -49,7 +50,7 @@ def new_record(plan: Plan, request: Request, run_dir: Path, image: str, **point)
         image=image,
         region=getattr(request, "region", ""),
         price_per_hour=plan.price_per_hour,
-        predicted_s=predicted,
+        predicted_s=predicted_seconds(plan),
         **point,
     )
 
@@ -88,6 +89,7 @@ def execute(
         return record
     if state is None:  # detached; the job goes on
         return record
+    plot_run(Path(record.run_dir), record.run_id)
     return records.update(
         record,
         status=state.status,
@@ -139,6 +141,17 @@ def loss_curve(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def plot_run(run_dir: Path, run_id: str) -> Path | None:
+    """`<run>/loss.png` from the metrics the nodes left in the run folder; None where there are none (a job
+    whose output stays on its platform, one that stopped before its first record)."""
+    curve = loss_curve(run_dir)
+    if not curve:
+        return None
+    path = run_dir / LOSS_PLOT
+    plot_losses([(run_id, curve)], f"loss, {run_id}", path)
+    return path
+
+
 def final_metrics(run_dir: Path) -> dict:
     curve = loss_curve(run_dir)
     return curve[-1] if curve else {}
@@ -154,6 +167,7 @@ def print_results(record: RunRecord, out: IO[str] = sys.stdout) -> None:
     run_dir = Path(record.run_dir)
     for label, path in (
         ("metrics", metrics_file(run_dir)),
+        ("plot", run_dir / LOSS_PLOT),
         ("logs", run_dir / "logs"),
         ("checkpoints", run_dir / "checkpoints"),
         ("model", run_dir / "model"),

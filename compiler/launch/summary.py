@@ -14,11 +14,12 @@ import csv
 import statistics
 from pathlib import Path
 
+from compiler.launch.plot import LOSS_PLOT, plot_losses
 from compiler.launch.runs import loss_curve
 from compiler.launch.runs import refresh as refresh_run
 from compiler.targets.records import RunRecord, load_all
 
-SUMMARY_MD, SUMMARY_CSV, LOSS_PLOT = "summary.md", "summary.csv", "loss.png"
+SUMMARY_MD, SUMMARY_CSV = "summary.md", "summary.csv"
 COLUMNS = (
     "job",
     "overrides",
@@ -103,11 +104,23 @@ def write(sweep_dir: Path) -> list[RunRecord]:
         writer.writeheader()
         writer.writerows(row(record, frozenset(), curve, target) for record, curve in curves)
     rows = [row(record, common, curve, target) for record, curve in curves]
-    (sweep_dir / SUMMARY_MD).write_text(markdown(sweep_dir, rows, common, target))
+    (sweep_dir / SUMMARY_MD).write_text(markdown(sweep_dir, rows, common, target) + total_line(records))
     curves = [(record, curve) for record, curve in curves if curve]
     if curves:
         plot(curves, common, sweep_dir / LOSS_PLOT)
     return records
+
+
+def total_line(records: list[RunRecord]) -> str:
+    """The whole sweep: its points' cost summed (billed, measured or predicted seconds × price, as each row's
+    cost_usd) and their wall time; empty when no point has either."""
+    costs = [record.cost_usd for record in records if record.cost_usd is not None]
+    walls = [record.wall_s for record in records if record.wall_s is not None]
+    if not (costs or walls):
+        return ""
+    parts = [f"${sum(costs):,.2f} for {len(costs)} points"] if costs else []
+    parts += [f"{sum(walls):,.1f} s of wall time over {len(walls)} points"] if walls else []
+    return f"\nTotal: {', '.join(parts)}.\n"
 
 
 def refresh(sweep_dir: Path) -> list[RunRecord]:
@@ -140,35 +153,6 @@ def markdown(sweep_dir: Path, rows: list[dict[str, str]], common: frozenset[str]
 
 
 def plot(curves: list[tuple[RunRecord, list[dict]]], common: frozenset[str], path: Path) -> None:
-    """Every point's loss against the step and, where the metrics time it, against seconds of training
-    (points with different batches or compile times compare on the second); a point with held-out data
-    has its validation loss beside it, dashed in the same colour."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    from matplotlib import pyplot
-
-    timed = all(m.get("elapsed_s") is not None for _, curve in curves for m in curve)
-    figure, panels = pyplot.subplots(1, 2 if timed else 1, figsize=(14 if timed else 8, 5), squeeze=False)
-    for axes, x, label in zip(panels[0], ("step", "elapsed_s"), ("step", "seconds of training"), strict=False):
-        for record, curve in curves:
-            name = f"#{record.num} {varied_overrides(record, common)}"[:60]
-            (line,) = axes.plot([m[x] for m in curve], [m["loss"] for m in curve], marker=".", label=name)
-            held_out = [m for m in curve if m.get("val_loss") is not None]
-            if held_out:
-                axes.plot(
-                    [m[x] for m in held_out],
-                    [m["val_loss"] for m in held_out],
-                    marker="x",
-                    linestyle="--",
-                    color=line.get_color(),
-                    label=f"{name} (validation)"[:60],
-                )
-        axes.set_xlabel(label)
-        axes.set_ylabel("loss")
-        axes.set_title(f"loss, {len(curves)} points")
-        axes.grid(alpha=0.3)
-        axes.legend(fontsize="small")
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    pyplot.close(figure)
+    """Every point's loss curve, labelled by its number and its own overrides."""
+    labelled = [(f"#{record.num} {varied_overrides(record, common)}", curve) for record, curve in curves]
+    plot_losses(labelled, f"loss, {len(curves)} points", path)

@@ -16,6 +16,7 @@ from compiler.core import catalog, grammar
 from compiler.core.capabilities import TargetCapabilities
 from compiler.planner import estimate, fit, rules
 from compiler.planner.layout import resolve_batch, resolve_layout
+from compiler.planner.tracker_rules import resolve_trackers
 from compiler.spec import Batch, Derived, Estimate, Layout, Plan, schema
 from compiler.spec.errors import ConfigError
 from compiler.spec.strategies import DEEPSPEED_ENGINE, facts
@@ -45,7 +46,7 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
     the same layout (dp=-1 and dp=4 on four ranks) have the same plan and the same hash.
     """
     grammar.check_name(config.name)
-    config = dataclasses.replace(config, trainer=rules.resolve_compile(config.trainer))
+    config = dataclasses.replace(config, trainer=resolve_trackers(rules.resolve_compile(config.trainer)))
     instance = catalog.instance_type(config.hardware.instance_type)
     if targets.own.managed_prices:
         instance = dataclasses.replace(instance, price_per_hour=instance.managed_price_per_hour)

@@ -72,7 +72,8 @@ def _check_image_versions(image: schema.ImageConfig) -> None:
             continue
         if name not in wanted:
             raise ConfigError(f"image.{name}", f"does not apply to the {family} image", f"set image.{name}=null")
-    for name in ("torch", "deepspeed", "boto3", *HUGGING_FACE_PACKAGES, *schema.DOCUMENT_PACKAGES, *CUDA_STACK):
+    pinned = (*HUGGING_FACE_PACKAGES, *schema.DOCUMENT_PACKAGES, *schema.TRACKER_PINS.values())
+    for name in ("torch", "deepspeed", "boto3", *pinned, *CUDA_STACK):
         value = getattr(image, name)
         if value is not None:
             check = grammar.check_debian_version if name == "nccl" else grammar.check_release

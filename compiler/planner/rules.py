@@ -21,9 +21,10 @@ from compiler.core.catalog import INSTANCE_TYPES, LOCAL_CPU
 from compiler.planner import models
 from compiler.planner.data_rules import check_format
 from compiler.planner.image_rules import check_image
+from compiler.planner.tracker_rules import check_trackers
 from compiler.spec import InstanceType, schema
-from compiler.spec.contract import METRICS_SINKS, PLAN_CHANNEL
-from compiler.spec.errors import ConfigError, UnknownNameError, UnsupportedError
+from compiler.spec.contract import PLAN_CHANNEL
+from compiler.spec.errors import ConfigError, UnsupportedError
 from compiler.spec.strategies import DEEPSPEED_ENGINE, STRATEGIES, facts
 
 if TYPE_CHECKING:
@@ -264,9 +265,7 @@ def check_trainer(
             raise ConfigError(f"trainer.{name}", "cannot be negative")
     if trainer.log_interval < 1:
         raise ConfigError("trainer.log_interval", "must be at least 1")
-    for name in trainer.metrics:
-        if name not in METRICS_SINKS:
-            raise UnknownNameError("trainer.metrics", "metrics sink", name, METRICS_SINKS)
+    check_trackers(trainer)
     if trainer.entry is schema.Entry.script:
         for name in ("source_dir", "script"):
             if not getattr(trainer, name):

@@ -31,6 +31,7 @@ def summary_lines(plan: Plan) -> list[str]:
             f"memory    {memory.total / GIB:.1f} of {plan.estimate.gpu_memory / GIB:.0f} GiB per GPU: {terms}",
             f"speed     {speed.step_seconds:.2f} s/step, {speed.tokens_per_second:,.0f} tokens/s, MFU "
             f"{speed.mfu:.0%} (predicted){_cost_per_billion(plan)}",
+            f"total     {_totals(plan)}",
         ]
     if plan.estimate and plan.estimate.host_memory:
         host = plan.estimate.host_memory
@@ -74,6 +75,7 @@ def report_markdown(plan: Plan) -> str:
             f"{speed.exposed_communication_seconds:.3f} s",
             f"- {speed.tokens_per_second:,.0f} tokens/s, MFU {speed.mfu:.1%}",
             f"- cost: ${plan.price_per_hour:,.2f}/h{_cost_per_billion(plan)}",
+            f"- the whole run: {_totals(plan)}",
         ]
     return "\n".join(lines) + "\n"
 
@@ -90,6 +92,28 @@ def _pipeline(plan: Plan) -> str:
         peaks = " | ".join(f"{total / GIB:.1f}" for total in plan.estimate.stage_memory)
         line += f", {plan.estimate.throughput.point_to_point_seconds:.2f} s/step point-to-point; GiB per stage {peaks}"
     return line
+
+
+def predicted_seconds(plan: Plan) -> float | None:
+    """The whole run's predicted training time: its steps × the predicted step time (GPU plans)."""
+    return plan.trainer.steps * plan.estimate.throughput.step_seconds if plan.estimate else None
+
+
+def _totals(plan: Plan) -> str:
+    """The whole run's predicted wall time and cost (the plan's price covers all its nodes)."""
+    seconds = predicted_seconds(plan) or 0.0
+    text = f"{plan.trainer.steps:,} steps × {seconds / plan.trainer.steps:.2f} s = {_duration(seconds)} predicted"
+    if plan.price_per_hour:
+        text += f", ${plan.price_per_hour * seconds / 3600:,.2f} at ${plan.price_per_hour:,.2f}/h"
+    return text
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:,.1f} h"
 
 
 def _cost_per_billion(plan: Plan) -> str:

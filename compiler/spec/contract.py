@@ -20,11 +20,28 @@ CODE_DIR = f"{CONTAINER_ROOT}/code"
 RUN_AS_USER = "dockyard"
 """The unprivileged user the image creates and the entrypoint drops to after preparing /opt/ml as root."""
 
+OUTPUT_DATA_DIR = f"{CONTAINER_ROOT}/output/data"
+"""The job's output folder, where the trainer's metrics and trackers write (SageMaker uploads it at the end)."""
 METRICS_FILE = "metrics.jsonl"
 """The trainer's metrics file in the job's output folder (`output/data/`), which the run reader charts."""
-METRICS_SINKS = ("jsonl",)
-"""The names `trainer.metrics` may list: the trainer's `entrypoint.trainer.metrics.SINKS` (tested equal),
+TRACKERS = ("jsonl", "tensorboard", "mlflow", "wandb")
+"""The names `trainer.trackers` may list: the trainer's `entrypoint.trainer.metrics.SINKS` (tested equal),
 here so that the planner checks them without importing the runtime."""
+ALWAYS_ON_TRACKER = "jsonl"
+"""The tracker every run has, listed or not: the run reader, the sweep summary and SageMaker's metric regexes
+read its lines."""
+TENSORBOARD_DIR = "tensorboard"
+"""The TensorBoard tracker's event files, in the job's output folder (`output/data/tensorboard`)."""
+WANDB_DIR = "wandb"
+"""The W&B tracker's run folders (what `wandb sync` uploads), in the job's output folder."""
+TRACKER_CREDENTIALS = (
+    "MLFLOW_TRACKING_TOKEN",
+    "MLFLOW_TRACKING_USERNAME",
+    "MLFLOW_TRACKING_PASSWORD",
+    "WANDB_API_KEY",
+)
+"""The trackers' credentials: a target passes them from the submitting shell's environment to the nodes
+when it starts them, so that they never reach a plan, a request or an image."""
 METRICS_SEPARATORS = (", ", ": ")
 """`json.dumps` separators of a metrics line, `{"step": 10, "loss": 2.5, ...}`: one JSON object per line
 in the file and in the job's log, where SageMaker's metric regexes look for `"<name>": <number>`."""

@@ -23,9 +23,12 @@ from compiler.spec import schema
 from compiler.spec.errors import ConfigError
 from compiler.spec.records import Batch, Derived, Estimate, InstanceType, Layout
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """2: the runtime's values resolved into `derived`; the hash leaves out `estimate` and `warnings`.
-3: `model.family` and `trainer.metrics` name the model and the metrics sinks from the trainer's registries."""
+3: `model.family` and `trainer.metrics` name the model and the metrics sinks from the trainer's registries.
+4: `trainer.metrics` is `trainer.trackers`, with `trainer.mlflow` and `trainer.wandb`; `model.path`, `init`,
+   `lora`, `architecture` and `head_dim` (model=hf); `data.format` and the document fields; the image's
+   Hugging Face, document and tracker pins."""
 PREDICTIONS = ("estimate", "warnings")
 """Fields that describe the planner's view of the run, not the run: outside the content hash."""
 

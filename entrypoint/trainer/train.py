@@ -29,7 +29,7 @@ from entrypoint.trainer import checkpoint, text_data
 from entrypoint.trainer.compiled import use_warm_cache
 from entrypoint.trainer.data import Batches, data_folder, make_source
 from entrypoint.trainer.engines import Engine, make_engine
-from entrypoint.trainer.metrics import open_sinks
+from entrypoint.trainer.metrics import TrackedRun, open_sinks
 from entrypoint.trainer.metrics.measure import memory_gib, mfu
 from entrypoint.trainer.models import model_spec
 from entrypoint.trainer.models.source import with_local_checkpoint
@@ -92,6 +92,11 @@ def validation_metrics(engine: Engine, plan: Plan, held_out: Batches) -> dict:
     )
     loss = global_mean(total / (accum * batches), plan.layout.ranks_per_stage)
     return {"val_loss": round(loss, 6), "val_ppl": round(math.exp(min(loss, 50.0)), 4)}
+
+
+def tracked_run(plan: Plan, paths: Paths) -> TrackedRun:
+    """What the trackers are opened with; every target sets DOCKYARD_RUN_ID (a bare torchrun is `local`)."""
+    return TrackedRun(plan, paths.output, os.environ.get("DOCKYARD_RUN_ID", "local"))
 
 
 def derived_lines(plan: Plan, backend: str, start_step: int) -> list[str]:
@@ -193,7 +198,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
     if done:
         start, folder = done[-1]
         engine.load(folder)
-    sinks = open_sinks(plan.trainer.metrics, paths.output) if rank == 0 else []
+    sinks = open_sinks(plan.trainer.trackers, tracked_run(plan, paths)) if rank == 0 else []
     if rank == 0:
         backend = dist.get_backend()
         print("\n".join([*derived_lines(plan, backend, start), *data.lines]), flush=True)

@@ -23,6 +23,7 @@ from compiler.spec.schema.hardware import (
 )
 from compiler.spec.schema.image import (
     DOCUMENT_PACKAGES,
+    TRACKER_PINS,
     ImageConfig,
     ImageFamily,
 )
@@ -59,7 +60,10 @@ from compiler.spec.schema.trainer import (
     Launcher,
     LrScaling,
     LrSchedule,
+    MlflowConfig,
     TrainerConfig,
+    WandbConfig,
+    WandbMode,
 )
 
 __all__ = [
@@ -75,6 +79,7 @@ __all__ = [
     "ImageFamily",
     "ImageConfig",
     "DOCUMENT_PACKAGES",
+    "TRACKER_PINS",
     "Activation",
     "Norm",
     "Position",
@@ -101,4 +106,7 @@ __all__ = [
     "COMPILE_MODES",
     "LrScaling",
     "TrainerConfig",
+    "MlflowConfig",
+    "WandbConfig",
+    "WandbMode",
 ]

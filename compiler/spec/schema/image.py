@@ -15,6 +15,8 @@ class ImageFamily(Enum):
 DOCUMENT_PACKAGES = ("tokenizers", "datasets", "pyarrow", "zstandard")
 """What reading and tokenizing documents (`data.format=text|chat`) needs in the image, each pinned by its
 `image.<name>` field and installed only for such plans."""
+TRACKER_PINS = {"tensorboard": "tensorboard", "mlflow": "mlflow_skinny", "wandb": "wandb"}
+"""`trainer.trackers` name → the `image.<field>` pinning the client it installs (the field names its package)."""
 
 
 @dataclass
@@ -56,6 +58,12 @@ class ImageConfig:
     """pyarrow version (Parquet), installed with tokenizers."""
     zstandard: str = "0.25.0"
     """zstandard version (.jsonl.zst), installed with tokenizers."""
+    tensorboard: str = "2.21.0"
+    """TensorBoard version, installed when `trainer.trackers` lists tensorboard (its event writer)."""
+    mlflow_skinny: str = "3.17.2"
+    """mlflow-skinny version (MLflow's client without the server), installed when `trainer.trackers` lists mlflow."""
+    wandb: str = "0.31.0"
+    """W&B's client version, installed when `trainer.trackers` lists wandb."""
     wheelhouse: list[str] = field(default_factory=list)
     """Folders searched for the torch wheel of cpu_local; empty means the find-links of pip's configuration."""
     cuda: str | None = None

@@ -36,6 +36,33 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 """torch.compile's modes (`trainer.compile_mode`)."""
 
 
+class WandbMode(Enum):
+    offline = "offline"
+    """Runs written under the output folder's `wandb/`, for `wandb sync` to upload later."""
+    online = "online"
+    """Streamed to W&B as the run goes (WANDB_API_KEY from the target's environment passing)."""
+
+
+@dataclass
+class MlflowConfig:
+    tracking_uri: str | None = None
+    """The MLflow tracking server: http(s)://host:port, or a SageMaker managed MLflow tracking server's ARN
+    (arn:aws:sagemaker:REGION:ACCOUNT:mlflow-tracking-server/NAME). A server on the host's loopback is
+    reached from local-target containers through the host."""
+    experiment: str = "dockyard"
+    """The MLflow experiment the run is logged under (created when missing)."""
+    run_name: str | None = None
+    """The MLflow run's name; the run id when unset."""
+
+
+@dataclass
+class WandbConfig:
+    project: str = "dockyard"
+    """The W&B project."""
+    mode: WandbMode = WandbMode.offline
+    """offline (a run folder `wandb sync` uploads) or online."""
+
+
 class LrScaling(Enum):
     none = "none"
     linear = "linear"
@@ -73,9 +100,14 @@ class TrainerConfig:
     """Steps between validation losses (needs `data.validation`); 0 evaluates only at the end."""
     eval_batches: int = 4
     """Micro batches per data-parallel rank in each validation."""
-    metrics: list[str] = field(default_factory=lambda: ["jsonl"])
-    """Where the built-in trainer's metrics go (`compiler.spec.contract.METRICS_SINKS`): jsonl, one JSON object
-    per line to the job's log and to output/data/metrics.jsonl."""
+    trackers: list[str] = field(default_factory=lambda: ["jsonl"])
+    """Where the built-in trainer's metrics go (`compiler.spec.contract.TRACKERS`); jsonl, one JSON object per
+    line to the job's log and to output/data/metrics.jsonl, is always on. tensorboard (event files in
+    output/data/tensorboard), mlflow (`trainer.mlflow`), wandb (`trainer.wandb`)."""
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    """The MLflow tracker's server, experiment and run name (`trainer.trackers` lists mlflow)."""
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    """The W&B tracker's project and mode (`trainer.trackers` lists wandb)."""
     seed: int = 1234
     """Seed of the model's initialisation and the synthetic data."""
     compile: Any = False

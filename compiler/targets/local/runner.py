@@ -7,10 +7,12 @@ attempt still running after `target.max_run_hours` is stopped (SIGTERM first, so
 and not retried, as Slurm ends a job at its time limit and Kubernetes at its deadline.
 """
 
+import os
 import queue
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
@@ -18,8 +20,10 @@ from typing import IO
 import docker
 from docker.types import DeviceRequest
 
+from compiler.spec.contract import TRACKER_CREDENTIALS
 from compiler.spec.s3 import download_s3
-from compiler.targets.local.translate import ContainerSpec, LocalRequest
+from compiler.targets.local.forward import relaying
+from compiler.targets.local.translate import HOST_ALIAS, ContainerSpec, LocalRequest
 
 STOP_TIMEOUT_S = 10
 RUN_LABEL = "dockyard.run_id"  # what `dockyard stop` finds a run's containers by
@@ -88,28 +92,47 @@ def kill(run_id: str, client=None) -> None:
 
 def run_once(request: LocalRequest, client, out: IO[str]) -> Ending:
     network = client.networks.create(request.network, driver="bridge")
+    network.reload()
+    gateway = network.attrs["IPAM"]["Config"][0]["Gateway"]
     containers = []
     try:
-        for spec in request.containers:
-            container = _create(client, spec, request.run_id)
-            network.connect(container, aliases=[spec.hostname])
-            containers.append((spec.hostname, container))
-        exits: queue.Queue[tuple[str, int]] = queue.Queue()
-        for host, container in containers:
-            container.start()
-            log_file = Path(request.run_dir) / "logs" / f"{host}.log"
-            threading.Thread(target=_stream, args=(host, container, out, log_file), daemon=True).start()
-            threading.Thread(
-                target=lambda h=host, c=container: exits.put((h, c.wait()["StatusCode"])), daemon=True
-            ).start()
-        return _wait_for_all(request, containers, exits, out)
+        with relaying(gateway, request.loopback_ports):
+            return _run_containers(request, client, network, gateway, containers, out)
     finally:
         for _, container in containers:
             container.remove(force=True)
         network.remove()
 
 
-def _create(client, spec: ContainerSpec, run_id: str):
+def _run_containers(request: LocalRequest, client, network, gateway: str, containers: list, out: IO[str]) -> Ending:
+    """Start every node on `network` (filling `containers`, which the caller removes) and wait for them."""
+    for spec in request.containers:
+        container = _create(client, spec, request.run_id, gateway)
+        network.connect(container, aliases=[spec.hostname])
+        containers.append((spec.hostname, container))
+    exits: queue.Queue[tuple[str, int]] = queue.Queue()
+    for host, container in containers:
+        container.start()
+        log_file = Path(request.run_dir) / "logs" / f"{host}.log"
+        threading.Thread(target=_stream, args=(host, container, out, log_file), daemon=True).start()
+        threading.Thread(target=lambda h=host, c=container: exits.put((h, c.wait()["StatusCode"])), daemon=True).start()
+    return _wait_for_all(request, containers, exits, out)
+
+
+def at_host_address(environment: dict[str, str], gateway: str) -> dict[str, str]:
+    """`environment` with URLs to `HOST_ALIAS` pointing at the host's address on the run's network: MLflow's
+    server refuses other Host headers than loopback and private addresses (its DNS-rebinding protection), and
+    the address is known only once the network exists."""
+    alias = f"://{HOST_ALIAS}:"
+    return {name: value.replace(alias, f"://{gateway}:") for name, value in environment.items()}
+
+
+def credentials(environ: Mapping[str, str]) -> dict[str, str]:
+    """The trackers' credentials of the submitting shell, for the containers: never in the request."""
+    return {name: environ[name] for name in TRACKER_CREDENTIALS if name in environ}
+
+
+def _create(client, spec: ContainerSpec, run_id: str, gateway: str):
     volumes = {m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in spec.mounts}
     gpus = [DeviceRequest(count=-1, capabilities=[["gpu"]])] if spec.gpus else None
     return client.containers.create(
@@ -117,7 +140,8 @@ def _create(client, spec: ContainerSpec, run_id: str):
         command=list(spec.command),
         name=spec.name,
         hostname=spec.hostname,
-        environment=spec.environment,
+        environment={**at_host_address(spec.environment, gateway), **credentials(os.environ)},
+        extra_hosts={HOST_ALIAS: gateway},
         volumes=volumes,
         device_requests=gpus,
         shm_size=SHM_SIZE,

@@ -12,6 +12,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from compiler.core.catalog import LOCAL_CPU, instance_type
 from compiler.spec import DataSource, Entry, Plan
@@ -20,6 +21,10 @@ from compiler.spec.schema import DataFormat
 from compiler.spec.tokenizer import tokenizer_location
 from compiler.targets.channels import pretrained_channel
 
+HOST_ALIAS = "host.docker.internal"
+"""The host, as the containers name it (Docker Desktop's name, given to every container here)."""
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+"""Hosts of a tracking URI on the host's loopback (IPv4: the relay connects to 127.0.0.1)."""
 GROUP = "homogeneousCluster"
 INSTANCE_TYPE = "local"
 
@@ -57,6 +62,8 @@ class LocalRequest:
     """Folders of the run the containers write to; the entrypoint hands them to its user (or checks them)."""
     downloads: dict[str, str] = field(default_factory=dict)
     """S3 channels copied into the run before the containers start: host folder -> s3:// prefix."""
+    loopback_ports: tuple[int, ...] = field(default=())
+    """Ports of servers on the host's loopback (a tracker's) that the containers reach at `HOST_ALIAS`."""
 
     @property
     def image(self) -> str:
@@ -124,10 +131,12 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> LocalRe
         Mount(str(run_dir / "model"), f"{CONTAINER_ROOT}/model", read_only=False),
         Mount(str(run_dir / "checkpoints"), f"{CONTAINER_ROOT}/checkpoints", read_only=False),
     ]
+    tracker_uri, loopback_ports = mlflow_from_containers(plan)
     environment = {
         **plan.target.environment,
         "DOCKYARD_PLAN": PLAN_PATH,
         "DOCKYARD_RUN_ID": run_id,
+        **({"DOCKYARD_MLFLOW_TRACKING_URI": tracker_uri} if tracker_uri else {}),
     }
     containers = tuple(
         ContainerSpec(
@@ -165,7 +174,21 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> LocalRe
         containers=containers,
         host_folders=tuple(writable),
         downloads=downloads,
+        loopback_ports=loopback_ports,
     )
+
+
+def mlflow_from_containers(plan: Plan) -> tuple[str | None, tuple[int, ...]]:
+    """The MLflow tracking URI as the containers reach it, and the loopback port to open for them: a server
+    on the host's loopback is at `HOST_ALIAS` (the runner relays its port); any other URI stays as it is."""
+    uri = plan.trainer.mlflow.tracking_uri
+    if "mlflow" not in plan.trainer.trackers or uri is None:
+        return None, ()
+    parts = urlsplit(uri)
+    if parts.hostname not in LOOPBACK_HOSTS:
+        return None, ()
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return urlunsplit(parts._replace(netloc=f"{HOST_ALIAS}:{port}")), (port,)
 
 
 def contract_files(plan: Plan, host: str, cluster: tuple[Group, ...], channels: dict[str, str]) -> dict[str, str]:

@@ -17,10 +17,12 @@ from compiler.spec.contract import (
     CONTAINER_ROOT,
     HUB_TOKEN_SECRET,
     METRICS_SEPARATORS,
+    OUTPUT_DATA_DIR,
     PLAN_CHANNEL,
     PLAN_PATH,
     PRETRAINED_CHANNEL,
     REPORTED_METRICS,
+    TENSORBOARD_DIR,
 )
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import DataSource, Entry, SageMakerTargetConfig
@@ -120,6 +122,11 @@ def to_request(plan: Plan, image: str, *, run_id: str, job_prefix: str) -> SageM
         "HyperParameters": _hyperparameters(plan),
         "Tags": [{"Key": "dockyard:plan", "Value": plan.content_hash}, {"Key": "dockyard:name", "Value": plan.name}],
     }
+    if "tensorboard" in plan.trainer.trackers:  # uploaded as the job runs, not only at its end as output/data is
+        parameters["TensorBoardOutputConfig"] = {
+            "S3OutputPath": f"{job_prefix.rstrip('/')}/{TENSORBOARD_DIR}",
+            "LocalPath": f"{OUTPUT_DATA_DIR}/{TENSORBOARD_DIR}",
+        }
     if target.max_retries:
         parameters["RetryStrategy"] = {"MaximumRetryAttempts": target.max_retries}
     if target.subnets:

@@ -20,6 +20,7 @@ from pathlib import Path
 import jinja2
 
 from compiler.spec import DataSource, Plan
+from compiler.spec.contract import TRACKER_CREDENTIALS
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import ContainerRuntime
 from compiler.targets.channels import CheckpointSource, checkpoint_source, pretrained_channel
@@ -145,9 +146,12 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> SlurmRe
     mounts = [f"{source}:{CONTAINER_ROOT}/input/data/{name}:ro" for name, source in sources.items()]
     mounts += [f"{source}:{CONTAINER_ROOT}/{name}" for name, source in writable.items()]
     environment = dict(target.environment)
-    # A Hub checkpoint's token goes from the submitting shell into the containers by name, never by value.
+    # A Hub checkpoint's token and the trackers' credentials go from the submitting shell into the containers
+    # by name, never by value.
     hub = ("HF_TOKEN",) if checkpoint_source(plan) is CheckpointSource.hub else ()
-    passed = tuple(dict.fromkeys(("DOCKYARD_PLAN", "DOCKYARD_RUN_ID", *SLURM_VARIABLES, *environment, *hub)))
+    credentials = TRACKER_CREDENTIALS if {"mlflow", "wandb"} & set(plan.trainer.trackers) else ()
+    names = ("DOCKYARD_PLAN", "DOCKYARD_RUN_ID", *SLURM_VARIABLES, *environment, *hub, *credentials)
+    passed = tuple(dict.fromkeys(names))
     values = {
         "run_id": run_id,
         "run_dir": folder,

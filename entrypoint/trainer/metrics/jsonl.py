@@ -3,16 +3,16 @@ look) and to `metrics.jsonl` in the output folder (which the run reader charts).
 
 import json
 import sys
-from pathlib import Path
 from typing import Any, TextIO
 
 from compiler.spec.contract import METRICS_FILE, METRICS_SEPARATORS
+from entrypoint.trainer.metrics.base import TrackedRun
 
 
 class JsonlSink:
-    def __init__(self, output: Path, stream: TextIO = sys.stdout) -> None:
-        output.mkdir(parents=True, exist_ok=True)
-        self.file = (output / METRICS_FILE).open("a")
+    def __init__(self, run: TrackedRun, stream: TextIO = sys.stdout) -> None:
+        run.output.mkdir(parents=True, exist_ok=True)
+        self.file = (run.output / METRICS_FILE).open("a")
         self.stream = stream
 
     def write(self, record: dict[str, Any]) -> None:

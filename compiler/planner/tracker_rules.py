@@ -1,0 +1,61 @@
+"""The rules of `trainer.trackers`, `trainer.mlflow` and `trainer.wandb`: which trackers, and where they send."""
+
+import dataclasses
+import re
+from urllib.parse import urlsplit
+
+from compiler.core import grammar
+from compiler.spec import schema
+from compiler.spec.contract import ALWAYS_ON_TRACKER, TRACKERS
+from compiler.spec.errors import ConfigError, UnknownNameError
+
+MLFLOW_ARN = re.compile(r"arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:mlflow-tracking-server/[a-zA-Z0-9-]{1,256}")
+"""A SageMaker managed MLflow tracking server, as its ARN names it."""
+
+
+def resolve_trackers(trainer: schema.TrainerConfig) -> schema.TrainerConfig:
+    """`trainer` with `trackers` listing jsonl first (always on, listed or not) and every name once, so that
+    `[mlflow]` and `[jsonl,mlflow,mlflow]` make the same plan."""
+    names = dict.fromkeys([ALWAYS_ON_TRACKER, *trainer.trackers])
+    return dataclasses.replace(trainer, trackers=list(names))
+
+
+def check_trackers(trainer: schema.TrainerConfig) -> None:
+    for name in trainer.trackers:
+        if name not in TRACKERS:
+            raise UnknownNameError("trainer.trackers", "tracker", name, TRACKERS)
+    if trainer.entry is schema.Entry.script and trainer.trackers != [ALWAYS_ON_TRACKER]:
+        raise ConfigError(
+            "trainer.trackers",
+            "are the built-in trainer's; a script logs to its own trackers",
+            "leave trainer.trackers out with trainer=script",
+        )
+    if "mlflow" in trainer.trackers:
+        check_mlflow_uri(trainer.mlflow.tracking_uri)
+
+
+def check_mlflow_uri(uri: str | None) -> None:
+    key = "trainer.mlflow.tracking_uri"
+    if uri is None:
+        raise ConfigError(key, "is missing for the mlflow tracker", "set trainer.mlflow.tracking_uri=http://HOST:PORT")
+    if MLFLOW_ARN.fullmatch(uri):
+        raise ConfigError(
+            key,
+            "names a SageMaker managed MLflow server, whose sagemaker-mlflow plugin this version does not install "
+            "(it is not tested here)",
+            "use an MLflow server's http(s) URL",
+        )
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname or not grammar.DOMAIN.fullmatch(parts.netloc):
+        if parts.username or parts.password:
+            raise ConfigError(
+                key,
+                "holds credentials, which would be stored in the plan",
+                "export MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) instead: "
+                "the target passes them to the nodes",
+            )
+        raise ConfigError(
+            key,
+            f"{grammar.shown(uri)} is not an http(s)://HOST[:PORT] URL",
+            "set trainer.mlflow.tracking_uri=http://HOST:PORT",
+        )

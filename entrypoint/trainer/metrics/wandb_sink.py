@@ -1,0 +1,32 @@
+"""The `wandb` sink: a W&B run in the project of `trainer.wandb`, its config the plan's parameters. Offline
+(the default) it is a run folder under the output folder's `wandb/` (`compiler.spec.contract.WANDB_DIR`),
+which `wandb sync` uploads; online it streams, with WANDB_API_KEY from the node's environment, where the
+target puts it."""
+
+from typing import Any
+
+from entrypoint.trainer.metrics.base import TrackedRun, numbers
+
+
+class WandbSink:
+    def __init__(self, run: TrackedRun) -> None:
+        import wandb
+
+        settings = run.plan.trainer.wandb
+        run.output.mkdir(parents=True, exist_ok=True)  # wandb.init writes its run folders into its `wandb/`
+        params = run.params()
+        self.run = wandb.init(
+            project=settings.project,
+            mode=settings.mode.value,
+            dir=str(run.output),
+            name=run.run_id,
+            config=params,
+            tags=[params["plan_hash"][:12]],
+            settings=wandb.Settings(silent=True, console="off"),
+        )
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.run.log(numbers(record), step=record["step"])
+
+    def close(self) -> None:
+        self.run.finish()

@@ -1,0 +1,91 @@
+"""Trackers in a real local run: the image installs the pinned clients the plan uses, the trainer in the
+container logs to a real MLflow server on the host's loopback (which the local target relays to the
+containers) and to TensorBoard (W&B's offline run is tested in test_metrics_sinks); the run ends with its
+loss.png, which `dockyard status RUN --plot` draws again. Tracker credentials reach the containers from the
+shell, never the plan or the request."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compiler.images.build import build_image, ensure_base_image
+from compiler.launch import runs
+from compiler.targets.local import runner
+from compiler.targets.local import translate as local
+from tests.helpers import plan_for
+
+DOCKYARD = str(Path(sys.executable).parent / "dockyard")
+PNG = b"\x89PNG\r\n\x1a\n"
+TOKEN = "mlflow-token-that-stays-in-the-shell"
+
+
+def tracked_plan(tracking_uri: str):
+    return plan_for(
+        "experiment=smoke",
+        "hardware.nodes=1",
+        "trainer.steps=6",
+        "trainer.log_interval=2",
+        "trainer.trackers=[tensorboard,mlflow]",
+        f"trainer.mlflow.tracking_uri={tracking_uri}",
+        "trainer.mlflow.experiment=local-target",
+    )
+
+
+def test_a_tracker_on_the_hosts_loopback_is_reached_through_the_host():
+    request = local.to_request(tracked_plan("http://localhost:5000/"), "i", run_id="r", run_dir=Path("/runs/r"))
+    (container,) = request.containers
+    assert container.environment["DOCKYARD_MLFLOW_TRACKING_URI"] == "http://host.docker.internal:5000/"
+    assert request.loopback_ports == (5000,)
+    started = runner.at_host_address(container.environment, "172.18.0.1")
+    assert started["DOCKYARD_MLFLOW_TRACKING_URI"] == "http://172.18.0.1:5000/"  # a Host header MLflow accepts
+    remote = local.to_request(tracked_plan("https://mlflow.example.com"), "i", run_id="r", run_dir=Path("/runs/r"))
+    assert "DOCKYARD_MLFLOW_TRACKING_URI" not in remote.containers[0].environment and not remote.loopback_ports
+
+
+def test_tracker_credentials_come_from_the_shell_only():
+    assert runner.credentials({"MLFLOW_TRACKING_TOKEN": TOKEN, "HOME": "/root"}) == {"MLFLOW_TRACKING_TOKEN": TOKEN}
+
+
+@pytest.mark.torchrun
+def test_a_local_run_logs_to_mlflow_and_tensorboard_and_is_plotted(engine, mlflow_server, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    plan = tracked_plan(mlflow_server)
+    ensure_base_image(engine, plan.image, sys.stdout)
+    image = build_image(plan, engine, cwd=Path.cwd()).reference
+    run_dir = tmp_path / "run"
+    request = local.to_request(plan, image, run_id="dockyard-trackers-test", run_dir=run_dir)
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", TOKEN)  # the server ignores it; it must not be written anywhere
+    with open(tmp_path / "run.out", "w") as out:
+        record = runs.execute(runs.new_record(plan, request, run_dir, image), plan, request, out=out)
+    log = (tmp_path / "run.out").read_text()
+    assert record.status == "completed", log[-3000:]
+    assert "warning" not in log, log[-3000:]
+    curve = runs.loss_curve(run_dir)
+    assert [m["step"] for m in curve] == [1, 2, 4, 6]
+
+    client = MlflowClient(mlflow_server)
+    (found,) = client.search_runs([client.get_experiment_by_name("local-target").experiment_id])
+    assert found.data.tags["dockyard.plan_hash"] == plan.content_hash
+    assert found.data.tags["dockyard.run_id"] == "dockyard-trackers-test"
+    history = client.get_metric_history(found.info.run_id, "loss")
+    assert [(m.step, m.value) for m in history] == [(m["step"], m["loss"]) for m in curve]
+
+    output = run_dir / "nodes/algo-1/output/data"
+    events = EventAccumulator(str(output / "tensorboard"))
+    events.Reload()
+    assert [event.step for event in events.Scalars("loss")] == [1, 2, 4, 6]
+
+    written = [path for path in run_dir.rglob("*") if path.is_file() and path.suffix in (".json", ".log", ".jsonl")]
+    assert not [path for path in written if TOKEN in path.read_text(errors="replace")]
+    assert TOKEN not in request.to_json() and TOKEN not in plan.to_json()
+
+    assert (run_dir / "loss.png").read_bytes()[:8] == PNG
+    (run_dir / "loss.png").unlink()
+    shown = subprocess.run([DOCKYARD, "status", str(run_dir), "--plot"], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert f"plot      {run_dir / 'loss.png'}" in shown.stdout
+    assert (run_dir / "loss.png").read_bytes()[:8] == PNG
