@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from compiler.spec import Plan
+from compiler.targets import records
+from compiler.targets.base import COMPLETED, FAILED
+from compiler.targets.records import RunRecord
 from tests.helpers import plan_for
 
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
@@ -164,3 +167,49 @@ def test_no_verb_prints_usage_and_exits_2(tmp_path):
     result = dockyard(cwd=tmp_path)
     assert result.returncode == 2
     assert "usage: dockyard VERB" in result.stdout
+
+
+def recorded_run(folder: Path, run_id: str, **fields) -> Path:
+    """A run's record as `launch` writes it (which registers its id in $DOCKYARD_HOME's index)."""
+    records.save(RunRecord(run_dir=str(folder), run_id=run_id, target="local", steps=20, **fields))
+    return folder
+
+
+def test_runs_are_found_by_id_from_any_folder_newest_first(tmp_path):
+    recorded_run(tmp_path / "a", "old-run", status=COMPLETED, started=1000.0, ended=1060.0, final={"loss": 2.5})
+    recorded_run(tmp_path / "b", "new-run", status=FAILED, started=2000.0, ended=2030.0, exit_status=1)
+    records.save(RunRecord(run_dir=str(tmp_path / "c"), run_id="dry-point", status=records.DRY_RUN))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    listed = dockyard("runs", "-o", "json", cwd=elsewhere)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [(r["run_id"], r["status"], r["elapsed_s"]) for r in rows] == [
+        ("new-run", "failed", 30.0),
+        ("old-run", "completed", 60.0),
+    ]
+    assert rows[1]["loss"] == 2.5
+    completed = dockyard("runs", "--status", "completed", "--target", "local", cwd=elsewhere)
+    assert completed.stdout.splitlines()[1].split()[:3] == ["old-run", "local", "completed"]
+    assert len(completed.stdout.splitlines()) == 2
+    assert len(json.loads(dockyard("runs", "--limit", "1", "-o", "json", cwd=elsewhere).stdout)) == 1
+    status = dockyard("status", "old-run", "-o", "json", cwd=elsewhere)
+    assert json.loads(status.stdout)["run_dir"] == str(tmp_path / "a")
+
+
+def test_stop_on_a_run_that_ended_changes_nothing_and_says_so(tmp_path):
+    folder = recorded_run(tmp_path / "run", "done-run", status=COMPLETED, started=1.0, ended=2.0, exit_status=0)
+    before = (folder / records.RECORD_FILE).read_text()
+    result = dockyard("stop", "done-run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "done-run had already ended (completed); nothing to stop\n"
+    assert (folder / records.RECORD_FILE).read_text() == before
+
+
+def test_an_unknown_run_is_one_line_naming_the_index(tmp_path, dockyard_home):
+    result = dockyard("logs", "no-such-run", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"dockyard: error: run: no run 'no-such-run' in {dockyard_home / 'runs'} (set by $DOCKYARD_HOME); "
+        "give a run id `dockyard runs` lists, or the run's folder\n"
+    )

@@ -36,8 +36,8 @@ VERBS: dict[str, Callable[[DictConfig], None]] = {
     "build": tasks.build_task,
     "launch": tasks.launch_task,
 }
-RUN_VERBS = ("status", "logs", "stop", "warm-pool")
-"""Verbs about a launched run, by id or folder; they compose no config."""
+RUN_VERBS = ("runs", "status", "logs", "stop", "warm-pool")
+"""Verbs about launched runs (the list, or one by id or folder); they compose no config."""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -145,7 +145,8 @@ def usage() -> str:
         "verbs:\n  plan    compile the config into a validated plan.json and print its summary\n"
         "  build   plan, then build the plan's content-addressed image (and push it with image.push=true)\n"
         "  launch  build, then run the plan on its target (--dry-run: print the request, do nothing)\n"
-        "  status, logs, stop RUN   a launched run, by its id or its folder\n"
+        "  runs                     the launched runs, newest first (--status, --target, --limit, -o json)\n"
+        "  status, logs, stop RUN   a launched run, by its id (from any folder) or its folder\n"
         "  warm-pool release RUN    end the warm pool a SageMaker run keeps (keep-alive to 0)\n\n"
         f"examples:\n  {PROG} plan experiment=llama3-8b-p5x4 parallelism.tp=2\n"
         f"  {PROG} build experiment=smoke image.push=true image.registry=127.0.0.1:5000\n"
