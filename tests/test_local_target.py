@@ -18,6 +18,7 @@ from compiler.spec.errors import ConfigError
 from compiler.targets.local import rules as local_rules
 from compiler.targets.local import runner as local_runner
 from compiler.targets.local import translate as local
+from compiler.targets.logs import split_timestamp
 from compiler.targets.records import RunRecord
 from tests.helpers import PRESETS, S3_TOKENS, plan_for
 
@@ -106,6 +107,12 @@ def test_smoke_job_trains_on_two_container_nodes(engine, tmp_path):
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
     logs = subprocess.run([DOCKYARD, "logs", "run"], cwd=tmp_path, capture_output=True, text=True)
     assert '"step": 20' in logs.stdout and logs.stdout.startswith("algo-1 | ")
+    stamped = [split_timestamp(line) for node in (1, 2) for line in (run_dir / f"logs/algo-{node}.log").open()]
+    assert len(logs.stdout.splitlines()) == len(stamped) and None not in {t for t, _ in stamped}
+    node_log = (run_dir / "logs/algo-2.log").read_text().splitlines()
+    tail = [DOCKYARD, "logs", record["run_id"], "--node", "algo-2", "--tail", "2"]
+    last = subprocess.run(tail, cwd=elsewhere, capture_output=True, text=True).stdout.splitlines()
+    assert last == [f"algo-2 | {split_timestamp(line)[1]}" for line in node_log[-2:]]
     missing = subprocess.run([DOCKYARD, "status", "no-such-run"], cwd=tmp_path, capture_output=True, text=True)
     assert missing.returncode == 2 and "dockyard: error: run: no run 'no-such-run' in " in missing.stderr
 

@@ -1,9 +1,11 @@
-"""Where a run stands (`compiler.launch.progress`) and how the run verbs write it (`compiler.cli.show`):
-the arithmetic, without a job."""
+"""Where a run stands (`compiler.launch.progress`), how the run verbs write it (`compiler.cli.show`) and
+how a job's log lines are merged (`compiler.targets.logs`): the arithmetic, without a job."""
 
 from compiler.cli import show
 from compiler.launch.progress import progress
+from compiler.targets.logs import LogLine, merged, split_timestamp, stamped
 from compiler.targets.records import RunRecord
+from compiler.targets.sagemaker.submit import stream_host
 
 ROWS = [
     {"step": 10, "loss": 4.0, "tokens_per_s": 900.0, "elapsed_s": 20.0},
@@ -71,3 +73,23 @@ def test_the_runs_table_aligns_its_columns():
         "a-long-run-id  sagemaker  running  1 min 40 s  1 min 40 s  20/60  3     -",
         "b              local      pending  -           -           0/60   -     -",
     ]
+
+
+def test_log_lines_interleave_by_time_and_keep_each_nodes_order():
+    first = [LogLine("algo-1", "a", 1.0), LogLine("algo-1", "c", 3.0)]
+    second = [LogLine("algo-2", "b", 2.0), LogLine("algo-2", "b too", 2.0)]
+    assert [line.text for line in merged([first, second])] == ["a", "b", "b too", "c"]
+    assert str(LogLine("", "the job's own line")) == "the job's own line"
+
+
+def test_timestamps_are_read_as_docker_and_the_kubelet_write_them():
+    line = stamped("step 1", 1795647630.25)
+    assert line == "2026-11-25T23:00:30.250000Z step 1"
+    assert split_timestamp(line) == (1795647630.25, "step 1")
+    assert split_timestamp("2026-11-25T23:00:30.250000123Z x") == (1795647630.25, "x")
+    assert split_timestamp("2026 was a year") == (None, "2026 was a year")
+
+
+def test_a_sagemaker_stream_names_its_instances_host():
+    assert stream_host("job/algo-2-1700000000") == "algo-2"
+    assert stream_host("job/algo-1") == "algo-1"

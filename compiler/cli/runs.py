@@ -8,8 +8,8 @@ target gave the job; the target answers from there (`compiler.targets.base.Targe
 import argparse
 import dataclasses
 import json
-import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from compiler.cli import show
@@ -21,6 +21,8 @@ from compiler.targets.base import FINAL_STATUSES, STATUSES
 from compiler.targets.records import OPEN_STATUSES, RunRecord
 
 TABLE, JSON = "table", "json"
+FOLLOW_POLL_S = 2.0
+"""How often `logs -f` asks the target for new lines and the run's status."""
 
 
 def find_record(run: str) -> RunRecord:
@@ -63,8 +65,38 @@ def status(record: RunRecord, output: str) -> None:
         print(f"  {label:<11} {path}")
 
 
-def logs(record: RunRecord) -> None:
-    registry.get(record.target).logs(record.handle, sys.stdout)
+def logs(record: RunRecord, args: argparse.Namespace) -> None:
+    """Every node's lines in time order (`--node`: one node's, `--tail N`: the last N); `-f` then prints
+    new lines as they come until the run ends (its record, asked of its target, is final)."""
+    target = registry.get(record.target)
+    lines = target.logs(record.handle)
+    nodes = sorted({line.node for line in lines if line.node})
+    if args.node and args.node not in nodes and nodes and not args.follow:
+        raise ConfigError("--node", f"the run has no node '{args.node}'", f"give one of {', '.join(nodes)}")
+    chosen = [line for line in lines if args.node in (None, line.node)]
+    for line in chosen if args.tail is None else chosen[max(0, len(chosen) - args.tail) :]:
+        print(line, flush=True)
+    if args.follow:
+        _follow(runs.refresh(record), Counter(line.node for line in chosen), args.node)
+
+
+def _follow(record: RunRecord, printed: Counter, node: str | None) -> None:
+    """Print each node's lines past those `printed` (a node's lines only grow) until the run ends; Ctrl-C
+    stops following and leaves the run alone."""
+    target = registry.get(record.target)
+    try:
+        while record.status in OPEN_STATUSES:
+            time.sleep(FOLLOW_POLL_S)
+            record = runs.refresh(records.load(Path(record.run_dir)))  # the launching process may have ended it
+            seen: Counter = Counter()
+            for line in target.logs(record.handle):
+                if node in (None, line.node):
+                    seen[line.node] += 1
+                    if seen[line.node] > printed[line.node]:
+                        print(line, flush=True)
+            printed = seen
+    except KeyboardInterrupt:
+        return
 
 
 def stop(record: RunRecord) -> None:
@@ -108,7 +140,7 @@ def _refreshed(record: RunRecord) -> RunRecord:
         return dataclasses.replace(record, detail=f"not reachable: {type(error).__name__}: {error}")
 
 
-ACTIONS = {"logs": logs, "stop": stop, "warm-pool": release_warm_pool}
+ACTIONS = {"stop": stop, "warm-pool": release_warm_pool}
 
 
 def sweep_status(sweep_dir: Path) -> None:
@@ -127,6 +159,10 @@ def main(verb: str, args: list[str]) -> None:
         parser.add_argument("-o", "--output", choices=(TABLE, JSON), default=TABLE, help="json: machine-readable")
     if verb == "runs":
         return list_runs(parser.parse_args(args))  # argparse exits 2 with one usage line on a mistake
+    if verb == "logs":
+        parser.add_argument("-f", "--follow", action="store_true", help="print new lines until the run ends")
+        parser.add_argument("--tail", type=int, metavar="N", help="only the last N lines (before following)")
+        parser.add_argument("--node", metavar="NAME", help="only this node's lines (algo-2, n1, a pod's host)")
     if verb == "warm-pool":
         parser.add_argument("action", choices=["release"], help="release: set the pool's keep-alive to 0")
     parser.add_argument("run", help="the run id `launch` printed, or the run folder (a sweep's folder for status)")
@@ -135,4 +171,6 @@ def main(verb: str, args: list[str]) -> None:
         return sweep_status(Path(parsed.run))
     if verb == "status":
         return status(find_record(parsed.run), parsed.output)
+    if verb == "logs":
+        return logs(find_record(parsed.run), parsed)
     ACTIONS[verb](find_record(parsed.run))
