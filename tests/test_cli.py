@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -102,12 +103,47 @@ def test_info_lists_config_groups(tmp_path):
     result = dockyard("plan", "--info", "defaults", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "experiment/smoke" in result.stdout
+    bare = dockyard("plan", "--info", cwd=tmp_path)
+    assert bare.returncode == 0, bare.stderr
+    assert "Defaults Tree" in bare.stdout
 
 
-def test_help_shows_groups(tmp_path):
+def test_help_is_dockyards_own_and_hydras_is_one_flag_away(tmp_path):
     result = dockyard("plan", "--help", cwd=tmp_path)
     assert result.returncode == 0
-    assert "parallelism: ddp, fsdp, fsdp-hybrid, smddp, zero1, zero2, zero3" in result.stdout
+    assert result.stdout.startswith("usage: dockyard plan [-m] [group=option ...]")
+    assert "  parallelism: ddp, fsdp, fsdp-hybrid, smddp, zero1, zero2, zero3\n" in result.stdout
+    assert "-m, --multirun" in result.stdout and "--dry-run" not in result.stdout
+    assert "image_for_hardware" not in result.stdout and "schema/target" not in result.stdout
+    assert "--dry-run" in dockyard("launch", "-h", cwd=tmp_path).stdout
+    hydra = dockyard("plan", "--hydra-help", cwd=tmp_path)
+    assert hydra.returncode == 0 and "Hydra (" in hydra.stdout
+
+
+def test_version_is_dockyards_and_verbose_names_the_libraries(tmp_path):
+    assert dockyard("--version", cwd=tmp_path).stdout == f"dockyard {metadata.version('dockyard')}\n"
+    assert dockyard("plan", "--version", cwd=tmp_path).stdout.startswith("dockyard ")
+    verbose = dockyard("--version", "-v", cwd=tmp_path).stdout.splitlines()
+    assert f"  hydra-core {metadata.version('hydra-core')}" in verbose
+    assert verbose[3].startswith("  torch ")
+
+
+def test_a_sweep_uses_dockyards_launcher_unless_asked_for_hydras(tmp_path):
+    sweep = ["launch", "--dry-run", "-m", "trainer.lr=0.001,0.002"]
+    ours = dockyard(*sweep, "hydra.sweep.dir=ours", cwd=tmp_path)
+    assert ours.returncode == 0, ours.stderr
+    assert (tmp_path / "ours/summary.md").exists()
+    basic = dockyard(*sweep, "hydra/launcher=basic", "hydra.sweep.dir=basic", cwd=tmp_path)
+    assert basic.returncode == 0, basic.stderr
+    assert not (tmp_path / "basic/summary.md").exists() and "#0 : trainer.lr=0.001" in basic.stdout
+
+
+def test_dry_run_writes_summary_and_warnings_to_stderr_then_the_request_to_stdout(tmp_path):
+    result = dockyard("launch", "--dry-run", "target=kubernetes", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith("plan      smoke   sha256:")
+    assert "warning   checkpoints and the final model stay in the pods" in result.stderr
+    assert result.stdout.startswith("apiVersion: v1\nkind: ConfigMap\n")
 
 
 def test_multirun_writes_one_plan_per_point(tmp_path):

@@ -82,7 +82,8 @@ def launch_task(cfg: DictConfig) -> None:
 
 @modes.sweeps_as(modes.DRY_RUN)
 def dry_run_task(cfg: DictConfig) -> None:
-    """Print exactly the request `launch` would submit; build nothing, start nothing, keep no run folder."""
+    """Print the plan's summary and warnings, and what the target would do besides (stderr), then exactly
+    the request `launch` would submit (stdout); build nothing, start nothing, keep no run folder."""
     from compiler.images.build import planned_reference
 
     run_dir = run_folder()
@@ -93,7 +94,9 @@ def dry_run_task(cfg: DictConfig) -> None:
             run_id=lambda plan: runs.run_id_for(plan, datetime.now(UTC)),
             planned=lambda plan: planned_reference(plan, cwd=Path.cwd()),
         )
-        print(prepared.request, end="")
+        print("\n".join(summary_lines(prepared.plan)), file=sys.stderr)
         runs.print_notes(prepared.plan, prepared.request)
         if prepared.plan.image.push:
             print(f"dockyard: {prepared.image} is built and pushed at launch, which pins it by digest", file=sys.stderr)
+        sys.stderr.flush()
+        print(prepared.request, end="")
