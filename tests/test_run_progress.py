@@ -1,8 +1,12 @@
 """Where a run stands (`compiler.launch.progress`), how the run verbs write it (`compiler.cli.show`) and
 how a job's log lines are merged (`compiler.targets.logs`): the arithmetic, without a job."""
 
+import io
+
 from compiler.cli import show
-from compiler.launch.progress import progress
+from compiler.core.terminal import plain, wants_colour
+from compiler.images.build import stream_build_log
+from compiler.launch.progress import ProgressWriter, duration, for_people, progress
 from compiler.targets.logs import LogLine, merged, split_timestamp, stamped
 from compiler.targets.records import RunRecord
 from compiler.targets.sagemaker.submit import stream_host
@@ -44,7 +48,7 @@ def test_a_run_without_a_price_has_no_cost():
 
 
 def test_durations_read_short():
-    assert [show.duration(s) for s in (None, 0.4, 42, 185, 7440, 3 * 86400 + 7200)] == [
+    assert [duration(s) for s in (None, 0.4, 42, 185, 7440, 3 * 86400 + 7200)] == [
         "-",
         "0 s",
         "42 s",
@@ -68,7 +72,7 @@ def test_the_runs_table_aligns_its_columns():
         progress(record(run_id="a-long-run-id", status="running", started=1000.0), ROWS, 1100.0),
         progress(record(run_id="b", target="local", status="pending"), [], 1100.0),
     ]
-    assert show.runs_table(rows, 1100.0).splitlines() == [
+    assert show.runs_table(rows, 1100.0, io.StringIO()).splitlines() == [
         "RUN            TARGET     STATUS   AGE         DURATION    STEP   LOSS  COST",
         "a-long-run-id  sagemaker  running  1 min 40 s  1 min 40 s  20/60  3     -",
         "b              local      pending  -           -           0/60   -     -",
@@ -93,3 +97,40 @@ def test_timestamps_are_read_as_docker_and_the_kubelet_write_them():
 def test_a_sagemaker_stream_names_its_instances_host():
     assert stream_host("job/algo-2-1700000000") == "algo-2"
     assert stream_host("job/algo-1") == "algo-1"
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color():
+    assert wants_colour(Terminal(), {}) and not wants_colour(io.StringIO(), {})
+    assert not wants_colour(Terminal(), {"NO_COLOR": "1"})
+    rows = [progress(record(status="completed"), [], 0.0)]
+    assert "\x1b[32mcompleted" in show.runs_table(rows, 0.0, Terminal())
+    assert "\x1b" not in show.runs_table(rows, 0.0, io.StringIO())
+
+
+def test_a_terminal_sees_metrics_lines_as_progress_lines():
+    screen = Terminal()
+    out = for_people(screen, 60)
+    out.write('algo-1 | {"step": 20, "loss": 1.8312, "tokens_per_s": 1234.5, "elapsed_s": 7.0}\nalgo-1 | not ')
+    out.write('metrics\n{"step": 60, "loss": 1.5}\n')
+    assert screen.getvalue() == (
+        "algo-1 | step 20/60  loss 1.831  1,234 tokens/s  eta 14 s\nalgo-1 | not metrics\nstep 60/60  loss 1.5\n"
+    )
+    assert isinstance(out, ProgressWriter)
+    piped = io.StringIO()
+    assert for_people(piped, 60) is piped  # a file or a pipe keeps the JSON lines
+
+
+def test_build_output_off_a_terminal_has_no_escape_codes_or_redrawn_bars():
+    chunks = [{"stream": "Step 1/2 : FROM base\n"}, {"stream": "\x1b[1mgetting\x1b[0m 10%\r50%\r100%\n"}]
+    piped = io.StringIO()
+    stream_build_log(iter(chunks), piped)
+    assert piped.getvalue().splitlines()[1:] == ["100%"]
+    screen = Terminal()
+    stream_build_log(iter(chunks), screen)
+    assert "\x1b[1mgetting\x1b[0m 10%\r50%\r100%\n" in screen.getvalue()
+    assert (plain("a\r\n"), plain("\x1b[31mred\x1b[0m 1%\r2%\n"), plain("bar\r")) == ("a\n", "2%\n", "")

@@ -8,6 +8,7 @@ target gave the job; the target answers from there (`compiler.targets.base.Targe
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -130,7 +131,7 @@ def list_runs(args: argparse.Namespace) -> None:
     if args.output == JSON:
         print(json.dumps([row.to_json() for row in rows], indent=2))
     else:
-        print(show.runs_table(rows, time.time()), end="")
+        print(show.runs_table(rows, time.time(), sys.stdout), end="")
 
 
 def _refreshed(record: RunRecord) -> RunRecord:

@@ -1,25 +1,10 @@
 """How the run verbs write a run's progress for people: short durations, money, and the runs table."""
 
-from compiler.launch.progress import Progress
+from typing import IO
 
-NONE = "-"
-
-
-def duration(seconds: float | None) -> str:
-    """`42 s`, `3 min 05 s`, `2 h 04 min`, `3 d 2 h`."""
-    if seconds is None:
-        return NONE
-    whole = max(0, round(seconds))
-    minutes, secs = divmod(whole, 60)
-    hours, mins = divmod(minutes, 60)
-    days, hrs = divmod(hours, 24)
-    if days:
-        return f"{days} d {hrs} h"
-    if hours:
-        return f"{hours} h {mins:02d} min"
-    if minutes:
-        return f"{minutes} min {secs:02d} s"
-    return f"{secs} s"
+from compiler.core.terminal import coloured
+from compiler.launch.progress import NONE, Progress, duration
+from compiler.targets.base import COMPLETED, FAILED
 
 
 def dollars(amount: float | None) -> str:
@@ -56,8 +41,12 @@ def status_lines(row: Progress) -> list[tuple[str, str]]:
 COLUMNS = ("RUN", "TARGET", "STATUS", "AGE", "DURATION", "STEP", "LOSS", "COST")
 
 
-def runs_table(rows: list[Progress], now: float) -> str:
-    """`dockyard runs`: one line a run, columns as wide as their widest cell."""
+STATUS_COLOURS = {COMPLETED: "green", FAILED: "red"}
+
+
+def runs_table(rows: list[Progress], now: float, out: IO[str]) -> str:
+    """`dockyard runs`: one line a run, columns as wide as their widest cell; on a terminal that takes
+    colour, a completed run's status green and a failed one's red."""
     cells = [COLUMNS] + [
         (
             row.run_id,
@@ -72,4 +61,11 @@ def runs_table(rows: list[Progress], now: float) -> str:
         for row in rows
     ]
     widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
-    return "".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() + "\n" for line in cells)
+    status = COLUMNS.index("STATUS")
+
+    def cell(text: str, column: int) -> str:
+        padded = text.ljust(widths[column])
+        colour = STATUS_COLOURS.get(text) if column == status else None
+        return coloured(padded, colour, out) if colour else padded
+
+    return "".join("  ".join(cell(c, i) for i, c in enumerate(line)).rstrip() + "\n" for line in cells)

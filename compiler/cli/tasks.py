@@ -17,6 +17,7 @@ from compiler.config.compose import to_config
 from compiler.launch import modes, runs
 from compiler.launch.plan import PLAN_FILE, REPORT_FILE, checked_plan, with_account_defaults, write_plan
 from compiler.launch.prepare import prepare
+from compiler.launch.progress import for_people
 from compiler.planner.summary import report_markdown, summary_lines
 from compiler.spec import Plan
 from compiler.spec.errors import ConfigError
@@ -69,7 +70,10 @@ def launch_task(cfg: DictConfig) -> None:
         runs.print_notes(plan, request)
     record = runs.new_record(plan, request, run_dir, request.image)
     try:
-        record = runs.execute(record, plan, request)  # a missing role or bucket is found before anything starts
+        out = for_people(sys.stdout, plan.trainer.steps)
+        record = runs.execute(
+            record, plan, request, out=out
+        )  # a missing role or bucket is found before anything starts
     except ConfigError:
         folders.discard(results_too=True)
         raise
