@@ -12,10 +12,11 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import IO
 
 from compiler.cli import show
 from compiler.launch import runs, summary
-from compiler.launch.progress import Progress, progress
+from compiler.launch.progress import Progress, for_people, progress
 from compiler.spec.errors import ConfigError
 from compiler.targets import index, records, registry
 from compiler.targets.base import FINAL_STATUSES, STATUSES
@@ -67,21 +68,23 @@ def status(record: RunRecord, output: str) -> None:
 
 
 def logs(record: RunRecord, args: argparse.Namespace) -> None:
-    """Every node's lines in time order (`--node`: one node's, `--tail N`: the last N); `-f` then prints
-    new lines as they come until the run ends (its record, asked of its target, is final)."""
+    """Every node's lines in time order (`--node`: one node's, `--tail N`: the last N; on a terminal,
+    metrics lines as progress lines); `-f` then prints new lines as they come until the run ends (its
+    record, asked of its target, is final)."""
     target = registry.get(record.target)
     lines = target.logs(record.handle)
     nodes = sorted({line.node for line in lines if line.node})
     if args.node and args.node not in nodes and nodes and not args.follow:
         raise ConfigError("--node", f"the run has no node '{args.node}'", f"give one of {', '.join(nodes)}")
     chosen = [line for line in lines if args.node in (None, line.node)]
+    out = for_people(sys.stdout, record.steps) if record.steps else sys.stdout
     for line in chosen if args.tail is None else chosen[max(0, len(chosen) - args.tail) :]:
-        print(line, flush=True)
+        print(line, file=out, flush=True)
     if args.follow:
-        _follow(runs.refresh(record), Counter(line.node for line in chosen), args.node)
+        _follow(runs.refresh(record), Counter(line.node for line in chosen), args.node, out)
 
 
-def _follow(record: RunRecord, printed: Counter, node: str | None) -> None:
+def _follow(record: RunRecord, printed: Counter, node: str | None, out: IO[str]) -> None:
     """Print each node's lines past those `printed` (a node's lines only grow) until the run ends; Ctrl-C
     stops following and leaves the run alone."""
     target = registry.get(record.target)
@@ -94,7 +97,7 @@ def _follow(record: RunRecord, printed: Counter, node: str | None) -> None:
                 if node in (None, line.node):
                     seen[line.node] += 1
                     if seen[line.node] > printed[line.node]:
-                        print(line, flush=True)
+                        print(line, file=out, flush=True)
             printed = seen
     except KeyboardInterrupt:
         return
