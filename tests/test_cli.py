@@ -12,6 +12,7 @@ import pytest
 from compiler.spec import Plan
 from compiler.targets import records
 from compiler.targets.base import COMPLETED, FAILED
+from compiler.targets.logs import stamped
 from compiler.targets.records import RunRecord
 from tests.helpers import plan_for
 
@@ -249,3 +250,19 @@ def test_an_unknown_run_is_one_line_naming_the_index(tmp_path, dockyard_home):
         f"dockyard: error: run: no run 'no-such-run' in {dockyard_home / 'runs'} (set by $DOCKYARD_HOME); "
         "give a run id `dockyard runs` lists, or the run's folder\n"
     )
+
+
+def test_logs_interleave_the_nodes_by_time_and_name_an_unknown_node(tmp_path):
+    """A local run's logs as its runner keeps them (each node's lines stamped with when they came)."""
+    folder = tmp_path / "run"
+    (folder / "logs").mkdir(parents=True)
+    for node, lines in {"algo-1": [(1.0, "one"), (3.0, "three")], "algo-2": [(2.0, "two"), (4.0, "four")]}.items():
+        (folder / f"logs/{node}.log").write_text("".join(stamped(text, 1795647600 + t) + "\n" for t, text in lines))
+    handle = {"run_id": "logged-run", "run_dir": str(folder)}
+    recorded_run(folder, "logged-run", status=COMPLETED, handle=handle)
+    every = dockyard("logs", "logged-run", cwd=tmp_path)
+    assert every.stdout == "algo-1 | one\nalgo-2 | two\nalgo-1 | three\nalgo-2 | four\n"
+    assert dockyard("logs", "logged-run", "--node", "algo-2", "--tail", "1", cwd=tmp_path).stdout == "algo-2 | four\n"
+    unknown = dockyard("logs", "logged-run", "--node", "algo-3", cwd=tmp_path)
+    assert unknown.returncode == 2
+    assert unknown.stderr == "dockyard: error: --node: the run has no node 'algo-3'; give one of algo-1, algo-2\n"
