@@ -44,6 +44,15 @@ class Golden:
         assert actual == path.read_text(), f"{path} differs; if the change is intended, pytest --update-golden"
 
 
+@pytest.fixture(autouse=True)
+def dockyard_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test's runs index in a folder of its own (`$DOCKYARD_HOME`, which the CLI's subprocesses
+    inherit), so no test writes to the user's ~/.dockyard or sees another test's runs."""
+    home = tmp_path_factory.mktemp("dockyard-home")
+    monkeypatch.setenv("DOCKYARD_HOME", str(home))
+    return home
+
+
 @pytest.fixture
 def golden(request: pytest.FixtureRequest) -> Golden:
     update = request.config.getoption("--update-golden") or os.environ.get("DOCKYARD_UPDATE_GOLDEN") == "1"

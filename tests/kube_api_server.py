@@ -8,7 +8,9 @@ memory. No controller runs behind it: a test writes the pods and the job statuse
 import json
 import re
 import threading
+import time
 import uuid
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
@@ -16,6 +18,8 @@ OBJECT = re.compile(
     r"/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)"
     r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>log))?"
 )
+GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")
+"""What the API server's query parameters read as true (Go's strconv.ParseBool)."""
 CRD = re.compile(r"/apis/apiextensions\.k8s\.io/v1/customresourcedefinitions/(?P<name>[^/]+)")
 
 
@@ -25,7 +29,9 @@ class FakeApiServer:
         """Installed CRDs by name (`jobsets.jobset.x-k8s.io`)."""
         self.objects: dict[tuple[str, str, str], dict] = {}
         """(plural, namespace, name) -> object."""
-        self.logs: dict[str, str] = {}
+        self.logs: dict[str, str] = StampedLogs()
+        """Each pod's log by pod name; a test writes a pod's whole log at once, and the kubelet's timestamps
+        (`?timestamps=true`) are the time it did."""
         self.requests: list[tuple[str, str]] = []
         """(method, path with query) of every request, in order."""
         self.deletions: list[dict] = []
@@ -52,6 +58,25 @@ class FakeApiServer:
     def get(self, plural: str, namespace: str, name: str) -> dict | None:
         with self.lock:
             return self.objects.get((plural, namespace, name))
+
+
+class StampedLogs(dict):
+    """Pod logs that remember when each was written, to stamp its lines as the kubelet does
+    (RFC 3339 with nanoseconds, then a space)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: dict[str, float] = {}
+
+    def __setitem__(self, pod: str, text: str) -> None:
+        self.times[pod] = time.time()
+        super().__setitem__(pod, text)
+
+    def stamped(self, pod: str) -> str:
+        if pod not in self:
+            return ""
+        stamp = datetime.fromtimestamp(self.times[pod], UTC).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
+        return "".join(f"{stamp} {line}" for line in self[pod].splitlines(keepends=True))
 
 
 def _handler(api: FakeApiServer):
@@ -86,7 +111,10 @@ def _handler(api: FakeApiServer):
             if match is None:
                 return self._not_found()
             if match["sub"] == "log":
-                return self._send(200, api.logs.get(match["name"], ""))
+                text = api.logs.get(match["name"], "")
+                if parse_qs(url.query).get("timestamps", [""])[0] in GO_TRUE:  # the client sends "True"
+                    text = api.logs.stamped(match["name"])
+                return self._send(200, text)
             if match["name"]:
                 found = api.get(match["plural"], match["ns"], match["name"])
                 return self._send(200, found) if found else self._not_found()

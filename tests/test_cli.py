@@ -4,11 +4,16 @@ import json
 import os
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 from compiler.spec import Plan
+from compiler.targets import records
+from compiler.targets.base import COMPLETED, FAILED
+from compiler.targets.logs import stamped
+from compiler.targets.records import RunRecord
 from tests.helpers import plan_for
 
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
@@ -99,12 +104,47 @@ def test_info_lists_config_groups(tmp_path):
     result = dockyard("plan", "--info", "defaults", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "experiment/smoke" in result.stdout
+    bare = dockyard("plan", "--info", cwd=tmp_path)
+    assert bare.returncode == 0, bare.stderr
+    assert "Defaults Tree" in bare.stdout
 
 
-def test_help_shows_groups(tmp_path):
+def test_help_is_dockyards_own_and_hydras_is_one_flag_away(tmp_path):
     result = dockyard("plan", "--help", cwd=tmp_path)
     assert result.returncode == 0
-    assert "parallelism: ddp, fsdp, fsdp-hybrid, smddp, zero1, zero2, zero3" in result.stdout
+    assert result.stdout.startswith("usage: dockyard plan [-m] [group=option ...]")
+    assert "  parallelism: ddp, fsdp, fsdp-hybrid, smddp, zero1, zero2, zero3\n" in result.stdout
+    assert "-m, --multirun" in result.stdout and "--dry-run" not in result.stdout
+    assert "image_for_hardware" not in result.stdout and "schema/target" not in result.stdout
+    assert "--dry-run" in dockyard("launch", "-h", cwd=tmp_path).stdout
+    hydra = dockyard("plan", "--hydra-help", cwd=tmp_path)
+    assert hydra.returncode == 0 and "Hydra (" in hydra.stdout
+
+
+def test_version_is_dockyards_and_verbose_names_the_libraries(tmp_path):
+    assert dockyard("--version", cwd=tmp_path).stdout == f"dockyard {metadata.version('dockyard')}\n"
+    assert dockyard("plan", "--version", cwd=tmp_path).stdout.startswith("dockyard ")
+    verbose = dockyard("--version", "-v", cwd=tmp_path).stdout.splitlines()
+    assert f"  hydra-core {metadata.version('hydra-core')}" in verbose
+    assert verbose[3].startswith("  torch ")
+
+
+def test_a_sweep_uses_dockyards_launcher_unless_asked_for_hydras(tmp_path):
+    sweep = ["launch", "--dry-run", "-m", "trainer.lr=0.001,0.002"]
+    ours = dockyard(*sweep, "hydra.sweep.dir=ours", cwd=tmp_path)
+    assert ours.returncode == 0, ours.stderr
+    assert (tmp_path / "ours/summary.md").exists()
+    basic = dockyard(*sweep, "hydra/launcher=basic", "hydra.sweep.dir=basic", cwd=tmp_path)
+    assert basic.returncode == 0, basic.stderr
+    assert not (tmp_path / "basic/summary.md").exists() and "#0 : trainer.lr=0.001" in basic.stdout
+
+
+def test_dry_run_writes_summary_and_warnings_to_stderr_then_the_request_to_stdout(tmp_path):
+    result = dockyard("launch", "--dry-run", "target=kubernetes", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith("plan      smoke   sha256:")
+    assert "warning   checkpoints and the final model stay in the pods" in result.stderr
+    assert result.stdout.startswith("apiVersion: v1\nkind: ConfigMap\n")
 
 
 def test_multirun_writes_one_plan_per_point(tmp_path):
@@ -164,3 +204,65 @@ def test_no_verb_prints_usage_and_exits_2(tmp_path):
     result = dockyard(cwd=tmp_path)
     assert result.returncode == 2
     assert "usage: dockyard VERB" in result.stdout
+
+
+def recorded_run(folder: Path, run_id: str, **fields) -> Path:
+    """A run's record as `launch` writes it (which registers its id in $DOCKYARD_HOME's index)."""
+    records.save(RunRecord(run_dir=str(folder), run_id=run_id, target="local", steps=20, **fields))
+    return folder
+
+
+def test_runs_are_found_by_id_from_any_folder_newest_first(tmp_path):
+    recorded_run(tmp_path / "a", "old-run", status=COMPLETED, started=1000.0, ended=1060.0, final={"loss": 2.5})
+    recorded_run(tmp_path / "b", "new-run", status=FAILED, started=2000.0, ended=2030.0, exit_status=1)
+    records.save(RunRecord(run_dir=str(tmp_path / "c"), run_id="dry-point", status=records.DRY_RUN))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    listed = dockyard("runs", "-o", "json", cwd=elsewhere)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [(r["run_id"], r["status"], r["elapsed_s"]) for r in rows] == [
+        ("new-run", "failed", 30.0),
+        ("old-run", "completed", 60.0),
+    ]
+    assert rows[1]["loss"] == 2.5
+    completed = dockyard("runs", "--status", "completed", "--target", "local", cwd=elsewhere)
+    assert completed.stdout.splitlines()[1].split()[:3] == ["old-run", "local", "completed"]
+    assert len(completed.stdout.splitlines()) == 2
+    assert len(json.loads(dockyard("runs", "--limit", "1", "-o", "json", cwd=elsewhere).stdout)) == 1
+    status = dockyard("status", "old-run", "-o", "json", cwd=elsewhere)
+    assert json.loads(status.stdout)["run_dir"] == str(tmp_path / "a")
+
+
+def test_stop_on_a_run_that_ended_changes_nothing_and_says_so(tmp_path):
+    folder = recorded_run(tmp_path / "run", "done-run", status=COMPLETED, started=1.0, ended=2.0, exit_status=0)
+    before = (folder / records.RECORD_FILE).read_text()
+    result = dockyard("stop", "done-run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "done-run had already ended (completed); nothing to stop\n"
+    assert (folder / records.RECORD_FILE).read_text() == before
+
+
+def test_an_unknown_run_is_one_line_naming_the_index(tmp_path, dockyard_home):
+    result = dockyard("logs", "no-such-run", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"dockyard: error: run: no run 'no-such-run' in {dockyard_home / 'runs'} (set by $DOCKYARD_HOME); "
+        "give a run id `dockyard runs` lists, or the run's folder\n"
+    )
+
+
+def test_logs_interleave_the_nodes_by_time_and_name_an_unknown_node(tmp_path):
+    """A local run's logs as its runner keeps them (each node's lines stamped with when they came)."""
+    folder = tmp_path / "run"
+    (folder / "logs").mkdir(parents=True)
+    for node, lines in {"algo-1": [(1.0, "one"), (3.0, "three")], "algo-2": [(2.0, "two"), (4.0, "four")]}.items():
+        (folder / f"logs/{node}.log").write_text("".join(stamped(text, 1795647600 + t) + "\n" for t, text in lines))
+    handle = {"run_id": "logged-run", "run_dir": str(folder)}
+    recorded_run(folder, "logged-run", status=COMPLETED, handle=handle)
+    every = dockyard("logs", "logged-run", cwd=tmp_path)
+    assert every.stdout == "algo-1 | one\nalgo-2 | two\nalgo-1 | three\nalgo-2 | four\n"
+    assert dockyard("logs", "logged-run", "--node", "algo-2", "--tail", "1", cwd=tmp_path).stdout == "algo-2 | four\n"
+    unknown = dockyard("logs", "logged-run", "--node", "algo-3", cwd=tmp_path)
+    assert unknown.returncode == 2
+    assert unknown.stderr == "dockyard: error: --node: the run has no node 'algo-3'; give one of algo-1, algo-2\n"

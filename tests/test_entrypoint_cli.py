@@ -113,6 +113,7 @@ def test_user_script_gets_torchrun_and_its_hyperparameters(tmp_path):
     reports = [json.loads(line.split("SCRIPT ", 1)[1]) for line in output.splitlines() if "SCRIPT " in line]
     assert sorted(r["rank"] for r in reports) == [0, 1]
     assert all(r["argv"] == ["--epochs", "2", "--name", "abc"] and r["sum"] == 2.0 for r in reports)
+    assert "SageMaker training toolkit: " in output and "SM_HOSTS=" not in output  # listed only when verbose
 
 
 @pytest.mark.torchrun

@@ -209,6 +209,17 @@ def test_sdk_v3_interface_hint_falls_back_to_the_container_s_interface(tmp_path)
     ) in explain(launch)
 
 
+def test_a_training_runs_table_counts_the_toolkits_variables_unless_verbose(tmp_path):
+    launch = sdk_v3_launch(tmp_path, {})
+    quiet, full = explain(launch, toolkit_rows=False), explain(launch)
+    count = sum(1 for row in launch.env if row.name.startswith("SM_"))
+    listed_from = full.index("SageMaker training toolkit\n")
+    assert "SM_HOSTS=" in full[listed_from:]
+    assert quiet == full[:listed_from] + (
+        f"SageMaker training toolkit: {count} SM_* variables set (--explain or DOCKYARD_VERBOSE=1 lists them)\n"
+    )
+
+
 def test_sdk_v3_interface_the_user_set_is_kept(tmp_path):
     launch = sdk_v3_launch(tmp_path, {"GLOO_SOCKET_IFNAME": "eth7", "SM_NETWORK_INTERFACE_NAME": "eth7"})
     rows = {row.name: row for row in launch.env}

@@ -16,9 +16,10 @@ import yaml
 from kubernetes import client as k8s
 
 from compiler.spec.errors import ConfigError
-from compiler.targets import registry
+from compiler.targets import records, registry
 from compiler.targets.base import COMPLETED, FAILED, PENDING, RUNNING, STOPPED
 from compiler.targets.kubernetes import cluster, translate
+from compiler.targets.records import RunRecord
 from tests.helpers import plan_for
 from tests.kube_api_server import FakeApiServer
 
@@ -151,14 +152,19 @@ def test_follow_returns_none_when_interrupted(server):
     assert server.get("jobsets", "training", RUN) is not None  # detaching leaves the job running
 
 
-def test_logs_prints_each_pods_log_by_host(server):
+def test_logs_merges_the_pods_logs_in_the_kubelets_time_order(server):
     api = api_for(server)
     handle = cluster.submit(request_for(), api)
     pod(server, 0, "Succeeded")
+    pod(server, 1, "Succeeded")
+    server.logs[f"{RUN}-node-0-1-x7k2p"] = "first\nsecond\n"
+    time.sleep(0.01)
     server.logs[f"{RUN}-node-0-0-x7k2p"] = "done\n"
-    out = io.StringIO()
-    cluster.logs(api, handle, out)
-    assert out.getvalue() == f"{RUN}-node-0-0 | done\n"
+    assert [str(line) for line in cluster.logs(api, handle)] == [
+        f"{RUN}-node-0-1 | first",
+        f"{RUN}-node-0-1 | second",
+        f"{RUN}-node-0-0 | done",
+    ]
 
 
 def test_the_target_reaches_the_cluster_named_by_kubeconfig(server, tmp_path, monkeypatch):
@@ -216,10 +222,8 @@ def test_no_cluster_configured_is_a_config_error(tmp_path, monkeypatch):
     assert error.value.key == "target"
 
 
-def test_launch_status_logs_and_stop_through_the_cli(engine, server, tmp_path):
-    """`dockyard launch target=kubernetes` builds, creates the objects, follows the pods (here written by the
-    test, as the JobSet controller and kubelet would) to the end; then status, logs and stop reach the run."""
-    kubeconfig = tmp_path / "kubeconfig"
+def kubeconfig_for(server: FakeApiServer, folder: Path) -> Path:
+    kubeconfig = folder / "kubeconfig"
     kubeconfig.write_text(
         yaml.safe_dump(
             {
@@ -232,6 +236,38 @@ def test_launch_status_logs_and_stop_through_the_cli(engine, server, tmp_path):
             }
         )
     )
+    return kubeconfig
+
+
+def test_logs_follow_one_nodes_lines_until_the_job_ends(server, tmp_path):
+    """`dockyard logs RUN -f --node NAME` on a running job: the node's lines as the pods write them, then
+    it returns once the job has ended."""
+    handle = cluster.submit(request_for(), api_for(server))
+    records.save(
+        RunRecord(run_dir=str(tmp_path / "run"), run_id=RUN, target="kubernetes", status=RUNNING, handle=handle)
+    )
+    pod(server, 0, "Running")
+    pod(server, 1, "Running")
+    server.logs[f"{RUN}-node-0-1-x7k2p"] = "world size 4\n"
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig_for(server, tmp_path))}
+    command = [DOCKYARD, "logs", RUN, "-f", "--node", f"{RUN}-node-0-1"]
+    follow = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    threading.Timer(60, follow.kill).start()  # a follow that never ends fails the test instead of hanging it
+    assert follow.stdout.readline() == f"{RUN}-node-0-1 | world size 4\n"
+    server.logs[f"{RUN}-node-0-0-x7k2p"] = "step 1 on node 0\n"
+    server.logs[f"{RUN}-node-0-1-x7k2p"] = "world size 4\nstep 1 on node 1\n"
+    assert follow.stdout.readline() == f"{RUN}-node-0-1 | step 1 on node 1\n"
+    assert follow.poll() is None  # the job still runs
+    server.get("jobsets", "training", RUN)["status"] = {"conditions": [{"type": "Completed", "status": "True"}]}
+    assert follow.wait(timeout=30) == 0, follow.stderr.read()
+    assert follow.stdout.read() == ""
+    assert records.load(tmp_path / "run").status == COMPLETED
+
+
+def test_launch_status_logs_and_stop_through_the_cli(engine, server, tmp_path):
+    """`dockyard launch target=kubernetes` builds, creates the objects, follows the pods (here written by the
+    test, as the JobSet controller and kubelet would) to the end; then status, logs and stop reach the run."""
+    kubeconfig = kubeconfig_for(server, tmp_path)
 
     def cluster_side() -> None:
         while not (jobsets := [key for key in list(server.objects) if key[0] == "jobsets"]):
@@ -275,7 +311,7 @@ def test_launch_status_logs_and_stop_through_the_cli(engine, server, tmp_path):
         return result.stdout
 
     assert f"{run_id}-node-0-0 | trained on node 0" in verb("logs")
+    assert verb("logs", "--node", f"{run_id}-node-0-1") == f"{run_id}-node-0-1 | trained on node 1\n"
     assert "completed" in verb("status")
-    verb("stop")
-    assert server.objects.keys() == {("pods", "default", f"{run_id}-node-0-{i}-abcde") for i in (0, 1)}
-    assert server.deletions[-1]["propagationPolicy"] == "Foreground"
+    assert verb("stop") == f"{run_id} had already ended (completed); nothing to stop\n"
+    assert server.get("jobsets", "default", run_id) is not None and server.deletions == []

@@ -18,6 +18,7 @@ from compiler.spec.errors import ConfigError
 from compiler.targets.local import rules as local_rules
 from compiler.targets.local import runner as local_runner
 from compiler.targets.local import translate as local
+from compiler.targets.logs import split_timestamp
 from compiler.targets.records import RunRecord
 from tests.helpers import PRESETS, S3_TOKENS, plan_for
 from tests.hf_support import assert_transformers_logits, trained_decoder
@@ -95,12 +96,27 @@ def test_smoke_job_trains_on_two_container_nodes(engine, tmp_path):
     assert f"results   {run_dir.resolve()}" in result.stdout
     assert leftovers(engine, record["run_id"]) == []
 
-    status = subprocess.run([DOCKYARD, "status", record["run_id"]], cwd=tmp_path, capture_output=True, text=True)
+    elsewhere = tmp_path / "elsewhere"  # a run is found by its id from any folder
+    elsewhere.mkdir()
+    status = subprocess.run([DOCKYARD, "status", record["run_id"]], cwd=elsewhere, capture_output=True, text=True)
     assert "status    completed after 1 attempt(s), exit status 0" in status.stdout
+    assert f"progress  step 20/20, loss {losses[-1]:.4g}, " in status.stdout
+    assert "time      ran " in status.stdout
+    listed = subprocess.run([DOCKYARD, "runs", "-o", "json"], cwd=elsewhere, capture_output=True, text=True)
+    assert [(r["run_id"], r["step"], r["steps"]) for r in json.loads(listed.stdout)] == [(record["run_id"], 20, 20)]
+    stop = subprocess.run([DOCKYARD, "stop", record["run_id"]], cwd=elsewhere, capture_output=True, text=True)
+    assert "had already ended (completed); nothing to stop" in stop.stdout
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
     logs = subprocess.run([DOCKYARD, "logs", "run"], cwd=tmp_path, capture_output=True, text=True)
     assert '"step": 20' in logs.stdout and logs.stdout.startswith("algo-1 | ")
+    stamped = [split_timestamp(line) for node in (1, 2) for line in (run_dir / f"logs/algo-{node}.log").open()]
+    assert len(logs.stdout.splitlines()) == len(stamped) and None not in {t for t, _ in stamped}
+    node_log = (run_dir / "logs/algo-2.log").read_text().splitlines()
+    tail = [DOCKYARD, "logs", record["run_id"], "--node", "algo-2", "--tail", "2"]
+    last = subprocess.run(tail, cwd=elsewhere, capture_output=True, text=True).stdout.splitlines()
+    assert last == [f"algo-2 | {split_timestamp(line)[1]}" for line in node_log[-2:]]
     missing = subprocess.run([DOCKYARD, "status", "no-such-run"], cwd=tmp_path, capture_output=True, text=True)
-    assert missing.returncode == 2 and "dockyard: error: run: no run 'no-such-run'" in missing.stderr
+    assert missing.returncode == 2 and "dockyard: error: run: no run 'no-such-run' in " in missing.stderr
 
 
 @pytest.mark.torchrun

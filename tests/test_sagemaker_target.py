@@ -3,6 +3,7 @@ against moto's server (create, describe, stop; a wrong role or bucket is the use
 
 import io
 import json
+import time
 
 import pytest
 from botocore.exceptions import ClientError
@@ -113,6 +114,25 @@ def test_submit_describe_stop_over_http(aws):
     printed = io.StringIO()
     assert sagemaker_submit.follow(name, aws, out=printed, poll_s=0) == "Completed"  # moto completes at once
     assert "dockyard-moto-1: Completed" in printed.getvalue()
+
+
+def test_logs_merge_the_instances_streams_in_cloudwatchs_time_order(aws):
+    logs = aws.client("logs")
+    logs.create_log_group(logGroupName=sagemaker_submit.LOG_GROUP)
+    events = {"algo-1": [(1000, "a1"), (3000, "a3")], "algo-2": [(2000, "b2"), (4000, "b4")]}
+    start_ms = (int(time.time()) - 60) * 1000  # CloudWatch refuses events older than 14 days
+    for host, lines in events.items():
+        stream = f"dockyard-moto-logs/{host}-1700000000"
+        logs.create_log_stream(logGroupName=sagemaker_submit.LOG_GROUP, logStreamName=stream)
+        logs.put_log_events(
+            logGroupName=sagemaker_submit.LOG_GROUP,
+            logStreamName=stream,
+            logEvents=[{"timestamp": start_ms + ms, "message": text} for ms, text in lines],
+        )
+    lines = sagemaker_submit.log_lines(logs, "dockyard-moto-logs")
+    assert [str(line) for line in lines] == ["algo-1 | a1", "algo-2 | b2", "algo-1 | a3", "algo-2 | b4"]
+    assert lines[0].time == start_ms / 1000 + 1
+    assert sagemaker_submit.log_lines(logs, "no-such-job") == []
 
 
 def test_stop_sends_stop_training_job(aws):

@@ -238,6 +238,9 @@ def test_smoke_job_trains_through_sbatch_on_two_nodes(engine, slurm_cluster, tmp
     logs = subprocess.run([DOCKYARD, "logs", "run"], cwd=tmp_path, capture_output=True, text=True)
     assert logs.stdout.startswith(f"dockyard: job {record['handle']['job_id']}, attempt 1 of 1, on n[1-2]\n")
     assert '"step": 60' in logs.stdout and "n2 | plan        smoke" in logs.stdout
+    node = [DOCKYARD, "logs", record["run_id"], "--node", "n2", "--tail", "1"]
+    last = subprocess.run(node, cwd=run_dir / "output", capture_output=True, text=True).stdout.splitlines()
+    assert last == [line for line in logs.stdout.splitlines() if line.startswith("n2 | ")][-1:]
 
 
 @pytest.mark.torchrun

@@ -17,7 +17,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from compiler.cli import folders, runs, tasks
+from compiler.cli import about, folders, runs, tasks
 from compiler.config.compose import (
     CONF_DIR,
     CONFIG_NAME,
@@ -36,8 +36,8 @@ VERBS: dict[str, Callable[[DictConfig], None]] = {
     "build": tasks.build_task,
     "launch": tasks.launch_task,
 }
-RUN_VERBS = ("status", "logs", "stop", "warm-pool")
-"""Verbs about a launched run, by id or folder; they compose no config."""
+RUN_VERBS = ("runs", "status", "logs", "stop", "warm-pool")
+"""Verbs about launched runs (the list, or one by id or folder); they compose no config."""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -47,7 +47,11 @@ def main(argv: list[str] | None = None) -> None:
     if not args or args[0] in ("-h", "--help"):
         print(usage())
         sys.exit(0 if args else USER_ERROR)
+    if "--version" in args[:2] or "-V" in args[:2]:
+        return print(about.version_text(verbose=bool({"-v", "--verbose"} & set(args))))
     verb, overrides = args[0], args[1:]
+    if verb in VERBS and {"-h", "--help"} & set(overrides):
+        return print(about.verb_usage(verb, CONF_DIR))
     if verb in RUN_VERBS:
         try:
             return runs.main(verb, overrides)
@@ -86,7 +90,7 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
     user_wants_traceback = "HYDRA_FULL_ERROR" in os.environ
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
     folders.start()
-    sys.argv = [PROG, *overrides, *_staging(overrides)]
+    sys.argv = [PROG, *_with_staging(overrides)]
     try:
         for key, _, folder in (override.partition("=") for override in overrides):
             if key in folders.FOLDER_KEYS:
@@ -109,6 +113,13 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
             del os.environ["HYDRA_FULL_ERROR"]
     if errors:
         _fail(*errors)
+
+
+def _with_staging(overrides: list[str]) -> list[str]:
+    """The command line with the staging override among the user's overrides (argparse takes them as one
+    run of words), or first where there are none, so that a bare `--info` at the end takes no value from it."""
+    at = next((i for i, word in enumerate(overrides) if "=" in word and not word.startswith("-")), 0)
+    return [*overrides[:at], *_staging(overrides), *overrides[at:]]
 
 
 def _staging(overrides: list[str]) -> list[str]:
@@ -141,16 +152,17 @@ def _complete(args: list[str]) -> None:
 
 def usage() -> str:
     return (
-        f"usage: {PROG} VERB [hydra overrides and flags...]\n\n"
+        f"usage: {PROG} VERB [hydra overrides and flags...]    {PROG} --version [-v]\n\n"
         "verbs:\n  plan    compile the config into a validated plan.json and print its summary\n"
         "  build   plan, then build the plan's content-addressed image (and push it with image.push=true)\n"
         "  launch  build, then run the plan on its target (--dry-run: print the request, do nothing)\n"
-        "  status, logs, stop RUN   a launched run, by its id or its folder\n"
+        "  runs                     the launched runs, newest first (--status, --target, --limit, -o json)\n"
+        "  status, logs, stop RUN   a launched run, by its id (from any folder) or its folder\n"
         "  warm-pool release RUN    end the warm pool a SageMaker run keeps (keep-alive to 0)\n\n"
         f"examples:\n  {PROG} plan experiment=llama3-8b-p5x4 parallelism.tp=2\n"
         f"  {PROG} build experiment=smoke image.push=true image.registry=127.0.0.1:5000\n"
         f"  {PROG} launch experiment=smoke          (train on two local container nodes)\n"
         f"  {PROG} plan --cfg job          (the composed config)\n"
-        f"  {PROG} plan --help             (config groups and Hydra flags)\n"
+        f"  {PROG} plan --help             (the flags and config groups; --hydra-help: Hydra's)\n"
         f'  eval "$({PROG} plan -sc install=bash)"   (shell completion)'
     )

@@ -1,50 +1,118 @@
-"""`dockyard status|logs|stop RUN`: follow a run after `launch`, by its id or its folder.
+"""`dockyard runs` and `dockyard status|logs|stop RUN`: find and follow runs after `launch`, by id from any
+folder (the index, `compiler.targets.index`) or by folder.
 
 The run record (`run.json`, see `compiler.targets.records`) says which target runs it and the handle that
 target gave the job; the target answers from there (`compiler.targets.base.Target`).
 """
 
 import argparse
+import dataclasses
+import json
 import sys
+import time
+from collections import Counter
 from pathlib import Path
+from typing import IO
 
+from compiler.cli import show
 from compiler.launch import runs, summary
+from compiler.launch.progress import Progress, for_people, progress
 from compiler.spec.errors import ConfigError
-from compiler.targets import records, registry
+from compiler.targets import index, records, registry
+from compiler.targets.base import FINAL_STATUSES, STATUSES
+from compiler.targets.records import OPEN_STATUSES, RunRecord
+
+TABLE, JSON = "table", "json"
+FOLLOW_POLL_S = 2.0
+"""How often `logs -f` asks the target for new lines and the run's status."""
 
 
-def find_record(run: str) -> records.RunRecord:
-    folder = records.find(run, Path.cwd())
+def find_record(run: str) -> RunRecord:
+    folder = records.find(run)
     if folder is None:
-        raise ConfigError("run", f"no run '{run}' under {Path.cwd()}", "give the run id or the run folder")
+        raise ConfigError(
+            "run",
+            f"no run '{run}' in {index.home() / index.RUNS} (set by ${index.HOME_VARIABLE})",
+            "give a run id `dockyard runs` lists, or the run's folder",
+        )
     return records.load(folder)
 
 
-def status(record: records.RunRecord) -> None:
+def progress_of(record: RunRecord) -> Progress:
+    return progress(record, runs.loss_curve(Path(record.run_dir)), time.time())
+
+
+def status(record: RunRecord, output: str) -> None:
     record = runs.refresh(record)
+    now = progress_of(record)
+    results = {label: str(path) for label, path in runs.result_paths(Path(record.run_dir)).items()}
+    if output == JSON:
+        fields = {"image": record.image, "detail": record.detail, "exit_status": record.exit_status}
+        print(json.dumps({**now.to_json(), **fields, "attempts": record.attempts, "results": results}, indent=2))
+        return
     print(f"run       {record.run_id} ({record.target})")
     print(f"folder    {record.run_dir}")
     print(f"image     {record.image}")
     detail = f": {record.detail}" if record.detail else ""
     exit_text = "" if record.exit_status is None else f", exit status {record.exit_status}"
     print(f"status    {record.status}{detail} after {record.attempts} attempt(s){exit_text}")
+    for label, text in show.status_lines(now):
+        print(f"{label:<9} {text}")
     if record.warm_pool:
         print(f"warm pool {record.warm_pool}")
     if record.billable_s is not None:
         saving = "" if record.spot_saving is None else f", {record.spot_saving:.0%} saved by spot"
         print(f"billing   trained {record.training_s:.0f} s, billed {record.billable_s:.0f} s{saving}")
+    for label, path in results.items():
+        print(f"  {label:<11} {path}")
 
 
-def logs(record: records.RunRecord) -> None:
-    registry.get(record.target).logs(record.handle, sys.stdout)
+def logs(record: RunRecord, args: argparse.Namespace) -> None:
+    """Every node's lines in time order (`--node`: one node's, `--tail N`: the last N; on a terminal,
+    metrics lines as progress lines); `-f` then prints new lines as they come until the run ends (its
+    record, asked of its target, is final)."""
+    target = registry.get(record.target)
+    lines = target.logs(record.handle)
+    nodes = sorted({line.node for line in lines if line.node})
+    if args.node and args.node not in nodes and nodes and not args.follow:
+        raise ConfigError("--node", f"the run has no node '{args.node}'", f"give one of {', '.join(nodes)}")
+    chosen = [line for line in lines if args.node in (None, line.node)]
+    out = for_people(sys.stdout, record.steps) if record.steps else sys.stdout
+    for line in chosen if args.tail is None else chosen[max(0, len(chosen) - args.tail) :]:
+        print(line, file=out, flush=True)
+    if args.follow:
+        _follow(runs.refresh(record), Counter(line.node for line in chosen), args.node, out)
 
 
-def stop(record: records.RunRecord) -> None:
+def _follow(record: RunRecord, printed: Counter, node: str | None, out: IO[str]) -> None:
+    """Print each node's lines past those `printed` (a node's lines only grow) until the run ends; Ctrl-C
+    stops following and leaves the run alone."""
+    target = registry.get(record.target)
+    try:
+        while record.status in OPEN_STATUSES:
+            time.sleep(FOLLOW_POLL_S)
+            record = runs.refresh(records.load(Path(record.run_dir)))  # the launching process may have ended it
+            seen: Counter = Counter()
+            for line in target.logs(record.handle):
+                if node in (None, line.node):
+                    seen[line.node] += 1
+                    if seen[line.node] > printed[line.node]:
+                        print(line, file=out, flush=True)
+            printed = seen
+    except KeyboardInterrupt:
+        return
+
+
+def stop(record: RunRecord) -> None:
+    record = runs.refresh(record)
+    if record.status in FINAL_STATUSES:
+        print(f"{record.run_id} had already ended ({record.status}); nothing to stop")
+        return
     runs.stop(record)
     print(f"stopped   {record.run_id}")
 
 
-def release_warm_pool(record: records.RunRecord) -> None:
+def release_warm_pool(record: RunRecord) -> None:
     target = registry.get(record.target)
     if not target.capabilities.warm_pools:
         raise ConfigError("run", f"target={record.target} keeps no warm pools", "give a SageMaker run")
@@ -52,7 +120,31 @@ def release_warm_pool(record: records.RunRecord) -> None:
     print(f"released  the warm pool of {record.run_id} (keep-alive set to 0)")
 
 
-ACTIONS = {"status": status, "logs": logs, "stop": stop, "warm-pool": release_warm_pool}
+def list_runs(args: argparse.Namespace) -> None:
+    """Every registered run, newest first; open ones are asked of their target (one that cannot be reached
+    is listed as last recorded, with the error as its detail, so one lost cluster does not hide the rest)."""
+    chosen = [record for record in records.registered() if args.target in (None, record.target)]
+    rows = []
+    for record in chosen:
+        if record.status in OPEN_STATUSES:
+            record = _refreshed(record)
+        if args.status is None or record.status == args.status:
+            rows.append(progress_of(record))
+    rows = rows[: args.limit]
+    if args.output == JSON:
+        print(json.dumps([row.to_json() for row in rows], indent=2))
+    else:
+        print(show.runs_table(rows, time.time(), sys.stdout), end="")
+
+
+def _refreshed(record: RunRecord) -> RunRecord:
+    try:
+        return runs.refresh(record)
+    except Exception as error:  # any platform's client error: this run is shown as it was recorded
+        return dataclasses.replace(record, detail=f"not reachable: {type(error).__name__}: {error}")
+
+
+ACTIONS = {"stop": stop, "warm-pool": release_warm_pool}
 
 
 def sweep_status(sweep_dir: Path) -> None:
@@ -63,19 +155,34 @@ def sweep_status(sweep_dir: Path) -> None:
 
 def main(verb: str, args: list[str]) -> None:
     parser = argparse.ArgumentParser(prog=f"dockyard {verb}")
+    if verb == "runs":
+        parser.add_argument("--status", choices=STATUSES, help="only the runs in this status")
+        parser.add_argument("--target", choices=registry.kinds(), help="only the runs on this target")
+        parser.add_argument("--limit", type=int, metavar="N", help="the newest N runs")
+    if verb in ("runs", "status"):
+        parser.add_argument("-o", "--output", choices=(TABLE, JSON), default=TABLE, help="json: machine-readable")
+    if verb == "runs":
+        return list_runs(parser.parse_args(args))  # argparse exits 2 with one usage line on a mistake
+    if verb == "logs":
+        parser.add_argument("-f", "--follow", action="store_true", help="print new lines until the run ends")
+        parser.add_argument("--tail", type=int, metavar="N", help="only the last N lines (before following)")
+        parser.add_argument("--node", metavar="NAME", help="only this node's lines (algo-2, n1, a pod's host)")
     if verb == "warm-pool":
         parser.add_argument("action", choices=["release"], help="release: set the pool's keep-alive to 0")
     parser.add_argument("run", help="the run id `launch` printed, or the run folder (a sweep's folder for status)")
+    parsed = parser.parse_args(args)
+    if verb == "status" and records.holds_file(Path(parsed.run), summary.SUMMARY_CSV):
+        return sweep_status(Path(parsed.run))
+    record = find_record(parsed.run)
     if verb == "status":
-        parser.add_argument("--plot", action="store_true", help="draw RUN/loss.png from the metrics in its folder")
-    parsed = parser.parse_args(args)  # argparse exits 2 with one usage line on a mistake
-    run = parsed.run
-    if verb == "status" and records.holds_file(Path(run), summary.SUMMARY_CSV):
-        return sweep_status(Path(run))
-    record = find_record(run)
+        status(record, parsed.output)
+        if parsed.plot:
+            draw_plot(record)
+        return None
+    if verb == "logs":
+        return logs(record, parsed)
     ACTIONS[verb](record)
-    if getattr(parsed, "plot", False):
-        draw_plot(record)
+    return None
 
 
 def draw_plot(record: records.RunRecord) -> None:

@@ -17,6 +17,7 @@ from compiler.config.compose import to_config
 from compiler.launch import modes, runs
 from compiler.launch.plan import PLAN_FILE, REPORT_FILE, checked_plan, with_account_defaults, write_plan
 from compiler.launch.prepare import prepare
+from compiler.launch.progress import for_people
 from compiler.planner.summary import report_markdown, summary_lines
 from compiler.spec import Plan
 from compiler.spec.errors import ConfigError
@@ -69,7 +70,10 @@ def launch_task(cfg: DictConfig) -> None:
         runs.print_notes(plan, request)
     record = runs.new_record(plan, request, run_dir, request.image)
     try:
-        record = runs.execute(record, plan, request)  # a missing role or bucket is found before anything starts
+        out = for_people(sys.stdout, plan.trainer.steps)
+        record = runs.execute(
+            record, plan, request, out=out
+        )  # a missing role or bucket is found before anything starts
     except ConfigError:
         folders.discard(results_too=True)
         raise
@@ -82,7 +86,8 @@ def launch_task(cfg: DictConfig) -> None:
 
 @modes.sweeps_as(modes.DRY_RUN)
 def dry_run_task(cfg: DictConfig) -> None:
-    """Print exactly the request `launch` would submit; build nothing, start nothing, keep no run folder."""
+    """Print the plan's summary and warnings, and what the target would do besides (stderr), then exactly
+    the request `launch` would submit (stdout); build nothing, start nothing, keep no run folder."""
     from compiler.images.build import planned_reference
 
     run_dir = run_folder()
@@ -93,7 +98,9 @@ def dry_run_task(cfg: DictConfig) -> None:
             run_id=lambda plan: runs.run_id_for(plan, datetime.now(UTC)),
             planned=lambda plan: planned_reference(plan, cwd=Path.cwd()),
         )
-        print(prepared.request, end="")
+        print("\n".join(summary_lines(prepared.plan)), file=sys.stderr)
         runs.print_notes(prepared.plan, prepared.request)
         if prepared.plan.image.push:
             print(f"dockyard: {prepared.image} is built and pushed at launch, which pins it by digest", file=sys.stderr)
+        sys.stderr.flush()
+        print(prepared.request, end="")

@@ -18,6 +18,7 @@ from typing import IO
 import docker
 from docker.errors import DockerException, ImageNotFound
 
+from compiler.core.terminal import is_terminal, plain
 from compiler.images import DOCKYARD_ROOT
 from compiler.images.context import BuildContext, build_context, code_commit
 from compiler.images.render import has_user_code
@@ -165,8 +166,9 @@ def ensure_base_image(client: docker.DockerClient, image: schema.ImageConfig, ou
 
 
 def stream_build_log(log, out: IO[str]) -> tuple[Step, ...]:
-    """Print the builder's output as it comes, each step with the time since the start; parse the steps."""
-    start = time.monotonic()
+    """Print the builder's output as it comes, each step with the time since the start (escape codes and
+    redrawn progress bars only on a terminal); parse the steps."""
+    start, terminal = time.monotonic(), is_terminal(out)
     steps: list[Step] = []
     current: tuple[int, str] | None = None
     cached = False
@@ -189,7 +191,7 @@ def stream_build_log(log, out: IO[str]) -> tuple[Step, ...]:
                 line = f"[{time.monotonic() - start:6.1f}s] {line}"
             elif line.strip() == "---> Using cache":
                 cached = True
-            out.write(line)
+            out.write(line if terminal else plain(line))
         out.flush()
     close()
     return tuple(steps)

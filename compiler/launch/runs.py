@@ -48,6 +48,7 @@ def new_record(plan: Plan, request: Request, run_dir: Path, image: str, **point)
         run_id=request.run_id,
         target=plan.target.kind.value,
         image=image,
+        steps=plan.trainer.steps,
         region=getattr(request, "region", ""),
         price_per_hour=plan.price_per_hour,
         predicted_s=predicted_seconds(plan),
@@ -120,6 +121,10 @@ def refresh(record: RunRecord) -> RunRecord:
 
 
 def stop(record: RunRecord) -> RunRecord:
+    """Stop a run whose record is open; one that has ended keeps its record (a completed run stays
+    completed: `refresh` it first to learn whether it has ended)."""
+    if record.status in FINAL_STATUSES:
+        return record
     registry.get(record.target).stop(record.handle)
     return records.update(record, status=STOPPED)
 
@@ -157,6 +162,18 @@ def final_metrics(run_dir: Path) -> dict:
     return curve[-1] if curve else {}
 
 
+def result_paths(run_dir: Path) -> dict[str, Path]:
+    """What a run left in its folder, by kind (those it has)."""
+    found = {
+        "metrics": metrics_file(run_dir),
+        "plot": run_dir / LOSS_PLOT,
+        "logs": run_dir / "logs",
+        "checkpoints": run_dir / "checkpoints",
+        "model": run_dir / "model",
+    }
+    return {label: path for label, path in found.items() if path is not None and path.exists()}
+
+
 def print_results(record: RunRecord, out: IO[str] = sys.stdout) -> None:
     """Where a finished run's results are."""
     outcome = (
@@ -164,13 +181,5 @@ def print_results(record: RunRecord, out: IO[str] = sys.stdout) -> None:
     )
     print(f"run       {record.run_id} {outcome}", file=out)
     print(f"results   {record.run_dir}", file=out)
-    run_dir = Path(record.run_dir)
-    for label, path in (
-        ("metrics", metrics_file(run_dir)),
-        ("plot", run_dir / LOSS_PLOT),
-        ("logs", run_dir / "logs"),
-        ("checkpoints", run_dir / "checkpoints"),
-        ("model", run_dir / "model"),
-    ):
-        if path is not None and path.exists():
-            print(f"  {label:<11} {path}", file=out)
+    for label, path in result_paths(Path(record.run_dir)).items():
+        print(f"  {label:<11} {path}", file=out)

@@ -17,6 +17,7 @@ from typing import IO, Protocol, runtime_checkable
 from compiler.core.capabilities import Capabilities
 from compiler.spec import Plan
 from compiler.spec.schema import Config
+from compiler.targets.logs import LogLine
 
 PENDING, RUNNING, COMPLETED, FAILED, STOPPED, CANCELLED = (
     "pending",
@@ -98,6 +99,8 @@ class Target(Protocol):
         """What the platform would do with `request` beyond running it (a warm pool it would start on);
         `launch` and its dry run print them. May ask the platform."""
 
-    def logs(self, handle: dict, out: IO[str]) -> None: ...
+    def logs(self, handle: dict) -> list[LogLine]:
+        """Every line the job's nodes have written so far, in time order (`compiler.targets.logs.merged`);
+        `dockyard logs` filters, tails and follows them."""
 
     def stop(self, handle: dict) -> None: ...

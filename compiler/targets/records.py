@@ -3,16 +3,19 @@ point. `dockyard status|logs|stop` and a sweep's summary read it.
 
 It says which target runs the job and the handle that target gave it (a job name, an id), with which
 image, how it moved through the shared statuses (`compiler.targets.base.STATUSES`) and how it ended, so a
-run can be found and followed later from its folder or its id alone. A sweep's point that never became a
-job keeps a record too, with the status `invalid` or `dry-run`.
+run can be found and followed later from its folder or its id alone (every job's id is registered in
+`compiler.targets.index`). A sweep's point that never became a job keeps a record too, with the status
+`invalid` or `dry-run`, and is not registered.
 """
 
 import errno
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from compiler.targets import index
 from compiler.targets.base import FINAL_STATUSES, PENDING, RUNNING
 
 RECORD_FILE = "run.json"
@@ -39,6 +42,8 @@ class RunRecord:
     final: dict = field(default_factory=dict)
     """The last metrics the job reported (loss, tokens_per_s, ...)."""
     region: str = ""
+    steps: int | None = None
+    """The plan's training steps (`trainer.steps`): what a run's progress is counted against."""
     price_per_hour: float = 0.0
     predicted_s: float | None = None
     """The planner's predicted training time (GPU plans): the cost estimate of a run that has not run."""
@@ -81,6 +86,8 @@ def save(record: RunRecord) -> RunRecord:
     temporary = folder / f".{RECORD_FILE}.tmp"
     temporary.write_text(json.dumps(asdict(record), indent=2, sort_keys=True) + "\n")
     temporary.replace(folder / RECORD_FILE)
+    if record.run_id and record.status not in (INVALID, DRY_RUN):
+        index.register(record.run_id, folder)
     return record
 
 
@@ -105,11 +112,15 @@ def holds_file(folder: Path, name: str) -> bool:
         return False
 
 
-def find(run: str, search_root: Path) -> Path | None:
-    """The folder of a run given its folder or its id (searched under `search_root`)."""
+def find(run: str) -> Path | None:
+    """The folder of a run given its folder or its id (looked up in the index)."""
     if holds_file(Path(run), RECORD_FILE):
         return Path(run)
-    for path in sorted(search_root.glob(f"**/{RECORD_FILE}")):
-        if json.loads(path.read_text()).get("run_id") == run:
-            return path.parent
-    return None
+    folder = index.folder_of(run)
+    return folder if folder is not None and holds_file(folder, RECORD_FILE) else None
+
+
+def registered() -> list[RunRecord]:
+    """The records of every registered run whose folder is still there, newest first."""
+    found = [load(folder) for folder in index.folders() if holds_file(folder, RECORD_FILE)]
+    return sorted(found, key=lambda record: math.inf if record.started is None else record.started, reverse=True)

@@ -175,8 +175,16 @@ def _text(value: object) -> str:
     return json.dumps(value) if isinstance(value, dict | list | bool) or value is None else str(value)
 
 
-def explain(launch: Launch) -> str:
+def explain(launch: Launch, *, toolkit_rows: bool = True) -> str:
+    """What the node will do and why. Without `toolkit_rows` (a training run's log unless verbose) the
+    SageMaker toolkit's variables, over half of the table, are counted in one line instead of listed."""
     plan, node = launch.plan, launch.node
+    listed = [row for row in launch.env if toolkit.is_toolkit(row)]
+    toolkit_lines = (
+        ["SageMaker training toolkit", *(_line(row, EXPLAIN_WIDTH) for row in listed)]
+        if toolkit_rows
+        else [f"SageMaker training toolkit: {len(listed)} SM_* variables set (--explain or {VERBOSE}=1 lists them)"]
+    )
     lines = [
         f"plan        {plan.name}: {plan.parallelism.strategy.value}, {plan.layout.world_size} processes "
         f"({plan.layout.nodes} × {plan.layout.processes_per_node}) on {plan.instance.name}",
@@ -192,12 +200,13 @@ def explain(launch: Launch) -> str:
         f"command     {' '.join(launch.command)}",
         "environment",
         *(_line(row) for row in launch.env if not toolkit.is_toolkit(row)),
-        "SageMaker training toolkit",
-        *(_line(row, EXPLAIN_WIDTH) for row in launch.env if toolkit.is_toolkit(row)),
+        *toolkit_lines,
     ]
     return "\n".join(lines) + "\n"
 
 
+VERBOSE = "DOCKYARD_VERBOSE"
+"""Set to 1 (in target.environment, say) for the whole explain table at the start of every node's log."""
 EXPLAIN_WIDTH = 100
 """--explain shortens a toolkit value past this many characters (SM_TRAINING_ENV holds all the others)."""
 
@@ -261,6 +270,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("mode", nargs="?", choices=["train"], help="SageMaker starts containers with 'train'")
     parser.add_argument("--plan", type=Path, help=f"the plan (default: $DOCKYARD_PLAN or {DEFAULT_PLAN})")
     parser.add_argument("--explain", action="store_true", help="print rank, master, environment; train nothing")
+    parser.add_argument("-v", "--verbose", action="store_true", help=f"list the SM_* variables too (or {VERBOSE}=1)")
     parser.add_argument("--timeout", type=float, help="seconds to wait for hosts and for any collective (600)")
     parser.add_argument("--sagemaker-root", type=Path, default=SAGEMAKER_ROOT, help=argparse.SUPPRESS)
     parser.add_argument("--device-root", type=Path, default=Path("/"), help=argparse.SUPPRESS)
@@ -305,7 +315,7 @@ def main(argv: list[str] | None = None) -> None:
     except ClusterError as error:
         write_failure(launch, str(error), "before training started", [])
         sys.exit(TRAINING_FAILED)
-    print(explain(launch), end="", flush=True)
+    print(explain(launch, toolkit_rows=args.verbose or environ.get(VERBOSE) == "1"), end="", flush=True)
     status = run(launch, child_environment(launch, environ))
     sys.exit(TRAINING_FAILED if status else 0)
 

@@ -15,6 +15,7 @@ from compiler.spec.schema import Config
 from compiler.targets.base import JobState
 from compiler.targets.kubernetes import rules
 from compiler.targets.kubernetes.translate import KubernetesRequest, to_request
+from compiler.targets.logs import LogLine
 
 
 class KubernetesTarget:
@@ -56,10 +57,10 @@ class KubernetesTarget:
 
         return cluster.status(cluster.connect(), handle)
 
-    def logs(self, handle: dict, out: IO[str]) -> None:
+    def logs(self, handle: dict) -> list[LogLine]:
         from compiler.targets.kubernetes import cluster
 
-        cluster.logs(cluster.connect(), handle, out)
+        return cluster.logs(cluster.connect(), handle)
 
     def stop(self, handle: dict) -> None:
         from compiler.targets.kubernetes import cluster

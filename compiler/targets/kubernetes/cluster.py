@@ -21,6 +21,7 @@ from compiler.targets.base import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING
 from compiler.targets.kubernetes import validate
 from compiler.targets.kubernetes.pod import RUN_LABEL
 from compiler.targets.kubernetes.translate import KubernetesRequest
+from compiler.targets.logs import LogLine, merged, split_timestamp
 
 POLL_S = 5.0
 NOT_FOUND = 404
@@ -155,12 +156,15 @@ def host(pod: k8s.V1Pod) -> str:
     return pod.spec.hostname or pod.metadata.name
 
 
-def logs(api: k8s.ApiClient, handle: dict, out: IO[str]) -> None:
+def logs(api: k8s.ApiClient, handle: dict) -> list[LogLine]:
+    """Each pod's log with the kubelet's timestamps, merged in time order."""
     core = k8s.CoreV1Api(api)
+    streams = []
     for pod in run_pods(api, handle):
-        text = core.read_namespaced_pod_log(pod.metadata.name, handle["namespace"])
-        for line in text.splitlines():
-            print(f"{host(pod)} | {line}", file=out)
+        text = core.read_namespaced_pod_log(pod.metadata.name, handle["namespace"], timestamps=True)
+        lines = (split_timestamp(line) for line in text.splitlines())
+        streams.append([LogLine(host(pod), text, time) for time, text in lines])
+    return merged(streams)
 
 
 def follow(

@@ -13,6 +13,7 @@ from compiler.spec.schema import Config
 from compiler.targets.base import COMPLETED, FAILED, RUNNING, STOPPED, JobState
 from compiler.targets.local import rules
 from compiler.targets.local.translate import LocalRequest, to_request
+from compiler.targets.logs import LogLine, merged, split_timestamp
 
 
 class LocalTarget:
@@ -59,10 +60,13 @@ class LocalTarget:
             return JobState(status=RUNNING)
         return JobState(status=FAILED, detail="no container of the run is left and it recorded no end")
 
-    def logs(self, handle: dict, out: IO[str]) -> None:
+    def logs(self, handle: dict) -> list[LogLine]:
+        """From the run's `logs/<node>.log`, whose lines the runner stamps with the time they came."""
+        streams = []
         for log in sorted((Path(handle["run_dir"]) / "logs").glob("*.log")):
-            for line in log.read_text().splitlines():
-                print(f"{log.stem} | {line}", file=out)
+            lines = (split_timestamp(line) for line in log.read_text(errors="replace").splitlines())
+            streams.append([LogLine(log.stem, text, time) for time, text in lines])
+        return merged(streams)
 
     def stop(self, handle: dict) -> None:
         from compiler.targets.local import runner

@@ -24,6 +24,7 @@ from compiler.spec.contract import TRACKER_CREDENTIALS
 from compiler.spec.s3 import download_s3
 from compiler.targets.local.forward import relaying
 from compiler.targets.local.translate import HOST_ALIAS, ContainerSpec, LocalRequest
+from compiler.targets.logs import stamped
 
 STOP_TIMEOUT_S = 10
 RUN_LABEL = "dockyard.run_id"  # what `dockyard stop` finds a run's containers by
@@ -189,7 +190,8 @@ def _failure_reason(run_dir: Path, host: str) -> str:
 
 def _stream(host: str, container, out: IO[str], log_file: Path) -> None:
     """Print the container's output line by line, prefixed by its node, as it comes; keep it in the run's
-    logs/<node>.log (appended, so a retried job's log holds every attempt)."""
+    logs/<node>.log (appended, so a retried job's log holds every attempt), each line after the time it
+    came as `docker logs --timestamps` writes it (`dockyard logs` interleaves the nodes by it)."""
     pending = b""
     with log_file.open("a") as log:
         for chunk in container.logs(stream=True, follow=True):
@@ -204,5 +206,5 @@ def _emit(host: str, line: bytes, out: IO[str], log: IO[str]) -> None:
     text = line.decode(errors="replace")
     out.write(f"{host} | {text}\n")
     out.flush()
-    log.write(text + "\n")
+    log.write(stamped(text, time.time()) + "\n")
     log.flush()

@@ -16,6 +16,7 @@ from compiler.spec import DataSource, Plan
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import Config
 from compiler.targets.base import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, STOPPED, JobState
+from compiler.targets.logs import LogLine
 from compiler.targets.sagemaker import rules
 from compiler.targets.sagemaker.translate import SageMakerRequest, to_request
 
@@ -112,10 +113,10 @@ class SageMakerTarget:
             warm_pool=warm_pools.describe(job, datetime.now(UTC)),
         )
 
-    def logs(self, handle: dict, out: IO[str]) -> None:
+    def logs(self, handle: dict) -> list[LogLine]:
         from compiler.targets.sagemaker import submit
 
-        submit.print_new_log_lines(_session(handle["region"]).client("logs"), handle["job_name"], {}, out)
+        return submit.log_lines(_session(handle["region"]).client("logs"), handle["job_name"])
 
     def stop(self, handle: dict) -> None:
         from compiler.targets.sagemaker import submit

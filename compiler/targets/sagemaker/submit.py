@@ -5,6 +5,7 @@ Clients come from one boto3 session, so `AWS_ENDPOINT_URL` (moto's server in tes
 profile and credentials apply as everywhere in AWS's tools; nothing here reads them itself.
 """
 
+import re
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -15,10 +16,13 @@ import boto3
 from botocore.exceptions import ClientError
 
 from compiler.spec.errors import ConfigError
+from compiler.targets.logs import LogLine, merged
 from compiler.targets.sagemaker import account, quotas
 from compiler.targets.sagemaker.translate import SageMakerRequest
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+STREAM_INSTANCE = re.compile(r"(?P<host>.+)-\d{9,}")
+"""An instance's log stream after the job's name: its host, then when it started (epoch seconds)."""
 FINAL_STATES = ("Completed", "Failed", "Stopped")
 
 
@@ -110,18 +114,47 @@ def follow(
 
 
 def print_new_log_lines(logs, job_name: str, next_tokens: dict[str, str], out: IO[str]) -> None:
-    try:
-        streams = logs.describe_log_streams(logGroupName=LOG_GROUP, logStreamNamePrefix=f"{job_name}/")
-    except logs.exceptions.ResourceNotFoundException:
-        return  # no instance has started logging yet
-    for stream in streams["logStreams"]:
-        name = stream["logStreamName"]
+    """One page of each stream's lines after those printed before (`next_tokens`, updated)."""
+    for name in _stream_names(logs, job_name):
         kwargs = {"nextToken": next_tokens[name]} if name in next_tokens else {"startFromHead": True}
         page = logs.get_log_events(logGroupName=LOG_GROUP, logStreamName=name, **kwargs)
-        host = name.split("/", 1)[1].split("-")[0] if "/" in name else name
         for event in page["events"]:
-            print(f"{host} | {event['message']}", file=out)
+            print(f"{stream_host(name)} | {event['message']}", file=out)
         next_tokens[name] = page["nextForwardToken"]
+
+
+def log_lines(logs, job_name: str) -> list[LogLine]:
+    """Every line of every instance's stream, merged by the time CloudWatch stamped it."""
+    streams = []
+    for name in _stream_names(logs, job_name):
+        lines, kwargs = [], {"startFromHead": True}
+        while True:  # pages until the forward token stops changing, as CloudWatch documents
+            page = logs.get_log_events(logGroupName=LOG_GROUP, logStreamName=name, **kwargs)
+            lines += [LogLine(stream_host(name), e["message"], e["timestamp"] / 1000) for e in page["events"]]
+            if not page["events"] or page["nextForwardToken"] == kwargs.get("nextToken"):
+                break
+            kwargs = {"nextToken": page["nextForwardToken"]}
+        streams.append(lines)
+    return merged(streams)
+
+
+def _stream_names(logs, job_name: str) -> list[str]:
+    names: list[str] = []
+    try:
+        for page in logs.get_paginator("describe_log_streams").paginate(
+            logGroupName=LOG_GROUP, logStreamNamePrefix=f"{job_name}/"
+        ):
+            names += [stream["logStreamName"] for stream in page["logStreams"]]
+    except logs.exceptions.ResourceNotFoundException:
+        pass  # no instance has started logging yet
+    return names
+
+
+def stream_host(name: str) -> str:
+    """`job/algo-1-1700000000` (SageMaker's stream of one instance) as its host, `algo-1`."""
+    instance = name.split("/", 1)[-1]
+    match = STREAM_INSTANCE.fullmatch(instance)
+    return match["host"] if match else instance
 
 
 def describe(job_name: str, session: boto3.Session) -> dict:

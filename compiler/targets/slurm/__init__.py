@@ -8,6 +8,7 @@ from compiler.core.capabilities import Capabilities
 from compiler.spec import Plan
 from compiler.spec.schema import Config
 from compiler.targets.base import JobState
+from compiler.targets.logs import LogLine
 from compiler.targets.slurm import jobs, rules, translate
 from compiler.targets.slurm.translate import SlurmRequest
 
@@ -42,8 +43,8 @@ class SlurmTarget:
     def status(self, handle: dict) -> JobState:
         return jobs.status(handle)
 
-    def logs(self, handle: dict, out: IO[str]) -> None:
-        jobs.logs(handle, out)
+    def logs(self, handle: dict) -> list[LogLine]:
+        return jobs.logs(handle)
 
     def stop(self, handle: dict) -> None:
         jobs.stop(handle)

@@ -18,6 +18,7 @@ from compiler.spec.errors import ConfigError
 from compiler.spec.hostlist import expand_hostlist
 from compiler.spec.s3 import download_s3
 from compiler.targets.base import COMPLETED, FAILED, FINAL_STATUSES, PENDING, RUNNING, STOPPED, JobState
+from compiler.targets.logs import LogLine
 from compiler.targets.slurm.translate import SlurmRequest
 
 POLL_S = 1.0
@@ -122,22 +123,21 @@ def node_names(handle: dict) -> list[str]:
 LABEL = re.compile(r"\s*(\d+): ?(.*)")
 
 
-def prefixed(line: str, nodes: list[str]) -> str:
-    """`3: text` from srun --label as `node-of-task-3 | text`; the script's own lines as they are."""
+def log_line(line: str, nodes: list[str]) -> LogLine:
+    """`3: text` from srun --label as a line of the node of task 3; the script's own lines as the job's."""
     match = LABEL.fullmatch(line)
     if match and int(match[1]) < len(nodes):
-        return f"{nodes[int(match[1])]} | {match[2]}"
-    return line
+        return LogLine(nodes[int(match[1])], match[2])
+    return LogLine("", line)
 
 
-def logs(handle: dict, out: IO[str]) -> None:
+def logs(handle: dict) -> list[LogLine]:
+    """The job's output file, which every node's task writes in turn: in time order as it is."""
     path = Path(handle["output"])
     if not path.exists():
-        out.write(f"(no output yet: {path})\n")
-        return
+        return []
     nodes = node_names(handle)
-    for line in path.read_text(errors="replace").splitlines():
-        out.write(prefixed(line, nodes) + "\n")
+    return [log_line(line, nodes) for line in path.read_text(errors="replace").splitlines()]
 
 
 def follow(handle: dict, *, out: IO[str], interrupted) -> JobState | None:
@@ -170,7 +170,7 @@ def _print_new_lines(path: Path, offset: int, nodes: list[str], out: IO[str]) ->
         data = file.read()
     complete = data[: data.rfind(b"\n") + 1]
     for line in complete.decode(errors="replace").splitlines():
-        out.write(prefixed(line, nodes) + "\n")
+        out.write(f"{log_line(line, nodes)}\n")
     out.flush()
     return offset + len(complete)
 

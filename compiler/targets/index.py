@@ -1,0 +1,48 @@
+"""The runs index under `$DOCKYARD_HOME` (default `~/.dockyard`): every launched run leaves one small file,
+`runs/<run id>`, that holds its folder, so `dockyard status|logs|stop RUN` find a run by its id from any
+folder and `dockyard runs` lists them all without searching the file system.
+
+One file per run (not one shared file) lets a sweep's points register from parallel threads, and other
+dockyard processes at the same time, without a lock. The run's record stays in its own folder
+(`compiler.targets.records`); an entry whose folder was removed is passed over, not deleted.
+"""
+
+import os
+from pathlib import Path
+
+HOME_VARIABLE = "DOCKYARD_HOME"
+RUNS = "runs"
+NAME_MAX = 255
+"""The longest file name; a longer id is no run's (run ids are at most 63 characters)."""
+
+
+def home() -> Path:
+    return Path(os.environ.get(HOME_VARIABLE) or Path.home() / ".dockyard")
+
+
+def register(run_id: str, run_dir: Path) -> None:
+    """Point `run_id` at `run_dir` (written once; atomically, so a reader never sees half a path)."""
+    entry = home() / RUNS / run_id
+    folder = str(run_dir.resolve())
+    if entry.is_file() and entry.read_text() == folder:
+        return
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    temporary = entry.with_name(f".{run_id}.{os.getpid()}.tmp")
+    temporary.write_text(folder)
+    temporary.replace(entry)
+
+
+def folder_of(run_id: str) -> Path | None:
+    """The folder registered for `run_id`, or None (a name that cannot be an entry is none either)."""
+    if not run_id or "/" in run_id or run_id.startswith(".") or len(run_id) > NAME_MAX:
+        return None
+    entry = home() / RUNS / run_id
+    return Path(entry.read_text()) if entry.is_file() else None
+
+
+def folders() -> list[Path]:
+    """Every registered run's folder."""
+    entries = home() / RUNS
+    if not entries.is_dir():
+        return []
+    return [Path(entry.read_text()) for entry in sorted(entries.iterdir()) if not entry.name.startswith(".")]
