@@ -36,23 +36,23 @@ VOCAB = 256
 CONTEXT = 128
 
 
-def hf_config(architecture: str):
+def hf_config(architecture: str, vocab: int = VOCAB):
     from transformers import AutoConfig
 
     extra = {} if architecture == "gpt2" else {"max_position_embeddings": CONTEXT}
-    config = AutoConfig.for_model(architecture, vocab_size=VOCAB, **TINY[architecture], **extra)
+    config = AutoConfig.for_model(architecture, vocab_size=vocab, **TINY[architecture], **extra)
     config.bos_token_id = config.eos_token_id = config.pad_token_id = None
     return config
 
 
-def save_checkpoint(folder: Path, architecture: str, seed: int = 0, readable: bool = True) -> Path:
+def save_checkpoint(folder: Path, architecture: str, seed: int = 0, readable: bool = True, vocab: int = VOCAB) -> Path:
     """A tiny random `architecture` model saved into `folder` (created); returns the folder. safetensors
     writes its files 0600: `readable` opens them to the containers' user, as the plan's error tells users to."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(hf_config(architecture))
+    model = AutoModelForCausalLM.from_config(hf_config(architecture, vocab))
     model.save_pretrained(folder)
     if readable:
         for file in folder.iterdir():

@@ -5,11 +5,14 @@ batch, and the strategies' losses agree while they train, as the built-in model'
 adapters and starts from the base model's loss."""
 
 import json
+import shutil
 
 import pytest
+from transformers import AutoTokenizer
 
-from tests.entrypoint_support import run_on_two_ranks, tiny_plan, write_plan
+from tests.entrypoint_support import run_on_two_ranks, tiny_plan, train, write_plan
 from tests.pretrained import save_checkpoint
+from tests.text_corpus import conversations, write_jsonl
 
 pytestmark = pytest.mark.torchrun
 
@@ -85,3 +88,22 @@ def test_every_strategy_loads_the_checkpoint_and_trains_alike(tmp_path):
         if "lora" not in name and "tp" not in name:  # tp=2 on two ranks trains on one data-parallel rank's batches
             assert result["losses"] == pytest.approx(results["ddp"]["losses"], abs=TRAINED_TOLERANCE), name
     assert results["fsdp-lora"]["trainable"] and all(".lora_" in n for n in results["fsdp-lora"]["trainable"])
+
+
+def test_a_pretrained_model_fine_tunes_on_conversations_with_its_own_tokenizer(tmp_path, hf_tokenizer):
+    """model=hf with data.format=chat and no data.tokenizer: the checkpoint's tokenizer (with its chat template)
+    encodes the conversations, the loss counts the assistant's tokens only, LoRA trains, and the export
+    carries the tokenizer."""
+    checkpoint = save_checkpoint(tmp_path / "llama", "llama", vocab=512)
+    for file in hf_tokenizer.iterdir():
+        shutil.copy(file, checkpoint / file.name)
+    data = tmp_path / "data"
+    write_jsonl(data / "train.jsonl", [{"messages": conversation} for conversation in conversations(300)])
+    overrides = ("data=local", f"data.path={data}", "data.format=chat", "data.validation=0.2")
+    plan = tiny_plan("model=hf", f"model.path={checkpoint}", "model.lora.rank=4", "trainer.eval_interval=3", *overrides)
+    records = train(plan, tmp_path / "run")
+    validation = [row["val_loss"] for row in records if "val_loss" in row]
+    assert len(validation) == 2 and validation[-1] < validation[0]
+    exported = AutoTokenizer.from_pretrained(tmp_path / "run/model")
+    assert exported.apply_chat_template(conversations(1)[0], tokenize=False)
+    assert (tmp_path / "run/model/adapter/adapter_model.safetensors").is_file()
