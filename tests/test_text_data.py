@@ -4,7 +4,10 @@ tokens, assistant-only targets give the loss of a hand computation, and the plan
 (Through the real entrypoint and torchrun: tests/test_entrypoint_text_data.py.)"""
 
 import json
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +23,7 @@ from compiler.spec.schema import DataFormat, LossOn
 from compiler.spec.tokenizer import TokenizerFacts
 from compiler.targets.local.translate import channel_sources
 from compiler.targets.records import RunRecord
+from compiler.targets.records import save as save_record
 from entrypoint.launcher.cluster import Paths
 from entrypoint.trainer import documents, text_data, token_cache
 from entrypoint.trainer.models.loss import IGNORE_INDEX, mean_cross_entropy
@@ -32,6 +36,8 @@ from tests.text_corpus import (
     write_parquet,
 )
 from tests.text_corpus import documents as corpus_documents
+
+DOCKYARD = str(Path(sys.executable).parent / "dockyard")
 
 
 @pytest.fixture
@@ -214,6 +220,22 @@ def test_the_sweep_summary_shows_the_validation_loss_and_plots_its_curve(tmp_pat
     training_only = [{k: v for k, v in m.items() if not k.startswith("val_")} for m in curve]
     summary.plot([(point, training_only)], frozenset(), tmp_path / "training.png")
     assert (tmp_path / "loss.png").read_bytes() != (tmp_path / "training.png").read_bytes()
+
+
+def test_a_sweep_summary_sorts_by_the_validation_loss(tmp_path):
+    """`dockyard status SWEEP --sort val_loss`: the best point first, a point without a value last."""
+    finals = {0: {"loss": 2.0, "val_loss": 2.5}, 1: {"loss": 2.2}, 2: {"loss": 2.4, "val_loss": 2.1}}
+    for num, final in finals.items():
+        save_record(
+            RunRecord(run_id=f"p{num}", run_dir=str(tmp_path / str(num)), status="completed", final=final, num=num)
+        )
+    (tmp_path / summary.SUMMARY_CSV).write_text("")
+    result = subprocess.run([DOCKYARD, "status", str(tmp_path), "--sort", "val_loss"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split("|") for line in result.stdout.splitlines() if line.startswith("| ")]
+    assert [cells[1].strip() for cells in rows[1:]] == ["2", "0", "1"]
+    wrong = subprocess.run([DOCKYARD, "status", str(tmp_path), "--sort", "overrides"], capture_output=True, text=True)
+    assert wrong.returncode == 2 and "invalid choice" in wrong.stderr
 
 
 def test_a_tokenizer_on_s3_is_downloaded_once_per_node(tmp_path, hf_tokenizer, aws, single_process_group):

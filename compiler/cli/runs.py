@@ -147,9 +147,9 @@ def _refreshed(record: RunRecord) -> RunRecord:
 ACTIONS = {"stop": stop, "warm-pool": release_warm_pool}
 
 
-def sweep_status(sweep_dir: Path) -> None:
-    """A sweep's folder: refresh the points still running, rewrite its summary and print it."""
-    summary.refresh(sweep_dir)
+def sweep_status(sweep_dir: Path, sort_by: str | None) -> None:
+    """A sweep's folder: refresh the points still running, rewrite its summary (sorted by `sort_by`), print it."""
+    summary.refresh(sweep_dir, sort_by)
     print((sweep_dir / summary.SUMMARY_MD).read_text(), end="")
 
 
@@ -167,12 +167,15 @@ def main(verb: str, args: list[str]) -> None:
         parser.add_argument("-f", "--follow", action="store_true", help="print new lines until the run ends")
         parser.add_argument("--tail", type=int, metavar="N", help="only the last N lines (before following)")
         parser.add_argument("--node", metavar="NAME", help="only this node's lines (algo-2, n1, a pod's host)")
+    if verb == "status":
+        parser.add_argument("--plot", action="store_true", help="draw RUN/loss.png from the metrics in its folder")
+        parser.add_argument("--sort", choices=summary.SORTABLE, help="a sweep's table by this column, lowest first")
     if verb == "warm-pool":
         parser.add_argument("action", choices=["release"], help="release: set the pool's keep-alive to 0")
     parser.add_argument("run", help="the run id `launch` printed, or the run folder (a sweep's folder for status)")
     parsed = parser.parse_args(args)
     if verb == "status" and records.holds_file(Path(parsed.run), summary.SUMMARY_CSV):
-        return sweep_status(Path(parsed.run))
+        return sweep_status(Path(parsed.run), parsed.sort)
     record = find_record(parsed.run)
     if verb == "status":
         status(record, parsed.output)

@@ -94,8 +94,19 @@ def common_loss(records: list[RunRecord]) -> float | None:
     return max(finals) if finals else None
 
 
-def write(sweep_dir: Path) -> list[RunRecord]:
-    """Rewrite summary.md, summary.csv and loss.png from the point records; returns the records."""
+SORTABLE = tuple(column for column in COLUMNS if column not in ("job", "overrides", "status", "spot_saving"))
+"""The numeric columns a summary's rows can be sorted by (lowest first, points without a value last)."""
+
+
+def sorted_rows(rows: list[dict[str, str]], column: str | None) -> list[dict[str, str]]:
+    if column is None:
+        return rows
+    return sorted(rows, key=lambda row: (row[column] == "", float(row[column] or 0)))
+
+
+def write(sweep_dir: Path, sort_by: str | None = None) -> list[RunRecord]:
+    """Rewrite summary.md, summary.csv and loss.png from the point records, the table sorted by `sort_by`
+    (one of `SORTABLE`; in job order without); returns the records."""
     records = [record for record in load_all(sweep_dir) if record.num is not None]
     curves = [(record, loss_curve(Path(record.run_dir))) for record in records]
     common, target = shared_overrides(records), common_loss(records)
@@ -103,7 +114,7 @@ def write(sweep_dir: Path) -> list[RunRecord]:
         writer = csv.DictWriter(file, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(row(record, frozenset(), curve, target) for record, curve in curves)
-    rows = [row(record, common, curve, target) for record, curve in curves]
+    rows = sorted_rows([row(record, common, curve, target) for record, curve in curves], sort_by)
     (sweep_dir / SUMMARY_MD).write_text(markdown(sweep_dir, rows, common, target) + total_line(records))
     curves = [(record, curve) for record, curve in curves if curve]
     if curves:
@@ -123,11 +134,12 @@ def total_line(records: list[RunRecord]) -> str:
     return f"\nTotal: {', '.join(parts)}.\n"
 
 
-def refresh(sweep_dir: Path) -> list[RunRecord]:
-    """`dockyard status SWEEP_DIR`: ask the target about every point still open, then rewrite the summary."""
+def refresh(sweep_dir: Path, sort_by: str | None = None) -> list[RunRecord]:
+    """`dockyard status SWEEP_DIR [--sort COLUMN]`: ask the target about every point still open, then rewrite
+    the summary."""
     for record in load_all(sweep_dir):
         refresh_run(record)
-    return write(sweep_dir)
+    return write(sweep_dir, sort_by)
 
 
 def shared_overrides(records: list[RunRecord]) -> frozenset[str]:
