@@ -10,7 +10,7 @@ TINY = {
     "qwen2": dict(
         hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
     ),
-    "gpt2": dict(n_embd=64, n_layer=2, n_head=4, n_positions=128),
+    "gpt2": dict(n_embd=64, n_layer=2, n_head=4, n_positions=128, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
     "qwen3": dict(
         hidden_size=64,
         intermediate_size=96,
@@ -31,7 +31,8 @@ TINY = {
         hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
     ),
 }
-"""Architecture → the config of a tiny model of it (64 wide, 2 layers)."""
+"""Architecture → the config of a tiny model of it (64 wide, 2 layers; no dropout, so that strategies'
+losses compare step by step)."""
 VOCAB = 256
 CONTEXT = 128
 

@@ -19,13 +19,19 @@ pytestmark = pytest.mark.torchrun
 STRATEGIES = {
     "ddp": ("parallelism=ddp",),
     "fsdp": ("parallelism=fsdp",),
+    "hybrid": ("parallelism=fsdp-hybrid", "parallelism.shard_group_size=1"),
     "fsdp-tp": ("parallelism=fsdp", "parallelism.tp=2"),
     "zero1": ("parallelism=zero1",),
     "zero3": ("parallelism=zero3",),
     "fsdp-lora": ("parallelism=fsdp", "model.lora.rank=4"),
 }
+"""Every strategy on qwen2 (biased q/k/v, grouped-query attention, untied head)."""
+FAMILIES = {"llama": ("ddp", "fsdp", "zero3"), "gpt2": ("ddp", "fsdp", "zero3")}
+"""Two more families (tied embeddings, GPT-2's Conv1D and learned positions) under the three kinds of
+loading: whole, sharded, one gathered parameter at a time."""
 LOADED_TOLERANCE = 1e-5
-"""The first loss against transformers' own model (fp32 on both sides; the reduction order differs)."""
+"""The loaded model's loss (eval mode) against transformers' own model on the same batch (fp32 on both sides;
+the reduction order differs)."""
 TRAINED_TOLERANCE = 5e-4
 """As the built-in model's engines (`test_engine_conformance.TOLERANCE`)."""
 
@@ -35,6 +41,7 @@ from pathlib import Path
 import torch, torch.distributed as dist
 from transformers import AutoModelForCausalLM
 from compiler.spec import Plan
+from entrypoint.trainer import checkpoint
 from entrypoint.trainer.data import Batches, make_source
 from entrypoint.trainer.engines import make_engine
 
@@ -42,17 +49,21 @@ PLANS = json.loads(Path(sys.argv[1]).with_name("plans.json").read_text())
 cpu = torch.device("cpu")
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-theirs = None
+reference_models = {}
 for name, path in PLANS.items():
     plan = Plan.from_json(Path(path).read_text())
     batches = Batches(make_source(plan, None), plan, plan.layout.coordinates(rank).dp)
-    theirs = theirs or AutoModelForCausalLM.from_pretrained(plan.model.path, dtype=torch.float32)
+    if plan.model.path not in reference_models:
+        reference_models[plan.model.path] = AutoModelForCausalLM.from_pretrained(plan.model.path, dtype=torch.float32)
+    theirs = reference_models[plan.model.path]
     inputs, targets = batches.micro_batch(0, 0)
     with torch.no_grad():
         first = torch.nn.functional.cross_entropy(theirs(input_ids=inputs).logits.flatten(0, 1), targets.flatten())
     dist.all_reduce(first)
     reference = first.item() / dist.get_world_size()  # tensor-parallel ranks share a batch: the mean is its loss
     engine = make_engine(plan, cpu)
+    loaded = engine.evaluate([batches.micro_batch(0, 0)]).detach().clone()  # eval mode, as the reference
+    dist.all_reduce(loaded)
     losses = []
     for step in range(3):
         total = engine.forward_backward([batches.micro_batch(step, 0)]).detach().clone()
@@ -61,33 +72,51 @@ for name, path in PLANS.items():
         engine.step(plan.trainer.lr)
     model = getattr(engine.model, "module", engine.model)
     trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
+    resumed = None
+    if "lora" in name:  # a checkpoint of a LoRA run restores the adapters and their optimizer exactly
+        folder = checkpoint.save(engine, Path(path).parent / "checkpoints", 3, rank == 0, {})
+        expected = engine.forward_backward([batches.micro_batch(3, 0)]).detach().clone()
+        fresh = make_engine(plan, cpu)
+        fresh.load(folder)
+        resumed = (fresh.forward_backward([batches.micro_batch(3, 0)]) - expected).abs().item()
+        del fresh
     if rank == 0:
-        result = json.dumps({"losses": losses, "reference": reference, "trainable": trainable})
+        loaded = loaded.item() / plan.layout.ranks_per_stage
+        result = json.dumps(
+            {"loaded": loaded, "losses": losses, "reference": reference, "trainable": trainable, "resumed": resumed}
+        )
         print(f"RESULT {name} {result}", flush=True)  # one write: the other rank's logs share the stream
     del engine
 """
 
 
-def test_every_strategy_loads_the_checkpoint_and_trains_alike(tmp_path):
-    checkpoint = save_checkpoint(tmp_path / "qwen2", "qwen2")
-    common = ("model=hf", f"model.path={checkpoint}", "parallelism.micro_batch=2", "trainer.lr=1e-3")
+def test_every_strategy_loads_the_checkpoint_and_trains_alike(tmp_path, hf_checkpoints):
+    def common(architecture: str) -> tuple[str, ...]:
+        path = hf_checkpoints[architecture]
+        return ("model=hf", f"model.path={path}", "parallelism.micro_batch=2", "trainer.lr=1e-3")
+
+    cases = {name: ("qwen2", overrides) for name, overrides in STRATEGIES.items()}
+    for architecture, names in FAMILIES.items():
+        cases |= {f"{architecture}-{name}": (architecture, STRATEGIES[name]) for name in names}
     paths = {}
-    for name, overrides in STRATEGIES.items():
-        paths[name] = str(write_plan(tiny_plan(*common, *overrides), tmp_path / name))
+    for name, (architecture, overrides) in cases.items():
+        paths[name] = str(write_plan(tiny_plan(*common(architecture), *overrides), tmp_path / name))
     (tmp_path / "plans.json").write_text(json.dumps(paths))
-    output = run_on_two_ranks(SCRIPT, tiny_plan(*common), tmp_path, timeout=400)
+    output = run_on_two_ranks(SCRIPT, tiny_plan(*common("qwen2")), tmp_path, timeout=400)
     results = {}
     for line in output.splitlines():
         if line.startswith("RESULT"):
             _, name, data = line.split(" ", 2)
             results[name] = json.loads(data)
-    assert set(results) == set(STRATEGIES)
+    assert set(results) == set(cases)
     for name, result in results.items():
-        assert result["losses"][0] == pytest.approx(result["reference"], abs=LOADED_TOLERANCE), name
+        assert result["loaded"] == pytest.approx(result["reference"], abs=LOADED_TOLERANCE), name
         assert result["losses"][-1] < result["losses"][0], name
+        reference = results["ddp" if name in STRATEGIES else f"{cases[name][0]}-ddp"]
         if "lora" not in name and "tp" not in name:  # tp=2 on two ranks trains on one data-parallel rank's batches
-            assert result["losses"] == pytest.approx(results["ddp"]["losses"], abs=TRAINED_TOLERANCE), name
+            assert result["losses"] == pytest.approx(reference["losses"], abs=TRAINED_TOLERANCE), name
     assert results["fsdp-lora"]["trainable"] and all(".lora_" in n for n in results["fsdp-lora"]["trainable"])
+    assert results["fsdp-lora"]["resumed"] < 1e-6
 
 
 def test_a_pretrained_model_fine_tunes_on_conversations_with_its_own_tokenizer(tmp_path, hf_tokenizer):

@@ -63,6 +63,8 @@ class PretrainedSpec:
         (rotary frequencies)."""
         config: ModelConfig = module.dockyard_config
         base = module.get_base_model() if config.lora.rank else module
+        if config.tied_embeddings and base.get_output_embeddings().weight is not base.get_input_embeddings().weight:
+            base.tie_weights()  # to_empty gave each module its own tensor (FSDP2's swap keeps them shared)
         if config.init is Init.pretrained:
             load_checkpoint(module, Path(config.path))
         else:
