@@ -56,16 +56,18 @@ def test_decoder_is_causal(llama):
 
 def test_synthetic_tokens_follow_a_fixed_successor():
     source = SyntheticTokens(vocab=64, seq_len=8, seed=1)
-    first, again = source(torch.arange(4)), source(torch.arange(4))
+    first, again = source.walks(torch.arange(4)), source.walks(torch.arange(4))
     assert first.shape == (4, 9) and torch.equal(first, again)
     assert torch.equal(source.successor[first[:, :-1]], first[:, 1:])
+    inputs, targets = source(torch.arange(4))  # a micro batch: each token's target is the next one
+    assert torch.equal(inputs, first[:, :-1]) and torch.equal(targets, first[:, 1:])
 
 
 def test_ranks_get_disjoint_samples_that_cover_the_global_batch():
     plan = tiny_plan("hardware.processes_per_node=4", "parallelism.micro_batch=2", "parallelism.grad_accum=3")
     seen = []
     for rank in range(4):
-        batches = Batches(lambda indices: indices[:, None].repeat(1, 2), plan, rank)
+        batches = Batches(lambda indices: (indices[:, None].repeat(1, 2), indices[:, None]), plan, rank)
         seen += [int(i) for micro in range(3) for i in batches.micro_batch(step=1, micro=micro)[0][:, 0]]
     assert sorted(seen) == list(range(24, 48))  # step 1 of a 24-sequence global batch
 
@@ -75,7 +77,9 @@ def test_token_files_read_across_file_boundaries(tmp_path):
     np.arange(10, 25, dtype=np.uint16).tofile(tmp_path / "b.bin")
     files = TokenFiles(tmp_path, "uint16", seq_len=4, seed=0)
     assert files.windows == 6
-    rows = files(torch.arange(12))
+    inputs, targets = files(torch.arange(12))
+    assert torch.equal(inputs[:, 1:], targets[:, :-1])  # the targets are the inputs shifted by one
+    rows = torch.cat([inputs, targets[:, -1:]], dim=1)  # the windows of seq_len + 1 tokens
     starts = sorted(int(row[0]) for row in rows[:6])
     assert starts == [0, 4, 8, 12, 16, 20]  # every window once per epoch, in a seeded order
     assert all(torch.equal(row, torch.arange(row[0], row[0] + 5)) for row in rows)
