@@ -42,7 +42,7 @@ def progress_of(record: RunRecord) -> Progress:
     return progress(record, runs.loss_curve(Path(record.run_dir)), time.time())
 
 
-def status(record: RunRecord, output: str) -> None:
+def status(record: RunRecord, output: str = TABLE) -> None:
     record = runs.refresh(record)
     now = progress_of(record)
     results = {label: str(path) for label, path in runs.result_paths(Path(record.run_dir)).items()}
