@@ -29,9 +29,7 @@ def logits(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def test_lora_fine_tunes_a_checkpoint_into_an_export_transformers_and_peft_load(engine, tmp_path):
-    checkpoint = save_tokenizer(save_checkpoint(tmp_path / "llama", "llama"))
-    for file in checkpoint.iterdir():
-        file.chmod(0o644)
+    checkpoint = save_tokenizer(save_checkpoint(tmp_path / "llama", "llama"))  # both write files others read
     command = [DOCKYARD, "launch", "experiment=smoke", "model=hf", f"model.path={checkpoint}", "model.lora.rank=8"]
     command += ["parallelism=fsdp", "trainer.steps=8", "trainer.lr=1e-2", "trainer.log_interval=2"]
     command += ["trainer.checkpoint_interval=4", "hydra.run.dir=run"]

@@ -79,8 +79,9 @@ class PretrainedSpec:
             reset_adapters(module)
 
     def init_parameter(self, module: nn.Module, name: str, param: torch.Tensor) -> None:
-        """ZeRO-3: one gathered parameter on rank 0, from the checkpoint (adapters and random init drawn as
-        peft and transformers draw them)."""
+        """ZeRO-3: one gathered parameter on rank 0, from the checkpoint. Adapters start as peft starts them
+        (A Kaiming-uniform, B zero); model.init=random draws N(0, initializer_range) for matrices, ones for
+        norms and zeros for biases (transformers' scheme, not its exact draws)."""
         config: ModelConfig = module.dockyard_config
         with torch.no_grad():
             if is_adapter(name):
