@@ -26,11 +26,13 @@ from compiler.config.compose import (
     reject_numbers_in_files,
 )
 from compiler.launch.errors import InvalidSweepError, PointFailedError
-from compiler.spec.errors import ConfigError, UnknownNameError
+from compiler.spec.errors import ConfigError, PlatformError, UnknownNameError
 
 folders.register()
 PROG = "dockyard"
 USER_ERROR = 2
+PLATFORM_ERROR = 1
+"""A platform's refusal no config key fixes (`PlatformError`): one line too, but not the user's mistake."""
 VERBS: dict[str, Callable[[DictConfig], None]] = {
     "plan": tasks.plan_task,
     "build": tasks.build_task,
@@ -57,6 +59,8 @@ def main(argv: list[str] | None = None) -> None:
             return runs.main(verb, overrides)
         except ConfigError as error:
             _fail(error.one_line())
+        except PlatformError as error:
+            _fail(error.one_line(), status=PLATFORM_ERROR)
     if verb not in VERBS:
         _fail(UnknownNameError("verb", "verb", verb, [*VERBS, *RUN_VERBS]).one_line())
     task = VERBS[verb]
@@ -68,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
 def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
     """Run `task` as a Hydra app with `overrides` as its command line; user errors exit 2."""
     errors: list[str] = []
+    platform_errors: list[str] = []
     task_failed = False
 
     def guarded(cfg: DictConfig) -> None:
@@ -81,6 +86,8 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
             if hydra_cfg.mode is RunMode.MULTIRUN:
                 point = f"[job {hydra_cfg.job.num}: {' '.join(hydra_cfg.overrides.task)}] "
             errors.append(point + error.one_line())
+        except PlatformError as error:
+            platform_errors.append(error.one_line())
         except Exception:
             task_failed = True
             raise
@@ -113,6 +120,8 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
             del os.environ["HYDRA_FULL_ERROR"]
     if errors:
         _fail(*errors)
+    if platform_errors:
+        _fail(*platform_errors, status=PLATFORM_ERROR)
 
 
 def _with_staging(overrides: list[str]) -> list[str]:
@@ -131,10 +140,10 @@ def _staging(overrides: list[str]) -> list[str]:
     return [folders.staging_override()]
 
 
-def _fail(*errors: str) -> None:
+def _fail(*errors: str, status: int = USER_ERROR) -> None:
     for error in errors:
         print(f"{PROG}: error: {error}", file=sys.stderr)
-    sys.exit(USER_ERROR)
+    sys.exit(status)
 
 
 def _complete(args: list[str]) -> None:

@@ -20,7 +20,7 @@ from compiler.launch.prepare import prepare
 from compiler.launch.progress import for_people
 from compiler.planner.summary import report_markdown, summary_lines
 from compiler.spec import Plan
-from compiler.spec.errors import ConfigError
+from compiler.spec.errors import ConfigError, PlatformError
 from compiler.spec.schema import Config
 from compiler.targets import records
 from compiler.targets.base import COMPLETED
@@ -73,8 +73,8 @@ def launch_task(cfg: DictConfig) -> None:
         out = for_people(sys.stdout, plan.trainer.steps)
         record = runs.execute(
             record, plan, request, out=out
-        )  # a missing role or bucket is found before anything starts
-    except ConfigError:
+        )  # a missing role or bucket is found before anything starts, a refused submit is undone
+    except (ConfigError, PlatformError):
         folders.discard(results_too=True)
         raise
     if record.status in records.OPEN_STATUSES:
