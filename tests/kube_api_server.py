@@ -71,9 +71,11 @@ class Refused(Exception):
 
 
 class FakeApiServer:
-    def __init__(self, crds: dict[str, dict]) -> None:
+    def __init__(self, crds: dict[str, dict], namespaces: tuple[str, ...] = ("default", "training")) -> None:
         self.crds = crds
         """Installed CRDs by name (`jobsets.jobset.x-k8s.io`)."""
+        self.namespaces = namespaces
+        """The namespaces that exist; creating in another is a 404, as on a cluster."""
         self.objects: dict[tuple[str, str, str], dict] = {}
         """(plural, namespace, name) -> object."""
         self.logs: dict[str, str] = StampedLogs()
@@ -98,7 +100,7 @@ class FakeApiServer:
         return f"http://127.0.0.1:{self.server.server_port}"
 
     def __enter__(self) -> "FakeApiServer":
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
         threading.Thread(target=self._collector, daemon=True).start()
         return self
 
@@ -140,6 +142,10 @@ class FakeApiServer:
         """Store a new object; returns it and the warnings for the fields dropped from it."""
         meta = obj.get("metadata") or {}
         name = meta.get("name", "")
+        if namespace not in self.namespaces:
+            raise Refused(
+                404, "NotFound", f'namespaces "{namespace}" not found', {"name": namespace, "kind": "namespaces"}
+            )
         if meta.get("namespace", namespace) != namespace:
             message = "the namespace of the provided object does not match the namespace sent on the request"
             raise Refused(400, "BadRequest", message)

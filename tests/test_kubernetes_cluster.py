@@ -198,6 +198,16 @@ def test_a_refused_job_is_one_line_and_leaves_nothing_behind(server, kind, plura
     assert {"propagationPolicy": "Background"} in server.deletions
 
 
+def test_a_missing_namespace_names_the_key(server):
+    with pytest.raises(ConfigError) as error:
+        cluster.submit(request_for("target.namespace=nowhere"), api_for(server))
+    assert error.value.key == "target.namespace"
+    assert 'create ConfigMap smoke-20261123-040715-plan in namespace nowhere: namespaces "nowhere" not found' in (
+        error.value.message
+    )
+    assert server.objects == {}
+
+
 def test_a_refused_owner_reference_removes_the_job_too(server):
     server.refuse("PATCH", "configmaps", 403, "Forbidden", 'configmaps "x" is forbidden: cannot patch')
     with pytest.raises(ConfigError, match="refused to make the job the owner of ConfigMap"):
