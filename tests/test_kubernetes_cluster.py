@@ -440,16 +440,22 @@ def test_launch_status_logs_and_stop_through_the_cli(engine, server, tmp_path):
             server.logs[pod_name] = f"trained on node {index}\n"
         server.get("jobsets", namespace, name)["status"] = {"conditions": [{"type": "Completed", "status": "True"}]}
 
-    threading.Thread(target=cluster_side, daemon=True).start()
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    launch = subprocess.run(
-        [DOCKYARD, "launch", "experiment=smoke", "target=kubernetes", "hydra.run.dir=run"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+
+    def launch_into(folder: str) -> subprocess.CompletedProcess:
+        command = [DOCKYARD, "launch", "experiment=smoke", "target=kubernetes", f"hydra.run.dir={folder}"]
+        return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
+
+    server.refuse("POST", "jobsets", 403, "Forbidden", 'jobsets.jobset.x-k8s.io is forbidden: User "ci" cannot create')
+    refused = launch_into("refused")  # the ConfigMap was created first: it goes again, and so does the folder
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert refused.stderr.startswith("dockyard: error: target.namespace: the cluster refused to create JobSet ")
+    assert len(refused.stderr.splitlines()) == 1
+    assert server.objects == {} and not (tmp_path / "refused").exists()
+    assert server.deletions == [{"propagationPolicy": "Background"}]  # the ConfigMap's
+
+    threading.Thread(target=cluster_side, daemon=True).start()
+    launch = launch_into("run")
     assert launch.returncode == 0, launch.stdout[-3000:] + launch.stderr[-3000:]
     run_id = json.loads((tmp_path / "run" / "run.json").read_text())["run_id"]
     assert f"created JobSet {run_id} in namespace default" in launch.stdout
@@ -465,7 +471,7 @@ def test_launch_status_logs_and_stop_through_the_cli(engine, server, tmp_path):
     assert verb("logs", "--node", f"{run_id}-node-0-1") == f"{run_id}-node-0-1 | trained on node 1\n"
     assert "completed" in verb("status")
     assert verb("stop") == f"{run_id} had already ended (completed); nothing to stop\n"
-    assert server.get("jobsets", "default", run_id) is not None and server.deletions == []
+    assert server.get("jobsets", "default", run_id) is not None and len(server.deletions) == 1
 
 
 @pytest.mark.parametrize(("code", "reason", "exit_status"), [(403, "Forbidden", 2), (503, "ServiceUnavailable", 1)])
