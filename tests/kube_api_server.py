@@ -397,19 +397,20 @@ def _handler(api: FakeApiServer):
             url = urlparse(self.path)
             api.requests.append((self.command, self.path))
             match = OBJECT.fullmatch(url.path)
-            refusal = api.refusals.pop((self.command, match["plural"]), None) if match else None
+            plural = match["plural"] if match else "customresourcedefinitions" if CRD.fullmatch(url.path) else ""
+            refusal = api.refusals.pop((self.command, plural), None)
             if refusal is not None:
                 self._send(refusal.status["code"], refusal.status)
                 return url, None
-            return url, match
+            return url, match or CRD.fullmatch(url.path)
 
         def do_GET(self) -> None:
             url, match = self._route()
+            if match is None:
+                return None if OBJECT.fullmatch(url.path) or CRD.fullmatch(url.path) else self._not_found()
             if crd := CRD.fullmatch(url.path):
                 found = api.crds.get(crd["name"])
                 return self._send(200, found) if found else self._not_found()
-            if match is None:
-                return None if OBJECT.fullmatch(url.path) else self._not_found()
             if match["sub"] == "log":
                 text = api.logs.get(match["name"], "")
                 if parse_qs(url.query).get("timestamps", [""])[0] in GO_TRUE:  # the client sends "True"

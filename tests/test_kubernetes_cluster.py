@@ -208,6 +208,21 @@ def test_a_missing_namespace_names_the_key(server):
     assert server.objects == {}
 
 
+def test_what_a_failed_rollback_leaves_is_named(server):
+    server.refuse("POST", "jobsets", 403, "Forbidden", "jobsets.jobset.x-k8s.io is forbidden")
+    server.refuse("DELETE", "configmaps", 503, "ServiceUnavailable", "etcd is away")
+    with pytest.raises(ConfigError) as error:
+        cluster.submit(request_for(), api_for(server))
+    assert f"; not removed: ConfigMap {RUN}-plan (the cluster refused to delete ConfigMap" in error.value.message
+    assert "etcd is away (ServiceUnavailable, HTTP 503)" in error.value.message
+
+
+def test_a_user_who_may_not_read_crds_leaves_the_check_to_the_api_server(server):
+    server.refuse("GET", "customresourcedefinitions", 403, "Forbidden", "customresourcedefinitions is forbidden")
+    cluster.submit(request_for(), api_for(server))
+    assert server.get("jobsets", "training", RUN) is not None
+
+
 def test_a_refused_owner_reference_removes_the_job_too(server):
     server.refuse("PATCH", "configmaps", 403, "Forbidden", 'configmaps "x" is forbidden: cannot patch')
     with pytest.raises(ConfigError, match="refused to make the job the owner of ConfigMap"):

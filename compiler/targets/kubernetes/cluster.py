@@ -74,9 +74,10 @@ def answers(action: str, kind: str, name: str, namespace: str) -> Iterator[None]
         status = _status(error)
         reason = status.get("message") or error.reason or "no reason given"
         line = f"the cluster refused to {what}: {reason} ({status.get('reason') or error.reason}, HTTP {error.status})"
-        if error.status in USER_FIXES:
-            raise ConfigError(*USER_FIXES[error.status][:1], line, USER_FIXES[error.status][1]) from None
-        raise PlatformError(line) from None
+        if error.status not in USER_FIXES:
+            raise PlatformError(line) from None
+        key, fix = USER_FIXES[error.status]
+        raise ConfigError(key, line, fix) from None
     except urllib3.exceptions.HTTPError as error:
         raise PlatformError(f"could not {what}: the API server did not answer ({error})") from None
 
