@@ -17,6 +17,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
+from compiler.launch import runs
 from compiler.spec.errors import ConfigError, PlatformError
 from compiler.targets import records, registry
 from compiler.targets.base import COMPLETED, FAILED, PENDING, RUNNING, STOPPED
@@ -206,6 +207,23 @@ def test_a_missing_namespace_names_the_key(server):
         error.value.message
     )
     assert server.objects == {}
+
+
+def test_a_follow_the_cluster_refuses_detaches_and_keeps_the_record(server, tmp_path, monkeypatch):
+    """A user who may create the job but not list its pods: the job runs on, so its record stays."""
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig_for(server, tmp_path)))
+    plan = plan_for("experiment=smoke", "target=kubernetes", "target.namespace=training")
+    request = translate.to_request(plan, "dockyard/smoke:0123", run_id=RUN)
+    record = runs.new_record(plan, request, tmp_path, request.image)
+    server.refuse("GET", "pods", 403, "Forbidden", 'pods is forbidden: User "ci" cannot list resource "pods"')
+    out = io.StringIO()
+    record = runs.execute(record, plan, request, out=out)
+    assert record.status == PENDING and record.handle["name"] == RUN
+    assert records.load(tmp_path).status == PENDING
+    assert f"detached from {RUN}: target.namespace: the cluster refused to list the pods of JobSet {RUN}" in (
+        out.getvalue()
+    )
+    assert server.get("jobsets", "training", RUN) is not None
 
 
 def test_what_a_failed_rollback_leaves_is_named(server):

@@ -15,7 +15,7 @@ from compiler.launch.plot import LOSS_PLOT, plot_losses
 from compiler.planner.summary import predicted_seconds
 from compiler.spec import Plan
 from compiler.spec.contract import METRICS_FILE
-from compiler.spec.errors import PlatformError
+from compiler.spec.errors import ConfigError, PlatformError
 from compiler.targets import records, registry
 from compiler.targets.base import FINAL_STATUSES, PENDING, RUNNING, STOPPED, JobState, Request
 from compiler.targets.records import RunRecord
@@ -69,7 +69,7 @@ def execute(
     """Submit the job and, unless `wait` is false for a target that runs jobs itself, follow it to its end.
 
     Ctrl-C (or `interrupted`) stops an attached job (local containers) and detaches from any other, whose
-    record stays open for `dockyard status`, as does losing touch with the platform while following. A
+    record stays open for `dockyard status`, as does an error while following (the job runs on). A
     ConfigError or PlatformError from submitting (a missing role or bucket, a refusal) leaves nothing started.
     """
     target = registry.get(record.target)
@@ -89,7 +89,7 @@ def execute(
             raise
         print(f"detached from {request.run_id}", file=out)
         return record
-    except PlatformError as error:
+    except (ConfigError, PlatformError) as error:  # the job runs on: keep its record, say why we let go
         if target.attached:
             raise
         print(f"detached from {request.run_id}: {error.one_line()}", file=out)
