@@ -175,17 +175,16 @@ def test_a_stop_that_does_not_finish_in_time_says_so(server):
 
 
 REFUSALS = [
-    (403, "Forbidden", "target.namespace"),
-    (409, "AlreadyExists", "name"),
-    (422, "Invalid", "target"),
-    (500, "InternalError", None),
+    ("jobset", "jobsets", 403, "Forbidden", "target.namespace"),
+    ("jobset", "jobsets", 409, "AlreadyExists", "name"),
+    ("jobset", "jobsets", 422, "Invalid", "target"),
+    ("jobset", "jobsets", 500, "InternalError", None),
+    ("indexed_job", "jobs", 422, "Invalid", "target"),  # after the ConfigMap and the Service
+    ("pytorchjob", "pytorchjobs", 403, "Forbidden", "target.namespace"),
 ]
 
 
-@pytest.mark.parametrize(("code", "reason", "key"), REFUSALS)
-@pytest.mark.parametrize(
-    ("kind", "plural"), [("jobset", "jobsets"), ("indexed_job", "jobs"), ("pytorchjob", "pytorchjobs")]
-)
+@pytest.mark.parametrize(("kind", "plural", "code", "reason", "key"), REFUSALS)
 def test_a_refused_job_is_one_line_and_leaves_nothing_behind(server, kind, plural, code, reason, key):
     message = f'{plural} "{RUN}" is refused by a test'
     server.refuse("POST", plural, code, reason, message)
