@@ -49,6 +49,10 @@ DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*
 MAX_NAME = 253
 FOREGROUND, BACKGROUND, ORPHAN = "Foreground", "Background", "Orphan"
 FINALIZERS = {FOREGROUND: "foregroundDeletion", ORPHAN: "orphan"}
+STRATEGIC = "application/strategic-merge-patch+json"
+PATCHES = (STRATEGIC, "application/merge-patch+json")
+"""The patches the stand-in takes (a strategic merge only for core kinds, as the real server); of either,
+it applies only what the module sends, a change to `metadata`."""
 COLLECT_S = 0.02
 """How often the garbage collector takes one step (a real one reacts within a second or so)."""
 
@@ -446,12 +450,18 @@ def _handler(api: FakeApiServer):
             _, match = self._route()
             if match is None:
                 return None
+            media = self.headers.get("Content-Type", "")
+            if media not in PATCHES or (media == STRATEGIC and _is_custom(match["group"])):
+                refused = Refused(
+                    415, "UnsupportedMediaType", f"the body of the request was in an unknown format: {media}"
+                )
+                return self._send(415, refused.status)
             with api.lock:
                 obj = api.get(match["plural"], match["ns"], match["name"])
                 if obj is None:
                     return self._not_found()
                 patched = copy.deepcopy(obj)
-                patched["metadata"] |= self._body()["metadata"]  # a merge patch of metadata is all the module sends
+                patched["metadata"] |= self._body()["metadata"]  # a patch of metadata is all the module sends
                 try:
                     api.check(patched, match["plural"], match["group"])
                 except Refused as refused:

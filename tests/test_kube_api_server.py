@@ -5,6 +5,8 @@ manifest dockyard makes is accepted by it."""
 
 import json
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 from kubernetes import client as k8s
@@ -155,3 +157,25 @@ def test_a_job_deleted_without_a_policy_keeps_its_pods(server):
     settled(server, 4)
     assert server.get("jobs", NAMESPACE, "js-node-0") is None
     assert server.get("pods", NAMESPACE, "js-node-0-0") is not None
+
+
+def test_patches_take_the_media_types_the_real_server_takes(server):
+    """The client sends a strategic merge patch for core kinds and a merge patch for custom resources; a
+    strategic merge patch of a custom resource is a 415, as on a cluster."""
+    tree(server)
+    api = api_for(server)
+    labels = {"metadata": {"labels": {"a": "b"}}}
+    k8s.CoreV1Api(api).patch_namespaced_config_map("js-plan", NAMESPACE, labels)
+    k8s.CustomObjectsApi(api).patch_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", NAMESPACE, "jobsets", "js", labels
+    )
+    assert server.get("jobsets", NAMESPACE, "js")["metadata"]["labels"] == {"a": "b"}
+    strategic = urllib.request.Request(
+        f"{server.url}/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NAMESPACE}/jobsets/js",
+        data=json.dumps(labels).encode(),
+        method="PATCH",
+        headers={"Content-Type": "application/strategic-merge-patch+json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as error:
+        urllib.request.urlopen(strategic)
+    assert error.value.code == 415
