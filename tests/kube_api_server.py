@@ -75,6 +75,8 @@ class Refused(Exception):
 
 
 class FakeApiServer:
+    """The stand-in, serving on a free port from `__enter__` to `__exit__`, its garbage collector with it."""
+
     def __init__(self, crds: dict[str, dict], namespaces: tuple[str, ...] = ("default", "training")) -> None:
         self.crds = crds
         """Installed CRDs by name (`jobsets.jobset.x-k8s.io`)."""

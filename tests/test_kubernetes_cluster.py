@@ -225,6 +225,20 @@ def test_a_follow_the_cluster_refuses_detaches_and_keeps_the_record(server, tmp_
     assert server.get("jobsets", "training", RUN) is not None
 
 
+def test_ctrl_c_part_way_through_a_submit_undoes_it(server, monkeypatch):
+    create = cluster.Resource.create
+
+    def interrupted_at_the_job(resource: cluster.Resource, body: dict) -> dict:
+        if resource.kind == "JobSet":
+            raise KeyboardInterrupt
+        return create(resource, body)
+
+    monkeypatch.setattr(cluster.Resource, "create", interrupted_at_the_job)
+    with pytest.raises(KeyboardInterrupt):
+        cluster.submit(request_for(), api_for(server))
+    assert server.objects == {} and len(server.deletions) == 1
+
+
 def test_what_a_failed_rollback_leaves_is_named(server):
     server.refuse("POST", "jobsets", 403, "Forbidden", "jobsets.jobset.x-k8s.io is forbidden")
     server.refuse("DELETE", "configmaps", 503, "ServiceUnavailable", "etcd is away")

@@ -214,9 +214,9 @@ def submit(request: KubernetesRequest, api: k8s.ApiClient) -> dict:
         for resource, name in created[:-1]:  # the ConfigMap (and Service) go with the job
             with answers("make the job the owner of", resource.kind, name, request.namespace):
                 resource.patch(name, {"metadata": {"ownerReferences": [owner]}})
-    except (ConfigError, PlatformError) as error:
+    except (ConfigError, PlatformError, KeyboardInterrupt) as error:  # Ctrl-C part way undoes it too
         left = roll_back(created)
-        if left:
+        if left and not isinstance(error, KeyboardInterrupt):
             note = f"; not removed: {left} (delete it with kubectl)"
             if isinstance(error, ConfigError):
                 raise ConfigError(error.key, error.message + note, error.fix) from None
