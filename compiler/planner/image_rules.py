@@ -87,12 +87,11 @@ def _check_image_versions(image: schema.ImageConfig) -> None:
 
 def _check_one_pin_each(image: schema.ImageConfig) -> None:
     """A package pinned twice (`numpy==1.0` and `numpy==2.0`), or in python_packages and by its own field
-    (`torch==2.0.0` beside image.torch), would leave pip to pick one or fail the build: each is pinned once."""
-    pinned_by_field = {
-        canonicalize_name(name): name
-        for name in ("torch", "deepspeed", "boto3", *HUGGING_FACE_PACKAGES, *schema.DOCUMENT_PACKAGES,
-                     *schema.TRACKER_PINS.values())
-    }  # fmt: skip
+    (`torch==2.0.0` beside image.torch), would leave pip to pick one or fail the build: each is pinned once.
+    A field the family leaves unset (deepspeed on the DLC image) does not pin its package."""
+    fields = ("torch", "deepspeed", "boto3", *HUGGING_FACE_PACKAGES, *schema.DOCUMENT_PACKAGES,
+              *schema.TRACKER_PINS.values())  # fmt: skip
+    pinned_by_field = {canonicalize_name(name): name for name in fields if getattr(image, name) is not None}
     seen: dict[str, str] = {}
     for line in image.python_packages:
         name = canonicalize_name(Requirement(line).name)

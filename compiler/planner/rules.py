@@ -41,7 +41,10 @@ SECRET_NAME = re.compile(
 )
 """A name that says its value is a secret (`OPENAI_APIKEY`, `DB_PASSWD`, `HF_TOKEN`; not `TOKENIZERS_...`)."""
 RESERVED_PREFIXES = ("DOCKYARD_", "SM_", "SLURM_")
-"""Variables the requests and the platforms set for the entrypoint (the plan, the hosts, the job's id)."""
+"""Variables the requests and the platforms set for the entrypoint (the plan, the hosts, the job's id): on
+Slurm a user's export would win, and the containers would read another plan or requeue another job."""
+USER_SWITCHES = frozenset(("DOCKYARD_DEBUG", "DOCKYARD_VERBOSE", "DOCKYARD_STOP_AT_STEP"))
+"""The entrypoint's own switches, which only the user sets (README: `DOCKYARD_VERBOSE=1`)."""
 RESERVED_NAMES = frozenset(
     ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK")
 )
@@ -285,7 +288,7 @@ def _check_environment(name: str, value: str) -> None:
             "looks like a secret, and plans are stored and shared",
             "pass secrets through the target's own mechanism (an IAM role, a Kubernetes secret)",
         )
-    if name.startswith(RESERVED_PREFIXES) or name in RESERVED_NAMES:
+    if (name.startswith(RESERVED_PREFIXES) and name not in USER_SWITCHES) or name in RESERVED_NAMES:
         raise ConfigError(key, "is set by dockyard or the platform for the entrypoint", "use another name")
     if CONTROL.search(str(value)):
         raise ConfigError(key, f"{grammar.shown(value)} holds control characters", "give a value on one line")
