@@ -177,8 +177,16 @@ ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
 """Eight lines whose aliases expand to 9^8 (43 million) values."""
 
 
-@pytest.mark.parametrize("text", [ALIAS_BOMB, "a: &a [*a]\n"], ids=["bomb", "recursive"])
-def test_a_yaml_alias_bomb_in_a_config_folder_is_refused_at_once(tmp_path, text):
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (ALIAS_BOMB, "expands its aliases to more than 100,000 values"),
+        ("a: &a [*a]\n", "expands its aliases to more than 100,000 values"),
+        ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nests its values too deep to read"),
+    ],
+    ids=["bomb", "recursive", "deep"],
+)
+def test_a_yaml_alias_bomb_in_a_config_folder_is_refused_at_once(tmp_path, text, message):
     conf = tmp_path / "conf"
     (conf / "experiment").mkdir(parents=True)
     (conf / "experiment" / "bomb.yaml").write_text(text)
@@ -186,7 +194,7 @@ def test_a_yaml_alias_bomb_in_a_config_folder_is_refused_at_once(tmp_path, text)
     outcome = invoke(["plan", "-cd", str(conf), "experiment=bomb"], tmp_path)
     assert time.monotonic() - started < 10, "took the time to expand it"
     assert outcome.status == 2 and outcome.error_keys == ["experiment"], outcome.stderr
-    assert "bomb.yaml expands its aliases to more than 100,000 values" in outcome.stderr
+    assert f"bomb.yaml {message}" in outcome.stderr
     assert not outcome.created and not outcome.removed
 
 
@@ -214,14 +222,16 @@ def test_a_misspelled_key_in_a_config_folder_names_the_key_and_the_file(tmp_path
         (["target=kubernetes", "target.annotations={example.com/team: ml}"], ("target", "annotations"),
          {"example.com/team": "ml"}),
         (["target=slurm", "target.partition='gpu,cpu'"], ("target", "partition"), "gpu,cpu"),
+        ([f"image.base=python@sha256:{'a' * 64}"], ("image", "base"), f"python@sha256:{'a' * 64}"),
         (["+target.environment.NCCL_DEBUG=INFO", "+target.environment.TOKENIZERS_PARALLELISM='false'",
           "+target.environment.DOCKYARD_VERBOSE=1"],
          ("target", "environment"), {"NCCL_DEBUG": "INFO", "TOKENIZERS_PARALLELISM": "false", "DOCKYARD_VERBOSE": "1"}),
     ],
 )  # fmt: skip
 def test_what_the_platforms_take_is_not_refused(tmp_path, args, key, value):
-    """Labels and annotations are open maps; sbatch takes a list of partitions; NCCL's, the tokenizers' and
-    the entrypoint's own switches are the user's to set (the entrypoint keeps a user's NCCL value)."""
+    """Labels and annotations are open maps; sbatch takes a list of partitions; a digest's '@' is no
+    credential; NCCL's, the tokenizers' and the entrypoint's own switches are the user's to set (the
+    entrypoint keeps a user's NCCL value)."""
     outcome = invoke(["plan", *args], tmp_path)
     assert outcome.status == 0, outcome.stderr
     (plan,) = [tmp_path / p for p in outcome.created if p.name == "plan.json"]

@@ -338,12 +338,15 @@ def reject_alias_bombs(folder: Path) -> None:
     for path in sorted(folder.rglob("*.yaml")):
         if any(part.startswith(".") for part in path.relative_to(folder).parts):
             continue  # not a config group (a virtual environment, git's folder)
+        group = path.parent.name if path.parent != folder else "config"
         try:
             root = yaml.compose(path.read_text(), Loader=yaml.SafeLoader)
+            size = 0.0 if root is None else _expanded_size(root, {})
         except (yaml.YAMLError, OSError, UnicodeDecodeError):
             continue  # Hydra reports a file it cannot read when it reads it
-        if root is not None and _expanded_size(root, {}) > MAX_YAML_NODES:
-            group = path.parent.name if path.parent != folder else "config"
+        except RecursionError:
+            raise ConfigError(group, f"{path} nests its values too deep to read", "flatten it") from None
+        if size > MAX_YAML_NODES:
             raise ConfigError(
                 group,
                 f"{path} expands its aliases to more than {MAX_YAML_NODES:,} values",

@@ -66,7 +66,8 @@ def check_name(value: str) -> None:
 
 
 def check_image_reference(key: str, value: str) -> re.Match:
-    _refuse_credentials(key, value)
+    if isinstance(value, str) and "/" in value:  # `name@sha256:...` is a digest; `user:pw@host/name` is not
+        _refuse_credentials(key, value.partition("/")[0])
     match = IMAGE_REFERENCE.fullmatch(value) if isinstance(value, str) else None
     if match is None or len(match["repository"]) + len(match["domain"] or "") > MAX_REPOSITORY:
         raise ConfigError(key, f"{shown(value)} is not an image reference", "use [registry/]repository[:tag][@digest]")
@@ -87,9 +88,9 @@ def check_registry(key: str, value: str) -> None:
     _check_port(key, value)
 
 
-def _refuse_credentials(key: str, value: object) -> None:
-    """A password in a registry or image reference would be stored in the plan: refused, never echoed."""
-    if isinstance(value, str) and "@" in value.partition("/")[0]:
+def _refuse_credentials(key: str, host: object) -> None:
+    """A password before a registry host would be stored in the plan: refused, never echoed."""
+    if isinstance(host, str) and "@" in host:
         raise ConfigError(
             key, "holds credentials (user:password@host)", "log in with `docker login` and give only host[:port]"
         )
