@@ -258,6 +258,26 @@ def test_no_control_character_reaches_a_request(kind, text):
         assert error.value.key == "trainer.group_commands.prep"
 
 
+@pytest.mark.parametrize(
+    ("kind", "section", "values", "key"),
+    [
+        *((kind, "environment", {"V": "x" * 128 * 1024}, "target.environment.V") for kind in VALID),
+        ("kubernetes", "annotations", {"a": "x" * 128 * 1024, "b": "x" * 128 * 1024}, "target.annotations"),
+        ("kubernetes", "environment", {f"V{n}": "x" * 120_000 for n in range(9)}, "target.environment"),
+    ],
+    ids=["environment-local", "environment-sagemaker", "environment-kubernetes", "environment-slurm",
+         "annotations", "config-map"],
+)  # fmt: skip
+def test_what_a_platform_cannot_hold_is_refused_when_planning(kind, section, values, key):
+    """A variable past Linux's 128 KiB (every target; SageMaker's own limit is lower), annotations past 256
+    KiB, a plan past a ConfigMap's 1 MiB: the CLI's corpus has one of each kind, these are every target."""
+    config = valid_config_for(kind)
+    target = dataclasses.replace(config.target, **{section: values})
+    with pytest.raises(ConfigError) as error:
+        checked_plan(dataclasses.replace(config, target=target))
+    assert error.value.key == key
+
+
 @functools.cache
 def valid_config_for(kind: str):
     from compiler.config.compose import compose_config

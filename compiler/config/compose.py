@@ -147,6 +147,9 @@ NAME_MAX = 255
 of that name, and a longer key ends in ENAMETOOLONG (an OSError) in the middle of composing."""
 
 
+MAP_VALUE = re.compile(r"=\s*\{")
+
+
 def open_maps(overrides: Sequence[str]) -> list[str]:
     """`target.labels={team: ml}`: a map field (labels, annotations, environment, hyperparameters) takes any
     keys, but Hydra merges a map given for it in struct mode, which refuses every key the default lacks. Such
@@ -154,7 +157,8 @@ def open_maps(overrides: Sequence[str]) -> list[str]:
     opened = []
     for word in overrides:
         try:
-            override = None if word.startswith("-") else OverridesParser.create().parse_overrides([word])[0]
+            maybe = MAP_VALUE.search(word) and not word.startswith("-")  # parse only what may give a map
+            override = OverridesParser.create().parse_overrides([word])[0] if maybe else None
         except OverrideParseException:
             override = None
         plain = override is not None and override.type is OverrideType.CHANGE and not override.is_sweep_override()
