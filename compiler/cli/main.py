@@ -5,14 +5,19 @@ Each verb is a Hydra app over the same `conf/`, so every Hydra flag works after 
 `ConfigError`s end the same way: one line on stderr, exit status 2, nothing left behind.
 """
 
+import argparse
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
 
 import hydra
 import yaml
+from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import HydraException
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, OverrideParseException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
@@ -23,6 +28,8 @@ from compiler.config.compose import (
     CONFIG_NAME,
     as_config_error,
     check_overrides,
+    open_maps,
+    reject_alias_bombs,
     reject_numbers_in_files,
 )
 from compiler.launch.errors import InvalidSweepError, PointFailedError
@@ -78,6 +85,7 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
     def guarded(cfg: DictConfig) -> None:
         nonlocal task_failed
         try:
+            folders.claim(Path(HydraConfig.get().runtime.output_dir).resolve())
             reject_numbers_in_files(HydraConfig.get(), cfg)
             task(cfg)
         except ConfigError as error:  # reported once Hydra is done, for every point of a sweep
@@ -97,13 +105,18 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
     user_wants_traceback = "HYDRA_FULL_ERROR" in os.environ
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
     folders.start()
-    sys.argv = [PROG, *_with_staging(overrides)]
+    sys.argv = [PROG, *_with_staging(open_maps(overrides))]
     try:
-        for key, _, folder in (override.partition("=") for override in overrides):
+        flags = _check_flags(sys.argv[1:])
+        for folder in (flags.config_dir, flags.config_path):
+            if folder is not None and Path(folder).is_dir():
+                reject_alias_bombs(Path(folder))
+        for override in overrides:
+            key, _, folder = override.partition("=")
             if key in folders.FOLDER_KEYS:
                 folders.check_folder(key, folder)
             if key == "hydra.run.dir":
-                folders.expect(folder)
+                folders.expect(_value(override))
         check_overrides([o for o in overrides if ("=" in o or o.startswith("~")) and not o.startswith("-")])
         app()
     except PointFailedError as exc:  # a sweep's job failed: the others ran, the summary says how
@@ -122,6 +135,29 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
         _fail(*errors)
     if platform_errors:
         _fail(*platform_errors, status=PLATFORM_ERROR)
+
+
+def _check_flags(args: list[str]) -> argparse.Namespace:
+    """Hydra's own parser prints its whole usage (8 lines) for a flag it does not know, or for overrides after
+    a flag: the same parser is run first, and its error is one line naming the word."""
+    parser = get_args_parser()
+
+    def error(message: str) -> NoReturn:
+        unknown = message.partition("unrecognized arguments: ")[2].split()
+        if unknown and not unknown[0].startswith("-"):
+            raise ConfigError("overrides", message, "give the flags (-m, --cfg, ...) before the overrides")
+        raise ConfigError("overrides", message, f"`{PROG} plan --help` lists the flags")
+
+    parser.error = error  # type: ignore[method-assign]
+    return parser.parse_args(args)
+
+
+def _value(override: str) -> str:
+    """An override's value as Hydra reads it (quotes taken off; interpolations left for Hydra to resolve)."""
+    try:
+        return str(OverridesParser.create().parse_overrides([override])[0].value())
+    except OverrideParseException:  # Hydra reports it
+        return override.partition("=")[2]
 
 
 def _with_staging(overrides: list[str]) -> list[str]:

@@ -9,7 +9,7 @@ from compiler.spec import schema
 from compiler.spec.contract import ALWAYS_ON_TRACKER, TRACKERS
 from compiler.spec.errors import ConfigError, UnknownNameError
 
-MLFLOW_ARN = re.compile(r"arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:mlflow-tracking-server/[a-zA-Z0-9-]{1,256}")
+MLFLOW_ARN = re.compile(r"arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:[0-9]{12}:mlflow-tracking-server/[a-zA-Z0-9-]{1,256}")
 """A SageMaker managed MLflow tracking server, as its ARN names it."""
 
 
