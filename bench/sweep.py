@@ -31,6 +31,7 @@ from hydra.version import setbase
 
 from compiler.cli import main as cli
 from compiler.cli import tasks
+from compiler.config import cache
 from compiler.config.compose import CONF_DIR, CONFIG_NAME
 from compiler.targets import records
 
@@ -87,7 +88,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         os.chdir(scratch)
         ours, ours_s = timed(dockyard_dry_run, arguments, Path(scratch, "dockyard"))
-        base, base_s = timed(basic_launcher, arguments, Path(scratch, "basic"))
+        with cache.disabled():  # Hydra's own composition
+            base, base_s = timed(basic_launcher, arguments, Path(scratch, "basic"))
     print(f"points                 {args.points}  ({' '.join(arguments)})")
     print(f"dockyard dry run       {ours} points in {ours_s:6.1f} s  {ours / ours_s:7.1f} points/s")
     print("                       (compose, validate, plan, image reference, request, point record; summary)")

@@ -25,8 +25,24 @@ CRD_DIR = Path(__file__).parent / "data" / "crds"
 """Published Kubernetes CRDs, vendored as test data (their versions and licenses: tests/data/crds/README.md)."""
 
 
+SLOW_FIXTURES = {"engine": "container", "slurm_cluster": "slurm"}
+"""The fixtures that mark a test slow: a test using one (or a fixture built on one) starts containers or
+Slurm jobs. With the `torchrun` mark they define the quick lane, `make test-quick` (-m "not slow")."""
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden/ from the current output")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        marks = [mark for fixture, mark in SLOW_FIXTURES.items() if fixture in getattr(item, "fixturenames", ())]
+        if item.get_closest_marker("torchrun"):
+            marks.append("torchrun")
+        for mark in marks:
+            item.add_marker(mark)
+        if marks:
+            item.add_marker("slow")
 
 
 class Golden:
