@@ -35,8 +35,8 @@ test-services:
 test: $(STAMP) test-services
 	$(BIN)/pytest -q
 
-# The quick lane: every test that starts no torchrun, no container and no Slurm job (marked in
-# tests/conftest.py), so it needs neither the Docker engine nor the Slurm cluster.
+# The quick lane: every test that starts no torchrun, no container, no Slurm job and no CPU-minutes of
+# training work (marked in tests/conftest.py), so it needs neither the Docker engine nor the Slurm cluster.
 test-quick: $(STAMP)
 	$(BIN)/pytest -q -m "not slow"
 

@@ -25,9 +25,11 @@ CRD_DIR = Path(__file__).parent / "data" / "crds"
 """Published Kubernetes CRDs, vendored as test data (their versions and licenses: tests/data/crds/README.md)."""
 
 
-SLOW_FIXTURES = {"engine": "container", "slurm_cluster": "slurm"}
-"""The fixtures that mark a test slow: a test using one (or a fixture built on one) starts containers or
-Slurm jobs. With the `torchrun` mark they define the quick lane, `make test-quick` (-m "not slow")."""
+SLOW_FIXTURES = {"engine": "container", "slurm_cluster": "slurm", "mlflow_server": "heavy"}
+"""The fixtures that mark a test slow: a test using one (or a fixture built on one) starts containers,
+Slurm jobs or a tracking server. With the `torchrun` and `heavy` marks on the tests themselves they define
+the quick lane, `make test-quick` (-m "not slow")."""
+SLOW_MARKS = ("torchrun", "heavy")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -37,8 +39,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         marks = [mark for fixture, mark in SLOW_FIXTURES.items() if fixture in getattr(item, "fixturenames", ())]
-        if item.get_closest_marker("torchrun"):
-            marks.append("torchrun")
+        marks += [mark for mark in SLOW_MARKS if item.get_closest_marker(mark)]
         for mark in marks:
             item.add_marker(mark)
         if marks:
