@@ -22,7 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from compiler.cli import about, folders, runs, tasks
+from compiler.cli import folders, tasks
 from compiler.config.compose import (
     CONF_DIR,
     CONFIG_NAME,
@@ -57,11 +57,17 @@ def main(argv: list[str] | None = None) -> None:
         print(usage())
         sys.exit(0 if args else USER_ERROR)
     if "--version" in args[:2] or "-V" in args[:2]:
+        from compiler.cli import about  # the verbs that compose start without it (and runs)
+
         return print(about.version_text(verbose=bool({"-v", "--verbose"} & set(args))))
     verb, overrides = args[0], args[1:]
     if verb in VERBS and {"-h", "--help"} & set(overrides):
+        from compiler.cli import about
+
         return print(about.verb_usage(verb, CONF_DIR))
     if verb in RUN_VERBS:
+        from compiler.cli import runs
+
         try:
             return runs.main(verb, overrides)
         except ConfigError as error:

@@ -14,6 +14,7 @@ Two rules hold for every value, whatever its key:
 
 import dataclasses
 import difflib
+import functools
 import math
 import re
 import types
@@ -33,7 +34,7 @@ from hydra.grammar.gen.OverrideParser import OverrideParser
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
-from compiler.config import pretrained, store
+from compiler.config import cache, pretrained, store
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError, UnknownNameError
 
@@ -41,6 +42,7 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 CONFIG_NAME = "config"
 
 store.register()
+cache.install()
 MAX_INT = 2**63 - 1
 GLOBAL_PACKAGE = re.compile(r"^#\s*@package\s+_global_\s*$", re.MULTILINE)
 
@@ -61,11 +63,12 @@ def to_config(cfg: DictConfig) -> schema.Config:
     try:
         if OmegaConf.select(cfg, "model.family") == "hf":
             pretrained.fill_from_checkpoint(cfg.model)
-        missing = sorted(OmegaConf.missing_keys(cfg))
-        if missing:
-            raise ConfigError(missing[0], "is missing", f"set it on the command line ({missing[0]}=...)")
-        _reject_added_keys(cfg)
-        config = OmegaConf.to_object(cfg)
+        try:
+            _reject_added_keys(cfg)
+            config = OmegaConf.to_object(cfg)
+        except MissingMandatoryValue:  # named as the first missing key, found only then (a walk of every value)
+            missing = sorted(OmegaConf.missing_keys(cfg))
+            raise ConfigError(missing[0], "is missing", f"set it on the command line ({missing[0]}=...)") from None
     except OmegaConfBaseException as exc:
         raise as_config_error(exc) from None
     _reject_unrepresentable_numbers(config)
@@ -243,9 +246,14 @@ def reject_numbers_in_files(hydra_cfg: DictConfig, cfg: DictConfig) -> None:
             continue
         path = next((f / f"{name}.yaml" for f in folders if (f / f"{name}.yaml").is_file()), None)
         if path is not None:
-            text = path.read_text()
-            package = "" if GLOBAL_PACKAGE.search(text) else group.replace("/", ".")
-            _reject_floats_for_strings(OmegaConf.to_container(OmegaConf.create(text)), package, path)
+            _reject_numbers_in_file(path, path.read_text(), group)
+
+
+@functools.lru_cache(maxsize=512)
+def _reject_numbers_in_file(path: Path, text: str, group: str) -> None:
+    """One file's check, done once per content (every point of a sweep reads the same files)."""
+    package = "" if GLOBAL_PACKAGE.search(text) else group.replace("/", ".")
+    _reject_floats_for_strings(OmegaConf.to_container(OmegaConf.create(text)), package, path)
 
 
 def _reject_floats_for_strings(value: object, key: str, path: Path) -> None:
