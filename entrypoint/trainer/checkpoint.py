@@ -26,9 +26,10 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
+from compiler.spec.contract import CHECKPOINT_MARKER
 from compiler.spec.schema import TrainerConfig
 
-MARKER = "dockyard.json"
+MARKER = CHECKPOINT_MARKER
 KEEP = 2
 NAME = re.compile(r"^step-(\d{8})$")
 

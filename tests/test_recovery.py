@@ -1,0 +1,137 @@
+"""Recovery: in-job restarts under torchrun across two nodes (a real SIGKILL of a rank), async checkpoints
+against sync ones, and what `launch --resume` refuses.
+
+The two nodes are two entrypoints on this host, described to each other as a Kubeflow cluster would, sharing
+one root as the local target's nodes share the run folder."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from compiler.launch.resume import check_reshard
+from compiler.spec.contract import RESTARTS_FILE
+from compiler.spec.errors import ConfigError
+from tests.entrypoint_support import (
+    entrypoint_env,
+    free_port,
+    losses,
+    metrics,
+    start_entrypoint,
+    tiny_plan,
+    train,
+    write_plan,
+)
+
+RECOVERY = ("hardware.nodes=2", "hardware.processes_per_node=1", "trainer.steps=12", "trainer.checkpoint_interval=3")
+TOLERANCE = 1e-5
+"""The reference runs the same two ranks on one node, where gloo may sum in another order: the losses agree to
+the last digit or so of the six logged."""
+
+
+def start_two_nodes(plan, root: Path) -> list[subprocess.Popen]:
+    port, path = str(free_port()), write_plan(plan, root)
+    cluster = {"PET_NNODES": "2", "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": port}
+    return [start_entrypoint(path, entrypoint_env(root, PET_NODE_RANK=str(rank), **cluster)) for rank in (0, 1)]
+
+
+def wait_for_step(root: Path, step: int, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    path = root / "output/data/metrics.jsonl"
+    while time.monotonic() < deadline:
+        if path.exists() and any(json.loads(line)["step"] >= step for line in path.read_text().splitlines()):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no step {step} within {timeout} s")
+
+
+def kill_one_rank(root: Path) -> None:
+    """SIGKILL one worker (the trainer process torchrun started, not the agent)."""
+    found = subprocess.run(
+        ["pgrep", "-f", f"^\\S+ -u -m entrypoint.trainer --plan={root}/plan.json"], capture_output=True, text=True
+    )
+    pids = found.stdout.split()
+    assert pids, "no trainer process to kill"
+    os.kill(int(pids[0]), signal.SIGKILL)
+
+
+@pytest.mark.torchrun
+def test_a_killed_rank_restarts_in_job_and_the_losses_match_the_uninterrupted_run(tmp_path):
+    plan = tiny_plan(*RECOVERY, "trainer.restarts=1")
+    # the same two ranks on one node: the uninterrupted losses
+    reference = tiny_plan(*RECOVERY, "hardware.nodes=1", "hardware.processes_per_node=2")
+    uninterrupted = losses(train(reference, tmp_path / "reference"))
+    root = tmp_path / "job"
+    nodes = start_two_nodes(plan, root)
+    wait_for_step(root, 4)
+    kill_one_rank(root)
+    outputs = [node.communicate(timeout=300)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    restarts = root / f"output/data/{RESTARTS_FILE}"
+    assert restarts.is_file(), outputs[0][-3000:] + outputs[1][-3000:]
+    events = [json.loads(line) for line in restarts.read_text().splitlines()]
+    assert len(events) == 1, events
+    resumed_step, reached = events[0]["resumed_step"], events[0]["reached_step"]
+    assert resumed_step in (3, 6, 9) and reached >= 4 and events[0]["steps_lost"] == reached - resumed_step
+    assert any("restart 1 of 1: local rank 0 on node" in output and "killed by SIGKILL" in output for output in outputs)
+    steps = [record["step"] for record in metrics(root)]
+    assert steps.count(resumed_step + 1) == 2, steps  # that step ran before the kill and again after the restart
+    resumed = losses(metrics(root))  # the last line of each step: after the restart
+    assert max(resumed) == 12
+    for step in range(resumed_step + 1, 13):
+        assert resumed[step] == pytest.approx(uninterrupted[step], abs=TOLERANCE), step
+
+
+@pytest.mark.torchrun
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_async_checkpoints_restore_what_sync_ones_do(tmp_path, strategy):
+    """The same run checkpointed at step 3 both ways: equal files' contents, and a run resumed from the async
+    checkpoint has the uninterrupted run's losses."""
+    base = ("hardware.nodes=1", "hardware.processes_per_node=2", f"parallelism={strategy}")
+    sync = train(tiny_plan(*base), tmp_path / "sync")
+    asynchronous = train(
+        tiny_plan(*base, "trainer.checkpoint_async=true"), tmp_path / "async", DOCKYARD_STOP_AT_STEP="3"
+    )
+    assert (tmp_path / "async/checkpoints/step-00000003/dockyard.json").is_file()
+    assert not list((tmp_path / "async/checkpoints").glob("*.tmp"))
+    assert [r["step"] for r in asynchronous] == [1, 2, 3]
+    train(tiny_plan(*base, "trainer.checkpoint_async=true"), tmp_path / "async")
+    resumed, uninterrupted = losses(metrics(tmp_path / "async")), losses(sync)
+    for step in (4, 5, 6):
+        assert resumed[step] == pytest.approx(uninterrupted[step], abs=1e-6), step
+
+
+def test_async_checkpoints_with_zero_are_refused_in_one_line():
+    with pytest.raises(ConfigError) as error:
+        tiny_plan("parallelism=zero2", "trainer.checkpoint_async=true")
+    assert error.value.key == "trainer.checkpoint_async"
+    assert "\n" not in error.value.one_line()
+
+
+def test_checkpoint_minutes_and_steps_are_one_clock():
+    with pytest.raises(ConfigError) as error:
+        tiny_plan("trainer.checkpoint_minutes=60")
+    assert error.value.key == "trainer.checkpoint_minutes"
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "key"),
+    [
+        (("model.layers=2",), ("model.layers=3",), "model.layers"),
+        (("parallelism=ddp",), ("parallelism=zero2",), "parallelism.strategy"),
+        (("parallelism=zero2",), ("parallelism=zero2", "hardware.processes_per_node=1"), "hardware.nodes"),
+    ],
+)
+def test_what_a_checkpoint_cannot_become_is_refused_in_one_line(before, after, key):
+    with pytest.raises(ConfigError) as error:
+        check_reshard(tiny_plan(*before), tiny_plan(*after))
+    assert error.value.key == key
+    assert "\n" not in error.value.one_line()
+
+
+def test_another_data_parallel_degree_is_resharded():
+    check_reshard(tiny_plan("parallelism=fsdp"), tiny_plan("parallelism=fsdp", "hardware.processes_per_node=1"))
