@@ -53,7 +53,7 @@ def prepare_resume(record: RunRecord) -> Resume:
     if record.target == "kubernetes":
         raise ConfigError(
             "--resume",
-            f"run {record.run_id} ran on Kubernetes, whose checkpoints lived in its pods' emptyDir volumes",
+            f"run {record.run_id} ran on Kubernetes, whose checkpoints lie in its pods or under its job's own id",
             "launch it again",
         )
     if record.target in SHARED_CHECKPOINTS and not any((run_dir / "checkpoints").glob(f"step-*/{CHECKPOINT_MARKER}")):
@@ -71,9 +71,9 @@ def resume_overrides(resume: Resume) -> list[str]:
     """What else the attempt needs: the run's folder, and on SageMaker the run's own checkpoint prefix."""
     extra = [f"hydra.run.dir={resume.record.run_dir}"]
     plan = resume.plan
-    if plan.target.kind.value == "sagemaker" and not getattr(plan.target, "checkpoint_uri", None):
-        prefix = f"{plan.target.output_uri.rstrip('/')}/{resume.record.run_id}"  # type: ignore[attr-defined]
-        extra.append(f"target.checkpoint_uri={prefix}/checkpoints")
+    output = getattr(plan.target, "output_uri", None)
+    if plan.target.kind.value == "sagemaker" and output and not getattr(plan.target, "checkpoint_uri", None):
+        extra.append(f"target.checkpoint_uri={output.rstrip('/')}/{resume.record.run_id}/checkpoints")
     return extra
 
 

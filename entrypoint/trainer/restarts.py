@@ -11,15 +11,22 @@ import json
 import os
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
+
 from compiler.spec.contract import RESTARTS_FILE
 
 REACHED = "reached-step"
 """The file beside the checkpoints that holds the last step rank 0 finished."""
 
 
-def attempt() -> int:
-    """How many times torchrun has restarted the workers of this job (0 in the first attempt)."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+def attempt(device: torch.device) -> int:
+    """How many times torchrun has restarted the workers of this job (0 in the first attempt), the same on
+    every rank: each node's agent counts only the restarts its own workers' failures caused (the other nodes
+    restart theirs to rejoin without counting), so the ranks take the highest count (one scalar all-reduce)."""
+    count = torch.tensor(float(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), device=device)
+    dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    return int(count.item())
 
 
 def note_reached(checkpoints: Path, step: int) -> None:
@@ -36,9 +43,10 @@ def reached(checkpoints: Path) -> int | None:
         return None
 
 
-def record_restart(checkpoints: Path, output: Path, resumed: int, restarts: int) -> str:
-    """Log and record this attempt's restart: from which checkpoint it resumes and what it lost."""
-    count, last = attempt(), reached(checkpoints)
+def record_restart(checkpoints: Path, output: Path, count: int, resumed: int, restarts: int) -> str:
+    """Log and record this attempt's restart (the `count`th): from which checkpoint it resumes and what it
+    lost."""
+    last = reached(checkpoints)
     lost = None if last is None else max(0, last - resumed)
     event = {"restart": count, "of": restarts, "resumed_step": resumed, "reached_step": last, "steps_lost": lost}
     output.mkdir(parents=True, exist_ok=True)

@@ -199,11 +199,13 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         start, folder = done[-1]
         engine.load(folder)
     sinks = open_sinks(plan.trainer.trackers, tracked_run(plan, paths)) if rank == 0 else []
+    restarted = restarts.attempt(device) if plan.trainer.restarts else 0
     if rank == 0:
         backend = dist.get_backend()
         print("\n".join([*derived_lines(plan, backend, start), *data.lines]), flush=True)
-        if restarts.attempt():
-            print(restarts.record_restart(paths.checkpoints, paths.output, start, plan.trainer.restarts), flush=True)
+        if restarted:
+            line = restarts.record_restart(paths.checkpoints, paths.output, restarted, start, plan.trainer.restarts)
+            print(line, flush=True)
     trainer, accum = plan.trainer, plan.batch.grad_accum
     saver = checkpoint.Checkpoints(
         engine, paths.checkpoints, trainer, leader, {"plan": plan.content_hash}, plan.instance.has_gpus
