@@ -321,7 +321,7 @@ def test_resume_continues_a_stopped_run_at_another_data_parallel_degree(engine, 
     """A run stopped after its checkpoint at step 5 goes on with `launch --resume` at half the ranks, and its
     losses follow the uninterrupted run's; what its checkpoint cannot become is refused first."""
     steps = ("trainer.steps=10", "trainer.checkpoint_interval=5", "trainer.log_interval=1")
-    first = [*SHORT, *steps, "target.environment.DOCKYARD_STOP_AT_STEP=5", "hydra.run.dir=run"]
+    first = [*SHORT, *steps, "++target.environment.DOCKYARD_STOP_AT_STEP=5", "hydra.run.dir=run"]
     result = subprocess.run([DOCKYARD, "launch", *first], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir = tmp_path / "run"
@@ -335,7 +335,8 @@ def test_resume_continues_a_stopped_run_at_another_data_parallel_degree(engine, 
         "resume with the run's model (change steps, lr, nodes or dp only)"
     ]
     assert not (run_dir / "attempts").exists()
-    half = ["target.environment.DOCKYARD_STOP_AT_STEP=10", "hardware.processes_per_node=1", "parallelism.grad_accum=2"]
+    half = ["hardware.processes_per_node=1", "parallelism.grad_accum=2"]  # dp 2, the same sequences per step
+    half.append("++target.environment.DOCKYARD_STOP_AT_STEP=10")
     result = subprocess.run(
         [DOCKYARD, "launch", "--resume", "run", *half], cwd=tmp_path, capture_output=True, text=True, timeout=600
     )
