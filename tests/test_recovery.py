@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from compiler.launch.resume import check_reshard
 from compiler.spec.contract import RESTARTS_FILE
 from compiler.spec.errors import ConfigError
+from compiler.targets import records
 from tests.entrypoint_support import (
     entrypoint_env,
     free_port,
@@ -160,3 +162,26 @@ def test_what_a_checkpoint_cannot_become_is_refused_in_one_line(before, after, k
 
 def test_another_data_parallel_degree_is_resharded():
     check_reshard(tiny_plan("parallelism=fsdp"), tiny_plan("parallelism=fsdp", "hardware.processes_per_node=1"))
+
+
+DOCKYARD = str(Path(sys.executable).parent / "dockyard")
+
+
+@pytest.mark.parametrize(
+    ("status", "checkpoint", "message"),
+    [
+        ("running", True, "--resume: run smoke-1 is still running; dockyard stop smoke-1"),
+        ("failed", False, "--resume: run smoke-1 has no complete checkpoint in"),
+    ],
+)
+def test_resume_refuses_a_run_it_cannot_continue_in_one_line(tmp_path, status, checkpoint, message):
+    run_dir = tmp_path / "run"
+    records.save(records.RunRecord(run_dir=str(run_dir), run_id="smoke-1", target="local", status=status))
+    if checkpoint:
+        (run_dir / "checkpoints/step-00000005").mkdir(parents=True)
+        (run_dir / "checkpoints/step-00000005/dockyard.json").write_text("{}")
+    result = subprocess.run([DOCKYARD, "launch", "--resume", "smoke-1"], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"dockyard: error: {message}"), line
+    assert {path.name for path in run_dir.iterdir()} == ({"run.json", "checkpoints"} if checkpoint else {"run.json"})
