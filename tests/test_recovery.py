@@ -20,11 +20,15 @@ from compiler.launch.resume import check_reshard
 from compiler.spec.contract import RESTARTS_FILE
 from compiler.spec.errors import ConfigError
 from compiler.targets import records
+from entrypoint.launcher.cluster import discover
+from entrypoint.launcher.main import rendezvous_arguments, restart_env
 from tests.entrypoint_support import (
+    CLUSTER_ENVIRONMENTS,
     entrypoint_env,
     free_port,
     losses,
     metrics,
+    plan_for,
     start_entrypoint,
     tiny_plan,
     train,
@@ -185,3 +189,27 @@ def test_resume_refuses_a_run_it_cannot_continue_in_one_line(tmp_path, status, c
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"dockyard: error: {message}"), line
     assert {path.name for path in run_dir.iterdir()} == ({"run.json", "checkpoints"} if checkpoint else {"run.json"})
+
+
+def test_restarts_start_torchrun_under_the_c10d_rendezvous_with_a_fresh_store(tmp_path):
+    node = discover(CLUSTER_ENVIRONMENTS["kubeflow"], tmp_path)
+    assert rendezvous_arguments(node, 0)[-1] == "--max-restarts=0"  # the static rendezvous, as before
+    assert rendezvous_arguments(node, 2) == (
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=llama-master-0:23456",
+        "--rdzv-id=dockyard",
+        "--rdzv-conf=is_host=false",
+        "--max-restarts=2",
+    )
+    assert [row.name for row in restart_env(2, {})] == ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"]
+    assert restart_env(2, {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}) == []  # the user's setting stands
+    assert restart_env(0, {}) == []
+
+
+def test_the_planner_counts_the_async_checkpoint_staging_in_host_memory():
+    overrides = ("experiment=llama3-8b-p5x4",)
+    sync, background = plan_for(*overrides), plan_for(*overrides, "trainer.checkpoint_async=true")
+    assert "checkpoint staging" not in sync.estimate.host_memory
+    staged = background.estimate.host_memory["checkpoint staging"]
+    per_rank = 12 * sync.parameters / sync.layout.shard_degree / sync.layout.tp
+    assert staged == pytest.approx(per_rank * sync.layout.processes_per_node, rel=0.05)
