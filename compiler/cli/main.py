@@ -79,7 +79,28 @@ def main(argv: list[str] | None = None) -> None:
     task = VERBS[verb]
     if verb == "launch" and "--dry-run" in overrides:
         task, overrides = tasks.dry_run_task, [o for o in overrides if o != "--dry-run"]
+    elif verb == "launch" and "--resume" in overrides:
+        try:
+            task, overrides = resuming(overrides)
+        except ConfigError as error:
+            _fail(error.one_line())
     run_app(task, overrides)
+
+
+def resuming(overrides: list[str]) -> tuple[Callable[[DictConfig], None], list[str]]:
+    """`launch --resume RUN [overrides]`: the task of the run's next attempt, and its whole command line
+    (the run's overrides, then the new ones)."""
+    from compiler.cli import runs
+    from compiler.launch.resume import prepare_resume, resume_overrides
+
+    at = overrides.index("--resume")
+    if at + 1 >= len(overrides) or "=" in overrides[at + 1]:
+        raise ConfigError("--resume", "needs a run", "dockyard launch --resume RUN [overrides]")
+    if {"-m", "--multirun"} & set(overrides):
+        raise ConfigError("--resume", "resumes one run, not a sweep", "drop -m")
+    resume = prepare_resume(runs.find_record(overrides[at + 1]))
+    new = overrides[:at] + overrides[at + 2 :]
+    return tasks.resume_task(resume), [*resume.overrides, *new, *resume_overrides(resume)]
 
 
 def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
@@ -206,7 +227,8 @@ def usage() -> str:
         f"usage: {PROG} VERB [hydra overrides and flags...]    {PROG} --version [-v]\n\n"
         "verbs:\n  plan    compile the config into a validated plan.json and print its summary\n"
         "  build   plan, then build the plan's content-addressed image (and push it with image.push=true)\n"
-        "  launch  build, then run the plan on its target (--dry-run: print the request, do nothing)\n"
+        "  launch  build, then run the plan on its target (--dry-run: print the request, do nothing;\n"
+        "          --resume RUN [overrides]: continue a run from its newest checkpoint)\n"
         "  runs                     the launched runs, newest first (--status, --target, --limit, -o json)\n"
         "  status, logs, stop RUN   a launched run, by its id (from any folder) or its folder\n"
         "  warm-pool release RUN    end the warm pool a SageMaker run keeps (keep-alive to 0)\n\n"

@@ -14,7 +14,7 @@ from typing import IO
 from compiler.launch.plot import LOSS_PLOT, plot_losses
 from compiler.planner.summary import predicted_seconds
 from compiler.spec import Plan
-from compiler.spec.contract import METRICS_FILE
+from compiler.spec.contract import METRICS_FILE, RESTARTS_FILE
 from compiler.spec.errors import ConfigError, PlatformError
 from compiler.targets import records, registry
 from compiler.targets.base import FINAL_STATUSES, PENDING, RUNNING, STOPPED, JobState, Request
@@ -99,6 +99,7 @@ def execute(
     plot_run(Path(record.run_dir), record.run_id)
     return records.update(
         record,
+        restarts=restarts_in(Path(record.run_dir)),
         status=state.status,
         detail=state.detail,
         exit_status=state.exit_status,
@@ -138,6 +139,13 @@ def stop(record: RunRecord) -> RunRecord:
 METRICS_GLOBS = (f"nodes/*/output/data/{METRICS_FILE}", f"output/data/{METRICS_FILE}")
 """The trainer's metrics (one JSON object per logged step, written by the first rank) where the nodes'
 outputs land in the run folder: one folder per node (the local target) or one the nodes share (Slurm)."""
+
+
+def restarts_in(run_dir: Path) -> int:
+    """The in-job restarts the trainer recorded where the nodes' outputs land in the run folder (0 where the
+    output stays on the job's platform)."""
+    found = {path for pattern in METRICS_GLOBS for path in run_dir.glob(pattern.replace(METRICS_FILE, RESTARTS_FILE))}
+    return sum(len(path.read_text().splitlines()) for path in found)
 
 
 def metrics_file(run_dir: Path) -> Path | None:

@@ -78,7 +78,9 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
         stages = estimate.stage_memory(config.model, config.parallelism, layout, batch.micro_batch)
         memory = max(stages, key=lambda m: m.total)
         warnings += fit.check_fits(config, instance, memory)
-        host = estimate.host_memory(config.model, config.parallelism, layout, batch.micro_batch)
+        host = estimate.host_memory(
+            config.model, config.parallelism, layout, batch.micro_batch, config.trainer.checkpoint_async
+        )
         host = fit.host_memory_per_node(host, layout)
         warnings += fit.check_host_fits(config, instance, host)
         speed = estimate.throughput(config.model, config.parallelism, instance, layout, batch)

@@ -298,6 +298,28 @@ def _check_environment(name: str, value: str) -> None:
         )
 
 
+def check_recovery(config: schema.Config) -> Iterator[str]:
+    """In-job restarts, the checkpoint clock and background checkpoints."""
+    trainer = config.trainer
+    for name in ("restarts", "checkpoint_minutes"):
+        if getattr(trainer, name) < 0:
+            raise ConfigError(f"trainer.{name}", "cannot be negative")
+    if trainer.checkpoint_minutes and trainer.checkpoint_interval:
+        raise ConfigError(
+            "trainer.checkpoint_minutes",
+            f"is set with trainer.checkpoint_interval={trainer.checkpoint_interval}: two clocks for one checkpoint",
+            "set one of them to 0",
+        )
+    if trainer.checkpoint_async and facts(config.parallelism.strategy).engine == DEEPSPEED_ENGINE:
+        raise ConfigError(
+            "trainer.checkpoint_async",
+            f"is not supported with DeepSpeed ZeRO ({config.parallelism.strategy.value}), which saves its own way",
+            "set trainer.checkpoint_async=false or use parallelism=fsdp",
+        )
+    if trainer.restarts and not (trainer.checkpoint_interval or trainer.checkpoint_minutes):
+        yield f"trainer.restarts={trainer.restarts} without checkpoints: every restart starts again from step 0"
+
+
 def check_trainer(
     config: schema.Config, instance: InstanceType, layout: Layout, targets: TargetCapabilities
 ) -> Iterator[str]:
@@ -342,6 +364,7 @@ def check_trainer(
             raise ConfigError("trainer.launcher", "is only used with a user script", "use trainer=script")
     if trainer.checkpoint_interval > trainer.steps:
         yield f"trainer.checkpoint_interval={trainer.checkpoint_interval} is past the last step: no checkpoint"
+    yield from check_recovery(config)
     if trainer.compile_mode not in schema.COMPILE_MODES:
         raise ConfigError(
             "trainer.compile_mode",
