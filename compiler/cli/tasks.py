@@ -58,22 +58,24 @@ def build_task(cfg: DictConfig) -> None:
 
 @modes.sweeps_as(modes.LAUNCH)
 def launch_task(cfg: DictConfig) -> None:
-    """`build`, then translate the plan for its target and submit it; exits with the job's status."""
+    """`build`, then translate the plan for its target and submit it; exits with the job's status. What the
+    target refuses without a side effect (a role, a bucket, a quota) is refused before the build."""
+    from compiler.images.build import planned_reference
     from compiler.images.workflow import build_and_record
 
     run_dir = run_folder()
     with folders.results_in(run_dir) as stage:
         plan = compile_into(with_account_defaults(to_config(cfg)), stage, run_dir)
-        built = build_and_record(plan, run_dir, cwd=Path.cwd(), stage=stage)
         run_id = runs.run_id_for(plan, datetime.now(UTC))
+        planned = runs.dry_run_image(plan, planned_reference(plan, cwd=Path.cwd()))
+        runs.preflight(plan, runs.translate(plan, planned, run_id, run_dir))  # refusals before any side effect
+        built = build_and_record(plan, run_dir, cwd=Path.cwd(), stage=stage)
         request = runs.translate(plan, built.digest or built.reference, run_id, run_dir)
         runs.print_notes(plan, request)
     record = runs.new_record(plan, request, run_dir, request.image)
     try:
         out = for_people(sys.stdout, plan.trainer.steps)
-        record = runs.execute(
-            record, plan, request, out=out
-        )  # a missing role or bucket is found before anything starts, a refused submit is undone
+        record = runs.execute(record, plan, request, out=out)  # a refused submit is undone
     except (ConfigError, PlatformError):
         folders.discard(results_too=True)
         raise
