@@ -145,6 +145,17 @@ def served_quotas(aws, monkeypatch):
     return aws
 
 
+def account_state(session) -> dict[str, list[str]]:
+    """What a launch could create in the account: ECR repositories, buckets, training jobs (moto's server is
+    shared by the session's tests, so a test compares them before and after)."""
+    jobs = session.client("sagemaker").list_training_jobs()["TrainingJobSummaries"]
+    return {
+        "repositories": [r["repositoryName"] for r in session.client("ecr").describe_repositories()["repositories"]],
+        "buckets": [b["Name"] for b in session.client("s3").list_buckets()["Buckets"]],
+        "jobs": [j["TrainingJobName"] for j in jobs],
+    }
+
+
 @pytest.mark.parametrize(
     ("overrides", "refusal"),
     [
@@ -158,6 +169,11 @@ def test_launch_refuses_before_building_pushing_or_creating(served_quotas, tmp_p
     launch would create an ECR repository at the push and the bucket at submit; the Docker engine named
     cannot be reached, so a build attempted first would fail otherwise."""
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    default_bucket = served_quotas.resource("s3").Bucket("sagemaker-us-east-1-123456789012")
+    if default_bucket.creation_date:  # made by an earlier test's submit
+        default_bucket.objects.all().delete()
+        default_bucket.delete()
+    before = account_state(served_quotas)
     launched = subprocess.run(
         [str(Path(sys.executable).parent / "dockyard"), "launch", "experiment=gpt2-124m-p4d", *overrides],
         cwd=tmp_path,
@@ -168,8 +184,5 @@ def test_launch_refuses_before_building_pushing_or_creating(served_quotas, tmp_p
     assert launched.returncode == 2, launched.stderr
     [error] = [line for line in launched.stderr.splitlines() if "error" in line]  # after the defaults' notes
     assert error.startswith(refusal)
-    assert served_quotas.client("ecr").describe_repositories()["repositories"] == []
-    buckets = [b["Name"] for b in served_quotas.client("s3").list_buckets()["Buckets"]]
-    assert "sagemaker-us-east-1-123456789012" not in buckets
-    assert served_quotas.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []
+    assert account_state(served_quotas) == before
     assert not (tmp_path / "outputs").exists()
