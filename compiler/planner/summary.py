@@ -1,6 +1,6 @@
 """What `dockyard plan` tells a user: a short summary on the terminal and `report.md` beside plan.json."""
 
-from compiler.planner.estimate import GIB, Memory
+from compiler.planner.estimate import ASSUMED_MATMUL_EFFICIENCY, ASSUMPTIONS, GIB, Memory
 from compiler.planner.pipeline import bubble_fraction
 from compiler.spec import Plan
 from compiler.spec.schema import Compile, DataFormat, LrScaling
@@ -28,9 +28,11 @@ def summary_lines(plan: Plan) -> list[str]:
         memory, speed = plan.estimate.memory, plan.estimate.throughput
         terms = ", ".join(f"{name} {size / GIB:.1f}" for name, size in memory.terms.items())
         lines += [
-            f"memory    {memory.total / GIB:.1f} of {plan.estimate.gpu_memory / GIB:.0f} GiB per GPU: {terms}",
+            f"memory    {memory.total / GIB:.1f} of {plan.estimate.gpu_memory / GIB:.1f} GiB per GPU: {terms} "
+            "(context, NCCL buffers and margin assumed)",
             f"speed     {speed.step_seconds:.2f} s/step, {speed.tokens_per_second:,.0f} tokens/s, MFU "
-            f"{speed.mfu:.0%} (predicted){_cost_per_billion(plan)}",
+            f"{speed.mfu:.0%} (predicted from an assumed {ASSUMED_MATMUL_EFFICIENCY:.0%} matmul efficiency)"
+            f"{_cost_per_billion(plan)}",
             f"total     {_totals(plan)}",
         ]
     if plan.estimate and plan.estimate.host_memory:
@@ -64,7 +66,7 @@ def report_markdown(plan: Plan) -> str:
         lines += ["## Memory per GPU (predicted peak)", "", "| term | GiB | share |", "|---|---:|---:|"]
         lines += [f"| {name} | {size / GIB:.2f} | {size / memory.total:.0%} |" for name, size in memory.terms.items()]
         lines += [
-            f"| **total** | **{memory.total / GIB:.2f}** | of {plan.estimate.gpu_memory / GIB:.0f} GiB |",
+            f"| **total** | **{memory.total / GIB:.2f}** | of {plan.estimate.gpu_memory / GIB:.1f} GiB |",
             "",
             f"The terms are those at the moment of the peak: {_peak_moment(memory)}.",
             "",
@@ -76,6 +78,12 @@ def report_markdown(plan: Plan) -> str:
             f"- {speed.tokens_per_second:,.0f} tokens/s, MFU {speed.mfu:.1%}",
             f"- cost: ${plan.price_per_hour:,.2f}/h{_cost_per_billion(plan)}",
             f"- the whole run: {_totals(plan)}",
+            "",
+            "## Assumptions (not measured)",
+            "",
+            "| constant | value | source |",
+            "|---|---|---|",
+            *(f"| {a.name} | {a.value} | {a.source} |" for a in ASSUMPTIONS),
         ]
     return "\n".join(lines) + "\n"
 
