@@ -157,3 +157,15 @@ def test_what_the_estimate_assumes_is_labelled_in_the_summary_and_the_report():
     }  # fmt: skip
     for assumption in ASSUMPTIONS:
         assert f"| {assumption.name} | {assumption.value} | {assumption.source} |" in report
+
+
+def test_a_scripts_plan_predicts_nothing_about_the_built_in_model():
+    from compiler.planner.summary import predicted_seconds, report_markdown, summary_lines
+
+    plan = plan_for("hardware=g5.xlarge", "trainer=script", "trainer.source_dir=src", "trainer.script=train.py",
+                    "+trainer.hyperparameters.epochs=3")  # fmt: skip
+    lines = summary_lines(plan)
+    assert "script    train.py from src   hyperparameters epochs=3" in lines
+    assert not [line for line in lines if line.split()[0] in ("model", "memory", "speed", "total", "batch")]
+    assert "tokens/s" not in "\n".join(lines) and "per 1B tokens" not in "\n".join(lines)
+    assert "## Speed" not in report_markdown(plan) and predicted_seconds(plan) is None
