@@ -167,6 +167,8 @@ def test_stop_stops_a_running_job(monkeypatch):
         sagemaker_target.TARGET.stop(handle)  # as SageMaker refuses to stop a job that has ended
     with pytest.raises(ParamValidationError):
         fake.stop_training_job(TrainingJobName="dockyard-stop-1", Force=True)  # not in StopTrainingJob's model
+    with pytest.raises(ParamValidationError):
+        fake.stop_training_job(TrainingJobName="dockyard stop 1")  # outside TrainingJobName's pattern
 
 
 def test_wrong_role_is_a_config_error_and_creates_nothing(aws):
