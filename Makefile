@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test test-quick test-services torchrun-loop plan build docker slurm lint bench bench-build clean
+.PHONY: run test test-quick test-services torchrun-loop plan build docker slurm lint docs-check bench bench-build clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV) || { apt-get update -qq && apt-get install -y -qq python3-venv && python3 -m venv $(VENV); }
@@ -57,6 +57,9 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
+
+docs-check: $(STAMP)  ## the README's paths, counts and shown commands against the code (part of `make test`)
+	$(BIN)/pytest -q tests/test_readme.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/compile.py

@@ -108,3 +108,29 @@ def test_each_target_prices_the_instances_at_the_rate_it_bills():
     on_kubernetes = plan_for("experiment=llama3-8b-p5x4", "target=kubernetes")
     assert on_kubernetes.price_per_hour == pytest.approx(4 * 55.04)
     assert plan_for("experiment=llama3-8b-p5x4", "hardware.price_per_hour=40").price_per_hour == 160
+
+
+REPORTED_MIB = {  # nvidia-smi's memory.total on each card (public logs of AWS's instances), not the box's GB
+    "V100-SXM2-16GB": 16_384,
+    "V100-SXM2-32GB": 32_768,
+    "T4-16GB": 15_360,
+    "A10G-24GB": 23_028,
+    "L4-24GB": 23_034,
+    "L40S-48GB": 46_068,
+    "A100-SXM4-40GB": 40_960,
+    "A100-SXM4-80GB": 81_920,
+    "H100-SXM5-80GB": 81_559,
+    "H200-SXM5-141GB": 143_771,
+}
+
+
+@pytest.mark.parametrize("instance", [i for i in INSTANCE_TYPES.values() if i.gpus], ids=lambda i: i.name)
+def test_gpu_memory_is_what_the_card_reports(instance):
+    assert instance.gpu_memory_gib * 1024 == REPORTED_MIB[instance.gpu_model]
+
+
+def test_the_fitted_micro_batch_fits_the_memory_the_card_reports():
+    """An A10G reports 22.5 GiB: the fit search must not spend the 24 GB it is sold by."""
+    plan = plan_for("hardware=g5.xlarge", "model=gpt2-124m", "parallelism.micro_batch=auto")
+    assert plan.estimate.memory.total <= 23_028 * 2**20
+    assert plan.estimate.gpu_memory == 23_028 * 2**20

@@ -81,7 +81,7 @@ def test_plan_that_does_not_fit_names_largest_term_and_fixes_that_fit():
         plan_for(*overrides)
     error = caught.value
     assert error.key == "parallelism.activation_checkpointing"
-    assert "exceeds the 80 GiB of H100-SXM5-80GB (largest: activations" in error.message
+    assert "exceeds the 79.6 GiB of H100-SXM5-80GB (largest: activations" in error.message
     fixes = re.findall(r"([\w.]+=[\w.]+) \(([\d.]+) GiB\)", error.fix)
     assert 1 <= len(fixes) <= 3
     for change, predicted in fixes:
@@ -140,3 +140,32 @@ def _config_and_instance(*overrides):
 
     config = compose_config(overrides)
     return config, instance_type(config.hardware.instance_type)
+
+
+def test_what_the_estimate_assumes_is_labelled_in_the_summary_and_the_report():
+    from compiler.planner.estimate import ASSUMPTIONS
+    from compiler.planner.summary import report_markdown, summary_lines
+
+    plan = plan_for("experiment=gpt2-124m-p4d")
+    lines = {line.split()[0]: line for line in summary_lines(plan)}
+    assert lines["memory"].endswith("(context, NCCL buffers and margin assumed)")
+    assert "MFU 40% (predicted from an assumed 40% matmul efficiency)" in lines["speed"]
+    report = report_markdown(plan)
+    assert "## Assumptions (not measured)" in report
+    assert {a.name for a in ASSUMPTIONS} == {
+        "CUDA context", "NCCL buffers", "allocator margin", "matmul efficiency", "selective recomputation"
+    }  # fmt: skip
+    for assumption in ASSUMPTIONS:
+        assert f"| {assumption.name} | {assumption.value} | {assumption.source} |" in report
+
+
+def test_a_scripts_plan_predicts_nothing_about_the_built_in_model():
+    from compiler.planner.summary import predicted_seconds, report_markdown, summary_lines
+
+    plan = plan_for("hardware=g5.xlarge", "trainer=script", "trainer.source_dir=src", "trainer.script=train.py",
+                    "+trainer.hyperparameters.epochs=3")  # fmt: skip
+    lines = summary_lines(plan)
+    assert "script    train.py from src   hyperparameters epochs=3" in lines
+    assert not [line for line in lines if line.split()[0] in ("model", "memory", "speed", "total", "batch")]
+    assert "tokens/s" not in "\n".join(lines) and "per 1B tokens" not in "\n".join(lines)
+    assert "## Speed" not in report_markdown(plan) and predicted_seconds(plan) is None

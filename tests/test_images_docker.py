@@ -20,6 +20,7 @@ from compiler.config.compose import compose_config
 from compiler.images.build import BuiltImage, build_image, ensure_base_image
 from compiler.images.workflow import build_and_record
 from compiler.launch.plan import checked_plan
+from tests.helpers import unconstrained_packages
 from tests.test_architecture import RUNTIME_IMPORTS
 
 FAKE_AWS = {
@@ -66,6 +67,12 @@ def smoke(engine: docker.DockerClient, project: Path) -> BuiltImage:
 def run_in(engine: docker.DockerClient, reference: str, *command: str) -> str:
     output = engine.containers.run(reference, list(command), entrypoint=[], remove=True, network_mode="none")
     return output.decode()
+
+
+def test_every_package_the_image_installs_is_pinned(engine: docker.DockerClient, smoke: BuiltImage) -> None:
+    """`images/constraints.txt` promises that a rebuild installs the same packages (botocore once escaped it)."""
+    freeze = run_in(engine, smoke.reference, "pip", "freeze")
+    assert "botocore==" in freeze and unconstrained_packages(freeze, checked_plan(compose_config(SMOKE))) == []
 
 
 def test_image_has_the_stack_and_a_user_to_drop_to(engine: docker.DockerClient, smoke: BuiltImage) -> None:
@@ -199,7 +206,9 @@ def test_an_image_for_documents_has_the_pinned_readers(engine: docker.DockerClie
         "data.format=text",
         "data.tokenizer=s3://dockyard-example-data/tokenizer/",
     ]
-    image = build_image(checked_plan(compose_config(documents)), engine, cwd=Path.cwd())
+    plan = checked_plan(compose_config(documents))
+    image = build_image(plan, engine, cwd=Path.cwd())
+    assert unconstrained_packages(run_in(engine, image.reference, "pip", "freeze"), plan) == []
     assert run_in(engine, image.reference, "python", "-c", DOCUMENT_READERS).split()[-5:] == [
         "0.23.3",
         "5.2.0",

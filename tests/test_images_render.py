@@ -267,3 +267,12 @@ def test_code_commit_label_names_the_commit(tmp_path: Path) -> None:
     assert code_commit(tmp_path) == head
     (tmp_path / "train.py").write_text("x = 2\n")
     assert code_commit(tmp_path) == f"{head}-dirty"
+
+
+def test_botocore_is_constrained_to_the_boto3_release_the_image_pins():
+    """boto3 accepts any botocore of its minor release, so without this a rebuild could pull a newer one."""
+    from compiler.images.render import CONSTRAINTS
+    from compiler.spec.schema import ImageConfig
+
+    constraints = dict(line.split("==") for line in CONSTRAINTS.read_text().splitlines() if "==" in line)
+    assert constraints["botocore"] == ImageConfig().boto3

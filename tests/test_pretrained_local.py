@@ -13,7 +13,9 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from compiler.launch import runs
+from compiler.spec import Plan
 from tests.entrypoint_support import tiny_plan, train
+from tests.helpers import unconstrained_packages
 from tests.pretrained import save_checkpoint, save_tokenizer
 
 pytestmark = pytest.mark.torchrun
@@ -37,6 +39,9 @@ def test_lora_fine_tunes_a_checkpoint_into_an_export_transformers_and_peft_load(
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir = tmp_path / "run"
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+    image = json.loads((run_dir / "image.json").read_text())["reference"]
+    freeze = engine.containers.run(image, ["pip", "freeze"], entrypoint=[], remove=True, network_mode="none")
+    assert unconstrained_packages(freeze.decode(), Plan.from_json((run_dir / "plan.json").read_text())) == []
     losses = [row["loss"] for row in runs.loss_curve(run_dir)]
     assert losses[-1] < losses[0]
 

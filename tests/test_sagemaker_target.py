@@ -6,12 +6,15 @@ import json
 import time
 
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ParamValidationError
 
+import compiler.targets.sagemaker as sagemaker_target
 from compiler.spec.errors import ConfigError
+from compiler.targets.base import STOPPED
 from compiler.targets.sagemaker import submit as sagemaker_submit
 from compiler.targets.sagemaker import translate as sagemaker
 from tests.helpers import plan_for
+from tests.sagemaker_fake import FakeSageMaker
 
 ROLE = "arn:aws:iam::123456789012:role/dockyard-training"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/dockyard/job@sha256:" + "0" * 64
@@ -136,7 +139,7 @@ def test_logs_merge_the_instances_streams_in_cloudwatchs_time_order(aws):
 
 
 def test_stop_sends_stop_training_job(aws):
-    """moto 5.2 has no StopTrainingJob (it answers 500), so this checks the call botocore sends."""
+    """moto 5.2 has no StopTrainingJob (it answers 500): this checks the call botocore sends over HTTP."""
     sent = []
     aws.events.register("before-call.sagemaker.StopTrainingJob", lambda params, **_: sent.append(params))
     with pytest.raises(ClientError):
@@ -145,11 +148,34 @@ def test_stop_sends_stop_training_job(aws):
     assert json.loads(sent[0]["body"]) == {"TrainingJobName": "dockyard-moto-1"}
 
 
+def test_stop_stops_a_running_job(monkeypatch):
+    """Against `FakeSageMaker`, which keeps StopTrainingJob's contract (checked against botocore's model;
+    InProgress, then Stopping, then Stopped): the run reads stopped once SageMaker says so."""
+    running = {
+        "TrainingJobName": "dockyard-stop-1",
+        "TrainingJobStatus": "InProgress",
+        "SecondaryStatus": "Training",
+        "ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
+    }
+    fake = FakeSageMaker(running)
+    monkeypatch.setattr(sagemaker_target, "_session", lambda region: fake)
+    handle = {"job_name": "dockyard-stop-1", "region": "us-east-1"}
+    sagemaker_target.TARGET.stop(handle)
+    assert sagemaker_target.TARGET.status(handle).detail == "Stopping (Stopping)"
+    assert sagemaker_target.TARGET.status(handle).status == STOPPED
+    with pytest.raises(ClientError, match="job is Stopped"):
+        sagemaker_target.TARGET.stop(handle)  # as SageMaker refuses to stop a job that has ended
+    with pytest.raises(ParamValidationError):
+        fake.stop_training_job(TrainingJobName="dockyard-stop-1", Force=True)  # not in StopTrainingJob's model
+    with pytest.raises(ParamValidationError):
+        fake.stop_training_job(TrainingJobName="dockyard stop 1")  # outside TrainingJobName's pattern
+
+
 def test_wrong_role_is_a_config_error_and_creates_nothing(aws):
     plan = plan_for("experiment=gpt2-124m-p4d", "target.role_arn=arn:aws:iam::123456789012:role/missing")
     request = sagemaker.to_request(plan, IMAGE, run_id="dockyard-moto-2", job_prefix="s3://dockyard-jobs/moto-2")
     with pytest.raises(ConfigError) as caught:
-        sagemaker_submit.submit(request, plan.to_json(), aws)
+        sagemaker_submit.preflight(request, aws)
     assert caught.value.key == "target.role_arn"
     names = [j["TrainingJobName"] for j in aws.client("sagemaker").list_training_jobs()["TrainingJobSummaries"]]
     assert "dockyard-moto-2" not in names
@@ -159,7 +185,7 @@ def test_missing_data_bucket_is_a_config_error(aws):
     plan = plan_for("experiment=gpt2-124m-p4d", f"target.role_arn={ROLE}", "data.uri=s3://no-such-bucket/x")
     request = sagemaker.to_request(plan, IMAGE, run_id="dockyard-moto-3", job_prefix="s3://dockyard-jobs/moto-3")
     with pytest.raises(ConfigError) as caught:
-        sagemaker_submit.submit(request, plan.to_json(), aws)
+        sagemaker_submit.preflight(request, aws)
     assert caught.value.key == "data.uri"
 
 

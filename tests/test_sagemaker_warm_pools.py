@@ -1,6 +1,7 @@
 """Warm pools. moto's server keeps KeepAlivePeriodInSeconds but has no WarmPoolStatus, no
 WarmPoolStatusEquals filter and no UpdateTrainingJob, so SageMaker's client is `FakeSageMaker` here: the
-three calls warm pools make (list, describe, update), answering as DescribeTrainingJob documents."""
+three calls warm pools make (list, describe, update), each checked against botocore's model, answering as
+DescribeTrainingJob documents."""
 
 import contextlib
 import io
@@ -16,6 +17,7 @@ from compiler.targets.sagemaker import submit as sagemaker_submit
 from compiler.targets.sagemaker import translate as sagemaker
 from compiler.targets.sagemaker import warm_pools
 from tests.helpers import plan_for
+from tests.sagemaker_fake import FakeSageMaker
 
 ROLE = "arn:aws:iam::123456789012:role/dockyard-training"
 EXPLICIT = [  # nothing left for the caller's account to default
@@ -38,30 +40,6 @@ def finished(name: str, instance_type: str = "ml.p4d.24xlarge", status: str = "A
                            "KeepAlivePeriodInSeconds": 1800},
         "WarmPoolStatus": {"Status": status, **pool},
     }  # fmt: skip
-
-
-class FakeSageMaker:
-    def __init__(self, *jobs: dict) -> None:
-        self.jobs = {job["TrainingJobName"]: job for job in jobs}
-        self.updates: list[dict] = []
-
-    def get_paginator(self, operation: str):
-        assert operation == "list_training_jobs"
-        return self
-
-    def paginate(self, WarmPoolStatusEquals: str):
-        names = [n for n, j in self.jobs.items() if j["WarmPoolStatus"]["Status"] == WarmPoolStatusEquals]
-        yield {"TrainingJobSummaries": [{"TrainingJobName": n} for n in names]}
-
-    def describe_training_job(self, TrainingJobName: str) -> dict:
-        return self.jobs[TrainingJobName]
-
-    def update_training_job(self, **parameters) -> None:
-        self.updates.append(parameters)
-
-    def client(self, service: str):  # also the session that hands it out
-        assert service == "sagemaker"
-        return self
 
 
 def request_for(*overrides: str) -> dict:

@@ -166,3 +166,29 @@ def test_sagemaker_sweep_without_waiting_then_status_collects_the_states(
     assert status.returncode == 0, status.stderr
     assert "2 points: 2 completed" in status.stdout  # moto's jobs complete at once
     assert [r["status"] for r in summary_rows(tmp_path / "sweep")] == ["completed", "completed"]
+
+
+def test_a_sweep_the_platform_refuses_builds_and_creates_nothing(tmp_path, moto_env):
+    """A missing role is found for every point before any image is built or pushed (the engine named here
+    cannot be reached, so a build attempted first would fail otherwise)."""
+    env = {**os.environ, **moto_env, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    result = dockyard(
+        tmp_path,
+        *SWEEP,
+        "experiment=gpt2-124m-p4d",
+        "target.role_arn=arn:aws:iam::123456789012:role/missing",
+        "target.output_uri=s3://dockyard-jobs/sweep",
+        "image.push=true",
+        "image.registry=123456789012.dkr.ecr.us-east-1.amazonaws.com",
+        "trainer.lr=0.0001,0.0003",
+        env=env,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].startswith("dockyard: error: sweep: 2 of 2 points are invalid, nothing was launched")
+    refusal = "target.role_arn: role arn:aws:iam::123456789012:role/missing cannot be used"
+    assert len(lines) == 3 and all(refusal in line for line in lines[1:])
+    session = boto3.Session(region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
+    ecr = session.client("ecr", endpoint_url=moto_env["AWS_ENDPOINT_URL"])
+    assert ecr.describe_repositories()["repositories"] == []
+    assert not (tmp_path / "sweep").exists()

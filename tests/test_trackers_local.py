@@ -14,7 +14,7 @@ from compiler.images.build import build_image, ensure_base_image
 from compiler.launch import runs
 from compiler.targets.local import runner
 from compiler.targets.local import translate as local
-from tests.helpers import plan_for
+from tests.helpers import plan_for, unconstrained_packages
 
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -56,6 +56,8 @@ def test_a_local_run_logs_to_mlflow_and_tensorboard_and_is_plotted(engine, mlflo
     plan = tracked_plan(mlflow_server)
     ensure_base_image(engine, plan.image, sys.stdout)
     image = build_image(plan, engine, cwd=Path.cwd()).reference
+    freeze = engine.containers.run(image, ["pip", "freeze"], entrypoint=[], remove=True, network_mode="none")
+    assert unconstrained_packages(freeze.decode(), plan) == []  # the clients' dependencies are constrained
     run_dir = tmp_path / "run"
     request = local.to_request(plan, image, run_id="dockyard-trackers-test", run_dir=run_dir)
     monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", TOKEN)  # the server ignores it; it must not be written anywhere

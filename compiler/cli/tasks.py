@@ -60,7 +60,8 @@ def build_task(cfg: DictConfig) -> None:
 
 @modes.sweeps_as(modes.LAUNCH)
 def launch_task(cfg: DictConfig) -> None:
-    """`build`, then translate the plan for its target and submit it; exits with the job's status."""
+    """`build`, then translate the plan for its target and submit it; exits with the job's status. What the
+    target refuses without a side effect (a role, a bucket, a quota) is refused before the build."""
     _launch(cfg, None)
 
 
@@ -74,6 +75,7 @@ def resume_task(resuming: Resume) -> Callable[[DictConfig], None]:
 
 
 def _launch(cfg: DictConfig, resuming: Resume | None) -> None:
+    from compiler.images.build import planned_reference
     from compiler.images.workflow import build_and_record
 
     run_dir = run_folder()
@@ -82,10 +84,12 @@ def _launch(cfg: DictConfig, resuming: Resume | None) -> None:
         if resuming is not None:
             check_reshard(resuming.plan, checked_plan(config))
         plan = compile_into(config, stage, run_dir)
+        run_id = runs.run_id_for(plan, datetime.now(UTC)) if resuming is None else resuming.job_id
+        planned = runs.dry_run_image(plan, planned_reference(plan, cwd=Path.cwd()))
+        runs.preflight(plan, runs.translate(plan, planned, run_id, run_dir))  # refusals before any side effect
         built = build_and_record(plan, run_dir, cwd=Path.cwd(), stage=stage)
         if resuming is not None:
             keep_attempt(resuming)
-        run_id = runs.run_id_for(plan, datetime.now(UTC)) if resuming is None else resuming.job_id
         request = runs.translate(plan, built.digest or built.reference, run_id, run_dir)
         runs.print_notes(plan, request)
     record = runs.new_record(plan, request, run_dir, request.image)
@@ -93,9 +97,7 @@ def _launch(cfg: DictConfig, resuming: Resume | None) -> None:
         record = resumed_record(resuming, record)
     try:
         out = for_people(sys.stdout, plan.trainer.steps)
-        record = runs.execute(
-            record, plan, request, out=out
-        )  # a missing role or bucket is found before anything starts, a refused submit is undone
+        record = runs.execute(record, plan, request, out=out)  # a refused submit is undone
     except (ConfigError, PlatformError):
         folders.discard(results_too=True)
         raise

@@ -1,15 +1,16 @@
 """Instance types dockyard knows: what each one has that a plan or an estimate depends on.
 
-Figures are per instance. GPU memory is what the card reports, the peaks are the dense (not sparse)
-tensor-core figures of the vendor's datasheet (V100 and T4 have no bf16), vCPUs, memory, network and EFA
-devices are from the instance family's page on aws.amazon.com/ec2/instance-types/<family>/, the GPU link is
-one direction of a GPU's NVLink (or PCIe where the GPUs have none). Each type has two prices, in USD per
-hour in us-east-1: EC2's on-demand Linux list price (aws.amazon.com/ec2/pricing/on-demand/, after the June
-2025 cut for P4 and P5), which a Kubernetes or Slurm cluster of these instances pays, and SageMaker
-training's on-demand rate for the `ml.` type (the AmazonSageMaker offer of the AWS Price List API, what
-aws.amazon.com/sagemaker/pricing/ shows, as a public copy of that offer read on 2026-09-27 records it), which a
-target that bills its own rate (`Capabilities.managed_prices`) charges. Where that copy has no rate, the
-row's comment says what stands in. `hardware.price_per_hour` overrides both (a discount, another region).
+Figures are per instance. GPU memory is what the card reports (`nvidia-smi`'s total, as each row says), not
+the GB it is sold by; the peaks are the dense (not sparse) tensor-core figures of the vendor's datasheet (V100
+and T4 have no bf16), vCPUs, memory, network and EFA devices are from the instance family's page on
+aws.amazon.com/ec2/instance-types/<family>/, the GPU link is one direction of a GPU's NVLink (or PCIe where
+the GPUs have none). Each type has two prices, in USD per hour in us-east-1: EC2's on-demand Linux list price
+(aws.amazon.com/ec2/pricing/on-demand/, after the June 2025 cut for P4 and P5), which a Kubernetes or Slurm
+cluster of these instances pays, and SageMaker training's on-demand rate for the `ml.` type (the
+AmazonSageMaker offer of the AWS Price List API, what aws.amazon.com/sagemaker/pricing/ shows, as a public
+copy of that offer read on 2026-09-27 records it), which a target that bills its own rate
+(`Capabilities.managed_prices`) charges. Where that copy has no rate, the row's comment says what stands in.
+`hardware.price_per_hour` overrides both (a discount, another region).
 
 Every SageMaker training type here is also known by the name the console shows, `ml.<type>`.
 """
@@ -51,26 +52,71 @@ class Gpu(TypedDict):
 
 
 NO_GPU = Gpu(gpu_model="none", gpu_memory_gib=0, peak_bf16_tflops=0, peak_fp16_tflops=0, gpu_link_gbps=0)
+
+
+def reported_gib(mib: int) -> float:
+    """GiB from the total memory `nvidia-smi` reports for the card (MiB): what CUDA can hand out before the
+    driver's own reservations, less than the GB the card is sold by (an A10G "24 GB" reports 23,028 MiB)."""
+    return mib / 1024
+
+
+# Memory: `nvidia-smi`'s memory.total (MiB) on each card as AWS's instances and public logs of them show it.
 # NVIDIA datasheets. V100 SXM2: 125 TFLOPS fp16 tensor, NVLink 2.0 300 GB/s both directions. T4: 65 TFLOPS
 # fp16 tensor, PCIe 3.0 x16. A10G: AWS's figure for g5 (the A10's 125 bf16 at A10G's lower clocks and power).
 # L4: 242 fp16/bf16 with sparsity, 121 dense. L40S: 362 fp16/bf16 dense. A100: 312, NVLink 3.0 600 GB/s.
 # H100/H200 SXM: 989, NVLink 4.0 900 GB/s. PCIe 4.0 x16 is 32 GB/s one way, 3.0 x16 16 GB/s.
 V100_16 = Gpu(
-    gpu_model="V100-SXM2-16GB", gpu_memory_gib=16, peak_bf16_tflops=0, peak_fp16_tflops=125, gpu_link_gbps=150 * 8
+    gpu_model="V100-SXM2-16GB",
+    gpu_memory_gib=reported_gib(16_384),  # p3: Tesla V100-SXM2-16GB reports 16,384 MiB
+    peak_bf16_tflops=0,
+    peak_fp16_tflops=125,
+    gpu_link_gbps=150 * 8,
 )
-V100_32: Gpu = {**V100_16, "gpu_model": "V100-SXM2-32GB", "gpu_memory_gib": 32}
-T4 = Gpu(gpu_model="T4-16GB", gpu_memory_gib=16, peak_bf16_tflops=0, peak_fp16_tflops=65, gpu_link_gbps=16 * 8)
-A10G = Gpu(gpu_model="A10G-24GB", gpu_memory_gib=24, peak_bf16_tflops=70, peak_fp16_tflops=70, gpu_link_gbps=32 * 8)
-L4 = Gpu(gpu_model="L4-24GB", gpu_memory_gib=24, peak_bf16_tflops=121, peak_fp16_tflops=121, gpu_link_gbps=32 * 8)
-L40S = Gpu(gpu_model="L40S-48GB", gpu_memory_gib=48, peak_bf16_tflops=362, peak_fp16_tflops=362, gpu_link_gbps=32 * 8)
-A100_40 = Gpu(
-    gpu_model="A100-SXM4-40GB", gpu_memory_gib=40, peak_bf16_tflops=312, peak_fp16_tflops=312, gpu_link_gbps=300 * 8
+V100_32: Gpu = {**V100_16, "gpu_model": "V100-SXM2-32GB", "gpu_memory_gib": reported_gib(32_768)}  # p3dn
+T4 = Gpu(  # g4dn: Tesla T4 reports 15,360 MiB
+    gpu_model="T4-16GB",
+    gpu_memory_gib=reported_gib(15_360),
+    peak_bf16_tflops=0,
+    peak_fp16_tflops=65,
+    gpu_link_gbps=16 * 8,
 )
-A100_80: Gpu = {**A100_40, "gpu_model": "A100-SXM4-80GB", "gpu_memory_gib": 80}
-H100 = Gpu(
-    gpu_model="H100-SXM5-80GB", gpu_memory_gib=80, peak_bf16_tflops=989, peak_fp16_tflops=989, gpu_link_gbps=450 * 8
+A10G = Gpu(  # g5: NVIDIA A10G reports 23,028 MiB
+    gpu_model="A10G-24GB",
+    gpu_memory_gib=reported_gib(23_028),
+    peak_bf16_tflops=70,
+    peak_fp16_tflops=70,
+    gpu_link_gbps=32 * 8,
 )
-H200: Gpu = {**H100, "gpu_model": "H200-SXM5-141GB", "gpu_memory_gib": 141}
+L4 = Gpu(  # g6: NVIDIA L4 reports 23,034 MiB
+    gpu_model="L4-24GB",
+    gpu_memory_gib=reported_gib(23_034),
+    peak_bf16_tflops=121,
+    peak_fp16_tflops=121,
+    gpu_link_gbps=32 * 8,
+)
+L40S = Gpu(  # g6e: NVIDIA L40S reports 46,068 MiB
+    gpu_model="L40S-48GB",
+    gpu_memory_gib=reported_gib(46_068),
+    peak_bf16_tflops=362,
+    peak_fp16_tflops=362,
+    gpu_link_gbps=32 * 8,
+)
+A100_40 = Gpu(  # p4d: NVIDIA A100-SXM4-40GB reports 40,960 MiB
+    gpu_model="A100-SXM4-40GB",
+    gpu_memory_gib=reported_gib(40_960),
+    peak_bf16_tflops=312,
+    peak_fp16_tflops=312,
+    gpu_link_gbps=300 * 8,
+)
+A100_80: Gpu = {**A100_40, "gpu_model": "A100-SXM4-80GB", "gpu_memory_gib": reported_gib(81_920)}  # p4de
+H100 = Gpu(  # p5: NVIDIA H100 80GB HBM3 reports 81,559 MiB
+    gpu_model="H100-SXM5-80GB",
+    gpu_memory_gib=reported_gib(81_559),
+    peak_bf16_tflops=989,
+    peak_fp16_tflops=989,
+    gpu_link_gbps=450 * 8,
+)
+H200: Gpu = {**H100, "gpu_model": "H200-SXM5-141GB", "gpu_memory_gib": reported_gib(143_771)}  # p5e/p5en
 
 SMDDP_TYPES = frozenset({"p3.16xlarge", "p3dn.24xlarge", "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge"})
 """The types SageMaker's data-parallel library supports (its documentation's list of supported instances)."""

@@ -31,6 +31,11 @@ def translate(plan: Plan, image: str, run_id: str, run_dir: Path) -> Request:
     return registry.get(plan.target.kind.value).to_request(plan, image, run_id=run_id, run_dir=run_dir)
 
 
+def preflight(plan: Plan, request: Request) -> None:
+    """The target's refusals that need no side effect (`Target.preflight`), before anything is built."""
+    registry.get(plan.target.kind.value).preflight(request)
+
+
 def print_notes(plan: Plan, request: Request, out: IO[str] | None = None) -> None:
     """What the target says it would do with the request besides running it (`Target.notes`)."""
     for note in registry.get(plan.target.kind.value).notes(request):

@@ -1,9 +1,9 @@
 """What `dockyard plan` tells a user: a short summary on the terminal and `report.md` beside plan.json."""
 
-from compiler.planner.estimate import GIB, Memory
+from compiler.planner.estimate import ASSUMED_MATMUL_EFFICIENCY, ASSUMPTIONS, GIB, Memory
 from compiler.planner.pipeline import bubble_fraction
 from compiler.spec import Plan
-from compiler.spec.schema import Compile, DataFormat, LrScaling
+from compiler.spec.schema import Compile, DataFormat, Entry, LrScaling
 from compiler.spec.strategies import facts
 from compiler.spec.tokenizer import tokenizer_location
 
@@ -20,6 +20,10 @@ def summary_lines(plan: Plan) -> list[str]:
         f"({devices}) × {layout.processes_per_node} per node{cost}",
         f"layout    dp={layout.dp} × tp={layout.tp} × pp={layout.pp}   {par.strategy.value}{shard}, "
         f"{par.mixed_precision.value}, checkpointing {par.activation_checkpointing.value}",
+    ]
+    if plan.trainer.entry is Entry.script:
+        return lines + _script_lines(plan)
+    lines += [
         f"model     {plan.model.name}   {plan.parameters / 1e6:,.1f}M parameters, seq_len {batch.seq_len}",
         f"batch     global {batch.global_batch} = micro {batch.micro_batch} × accum {batch.grad_accum} × "
         f"dp {layout.dp}   {batch.tokens_per_step:,} tokens/step",
@@ -28,9 +32,11 @@ def summary_lines(plan: Plan) -> list[str]:
         memory, speed = plan.estimate.memory, plan.estimate.throughput
         terms = ", ".join(f"{name} {size / GIB:.1f}" for name, size in memory.terms.items())
         lines += [
-            f"memory    {memory.total / GIB:.1f} of {plan.estimate.gpu_memory / GIB:.0f} GiB per GPU: {terms}",
+            f"memory    {memory.total / GIB:.1f} of {plan.estimate.gpu_memory / GIB:.1f} GiB per GPU: {terms} "
+            "(context, NCCL buffers and margin assumed)",
             f"speed     {speed.step_seconds:.2f} s/step, {speed.tokens_per_second:,.0f} tokens/s, MFU "
-            f"{speed.mfu:.0%} (predicted){_cost_per_billion(plan)}",
+            f"{speed.mfu:.0%} (predicted from an assumed {ASSUMED_MATMUL_EFFICIENCY:.0%} matmul efficiency)"
+            f"{_cost_per_billion(plan)}",
             f"total     {_totals(plan)}",
         ]
     if plan.estimate and plan.estimate.host_memory:
@@ -56,15 +62,29 @@ def summary_lines(plan: Plan) -> list[str]:
     return lines + [f"warning   {w}" for w in plan.warnings]
 
 
+def _script_lines(plan: Plan) -> list[str]:
+    """A script's plan: what runs and where. Its model, batch and speed are the script's own, so the built-in
+    model's estimates (parameters, memory, tokens/s, cost per token) would say nothing about it."""
+    trainer = plan.trainer
+    hyperparameters = " ".join(f"{key}={value}" for key, value in trainer.hyperparameters.items()) or "none"
+    return [
+        f"script    {trainer.script} from {trainer.source_dir}   hyperparameters {hyperparameters}",
+        "estimate  none: the script's model and batch are its own (memory, speed and cost are not predicted)",
+        f"image     {plan.image.name} ({plan.image.family.value.replace('_', '-')} on {plan.image.base})",
+        f"target    {plan.target.kind.value}",
+        *(f"warning   {w}" for w in plan.warnings),
+    ]
+
+
 def report_markdown(plan: Plan) -> str:
     """The planner's numbers in full, for review next to plan.json."""
     lines = [f"# {plan.name}", "", "```", *summary_lines(plan), "```", ""]
-    if plan.estimate:
+    if plan.estimate and plan.trainer.entry is not Entry.script:
         memory, speed = plan.estimate.memory, plan.estimate.throughput
         lines += ["## Memory per GPU (predicted peak)", "", "| term | GiB | share |", "|---|---:|---:|"]
         lines += [f"| {name} | {size / GIB:.2f} | {size / memory.total:.0%} |" for name, size in memory.terms.items()]
         lines += [
-            f"| **total** | **{memory.total / GIB:.2f}** | of {plan.estimate.gpu_memory / GIB:.0f} GiB |",
+            f"| **total** | **{memory.total / GIB:.2f}** | of {plan.estimate.gpu_memory / GIB:.1f} GiB |",
             "",
             f"The terms are those at the moment of the peak: {_peak_moment(memory)}.",
             "",
@@ -76,6 +96,12 @@ def report_markdown(plan: Plan) -> str:
             f"- {speed.tokens_per_second:,.0f} tokens/s, MFU {speed.mfu:.1%}",
             f"- cost: ${plan.price_per_hour:,.2f}/h{_cost_per_billion(plan)}",
             f"- the whole run: {_totals(plan)}",
+            "",
+            "## Assumptions (not measured)",
+            "",
+            "| constant | value | source |",
+            "|---|---|---|",
+            *(f"| {a.name} | {a.value} | {a.source} |" for a in ASSUMPTIONS),
         ]
     return "\n".join(lines) + "\n"
 
@@ -95,8 +121,11 @@ def _pipeline(plan: Plan) -> str:
 
 
 def predicted_seconds(plan: Plan) -> float | None:
-    """The whole run's predicted training time: its steps × the predicted step time (GPU plans)."""
-    return plan.trainer.steps * plan.estimate.throughput.step_seconds if plan.estimate else None
+    """The whole run's predicted training time: its steps × the predicted step time (GPU plans of the built-in
+    trainer; a script's steps are its own)."""
+    if not plan.estimate or plan.trainer.entry is Entry.script:
+        return None
+    return plan.trainer.steps * plan.estimate.throughput.step_seconds
 
 
 def _totals(plan: Plan) -> str:

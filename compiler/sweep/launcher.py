@@ -126,6 +126,8 @@ class Sweep:
                 out=self.out,
             )
             point.plan, point.run_id, point.request = prepared.plan, prepared.run_id, prepared.request
+            if not self.options.dry_run:
+                runs.preflight(point.plan, point.request)  # the target's refusals before anything is built
         except (ConfigError, HydraException, OmegaConfBaseException, ValueError) as exc:
             point.error = as_config_error(exc).one_line()
         return point

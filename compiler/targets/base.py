@@ -86,8 +86,14 @@ class Target(Protocol):
         """The reference a dry run prints for the image the build will make (`planned` is its local tag):
         what `submit` will send, registry-qualified where the target pulls from a registry."""
 
+    def preflight(self, request: Request) -> None:
+        """Ask the platform, changing nothing, whether it would take `request` (a role, the buckets, the
+        account's quotas); raise a ConfigError naming the key. `launch` and a sweep call it before building
+        or pushing the image, so a refusal leaves nothing built, pushed or created."""
+
     def submit(self, request: Request, plan_json: str, *, out: IO[str]) -> dict:
-        """Create the job; returns the handle `follow`/`status`/`logs`/`stop` need (kept in the run record)."""
+        """Create the job (after `preflight`); returns the handle `follow`/`status`/`logs`/`stop` need (kept
+        in the run record)."""
 
     def follow(self, request: Request, handle: dict, *, out: IO[str], interrupted) -> JobState | None:
         """Stream progress until the job ends (its final state) or `interrupted` (a threading.Event) is set:

@@ -36,6 +36,9 @@ class KubernetesTarget:
         """The pushed `registry/name:tag` when the image is pushed; else the local tag the nodes must have."""
         return f"{plan.image.registry}/{planned}" if plan.image.push else planned
 
+    def preflight(self, request: KubernetesRequest) -> None:
+        """Nothing to ask before the image exists: the API server answers at submit."""
+
     def submit(self, request: KubernetesRequest, plan_json: str, *, out: IO[str]) -> dict:
         """`plan_json` is already in the request's ConfigMap (what `--dry-run` prints is all that is sent)."""
         from compiler.targets.kubernetes import cluster

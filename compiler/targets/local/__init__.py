@@ -33,6 +33,9 @@ class LocalTarget:
     def image_reference(self, plan: Plan, planned: str) -> str:
         return planned
 
+    def preflight(self, request: LocalRequest) -> None:
+        """Nothing to ask: the engine is checked when the containers start."""
+
     def submit(self, request: LocalRequest, plan_json: str, *, out: IO[str]) -> dict:
         from compiler.targets.local import runner  # the Docker SDK only where a job runs
 

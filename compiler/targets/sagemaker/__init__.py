@@ -69,6 +69,11 @@ class SageMakerTarget:
         """`registry/name:tag`: the push then pins the job to that tag's digest (`registry/name@sha256:...`)."""
         return f"{plan.image.registry}/{planned}"
 
+    def preflight(self, request: SageMakerRequest) -> None:
+        from compiler.targets.sagemaker import submit
+
+        submit.preflight(request, _session(request.region))
+
     def submit(self, request: SageMakerRequest, plan_json: str, *, out: IO[str]) -> dict:
         from compiler.targets.sagemaker import submit
 

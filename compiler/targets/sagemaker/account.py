@@ -52,12 +52,18 @@ def defaults(config: Config, session: boto3.Session) -> dict[str, object]:
     return wanted
 
 
+def is_default_bucket(bucket: str, region: str, session: boto3.Session) -> bool:
+    """Whether `bucket` is the caller's default bucket in `region` (the account is asked only for a name
+    that could be it)."""
+    if not bucket.startswith(default_bucket(region, "")):
+        return False
+    return bucket == default_bucket(region, account_id(session, ("target.output_uri",)))
+
+
 def create_default_bucket(bucket: str, region: str, session: boto3.Session) -> bool:
     """Create the account's default bucket when it is the one the job writes to and it does not exist yet;
     True when it was created. Any other bucket is the user's to create (`check_resources` says so)."""
-    if not bucket.startswith(default_bucket(region, "")):
-        return False
-    if bucket != default_bucket(region, account_id(session, ("target.output_uri",))):
+    if not is_default_bucket(bucket, region, session):
         return False
     s3 = session.client("s3")
     try:

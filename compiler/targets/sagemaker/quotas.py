@@ -4,7 +4,8 @@ with ResourceLimitExceeded after the image is pushed. New accounts have 0 of mos
 
 The instance quotas count every training job of the account in the region, so the instances of its jobs
 in progress count against them too. Without permission to read quotas the check is a warning: the job is
-submitted and SageMaker decides.
+submitted and SageMaker decides; so is a quota the account does not list by the name looked for (a name
+AWS changed, an instance type it has no quota for), which is then not checked.
 """
 
 import sys
@@ -34,7 +35,12 @@ def check(job: dict, quotas_client, sagemaker_client, out: IO[str] | None = None
         return
     for quota_name, key, needed, in_use in _needs(job, running):
         quota = limits.get(quota_name)
-        if quota is not None and needed + in_use > quota["Value"]:
+        if quota is None:
+            print(
+                f"dockyard: warning: the account lists no SageMaker quota '{quota_name}' ({key}); not checked",
+                file=out or sys.stderr,
+            )
+        elif needed + in_use > quota["Value"]:
             using = f" ({in_use:g} in use by jobs in progress)" if in_use else ""
             raise ConfigError(
                 key,

@@ -1,5 +1,6 @@
-"""The I/O half of the SageMaker target: check the role and buckets, upload the plan, create the job,
-follow it (status changes and CloudWatch log lines) until it ends or the user detaches.
+"""The I/O half of the SageMaker target: check the role, buckets and quotas (changing nothing, before the
+image is built), then upload the plan, create the job and follow it (status changes and CloudWatch log
+lines) until it ends or the user detaches.
 
 Clients come from one boto3 session, so `AWS_ENDPOINT_URL` (moto's server in tests) and the user's
 profile and credentials apply as everywhere in AWS's tools; nothing here reads them itself.
@@ -31,8 +32,16 @@ def split_s3_uri(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
+def preflight(request: SageMakerRequest, session: boto3.Session) -> None:
+    """Every refusal SageMaker's account can tell before the job exists (a role, a bucket, a quota), asked
+    without creating anything: `launch` calls it before it builds and pushes the image."""
+    check_resources(request, session)
+    quotas.check(request.create_training_job, session.client("service-quotas"), session.client("sagemaker"))
+
+
 def check_resources(request: SageMakerRequest, session: boto3.Session) -> None:
-    """A missing role or bucket is a user's mistake: say which key, before anything is created."""
+    """A missing role or bucket is a user's mistake: say which key, before anything is created. The account's
+    default bucket is not asked for: `submit` creates it when missing, as SageMaker's SDK does."""
     job = request.create_training_job
     role_name = job["RoleArn"].rsplit("/", 1)[-1]
     try:
@@ -53,6 +62,8 @@ def check_resources(request: SageMakerRequest, session: boto3.Session) -> None:
     s3 = session.client("s3")
     for key, uri in buckets.items():
         bucket = split_s3_uri(uri)[0]
+        if account.is_default_bucket(bucket, request.region, session):
+            continue
         try:
             s3.head_bucket(Bucket=bucket)
         except ClientError as error:
@@ -71,11 +82,10 @@ def upload_folder(folder: Path, uri: str, s3) -> None:
 
 
 def submit(request: SageMakerRequest, plan_json: str, session: boto3.Session) -> str:
-    """Upload the plan and create the job; returns the job's name."""
+    """Create the account's default bucket where the job writes to it, upload the plan and create the job
+    (`preflight` has checked what it could); returns the job's name."""
     output_bucket = split_s3_uri(request.create_training_job["OutputDataConfig"]["S3OutputPath"])[0]
     account.create_default_bucket(output_bucket, request.region, session)
-    check_resources(request, session)
-    quotas.check(request.create_training_job, session.client("service-quotas"), session.client("sagemaker"))
     for folder, uri in request.uploads.items():
         upload_folder(Path(folder), uri, session.client("s3"))
     bucket, prefix = split_s3_uri(request.plan_uri)

@@ -31,6 +31,9 @@ class SlurmTarget:
     def image_reference(self, plan: Plan, planned: str) -> str:
         return f"{plan.image.registry}/{planned}" if plan.image.push and plan.image.registry else planned
 
+    def preflight(self, request: SlurmRequest) -> None:
+        """Nothing to ask before the image exists: sbatch answers at submit."""
+
     def submit(self, request: SlurmRequest, plan_json: str, *, out: IO[str]) -> dict:
         return jobs.submit(request, plan_json, out=out)
 
