@@ -33,6 +33,9 @@ def status_lines(row: Progress) -> list[tuple[str, str]]:
     if row.eta_s is not None:
         timing += f", eta {duration(row.eta_s)}"
     lines.append(("time", timing))
+    for slow in row.stragglers:
+        where = f"node {slow['node']} ({slow['host']}) rank {slow['rank']}"
+        lines.append(("straggler", f"{where}, {slow['ratio']}× the median"))
     if row.cost_usd is not None or row.predicted_cost_usd is not None:
         lines.append(("cost", f"{dollars(row.cost_usd)} so far, {dollars(row.predicted_cost_usd)} predicted in all"))
     return lines

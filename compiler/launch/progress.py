@@ -37,6 +37,8 @@ class Progress:
     """So far: billed seconds where the platform reports them, else the elapsed time, at the plan's price."""
     predicted_cost_usd: float | None
     """The whole run at the planner's predicted step time."""
+    stragglers: tuple[dict, ...] = ()
+    """The ranks the trainer last named as stragglers (`node`, `host`, `rank`, `ratio`)."""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -67,6 +69,7 @@ def progress(record: RunRecord, rows: list[dict], now: float) -> Progress:
         eta_s=_eta(record, step, last.get("elapsed_s")),
         cost_usd=None if price is None or seconds is None else price * seconds / 3600,
         predicted_cost_usd=None if price is None or record.predicted_s is None else price * record.predicted_s / 3600,
+        stragglers=tuple(last.get("stragglers", ())),
     )
 
 

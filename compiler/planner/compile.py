@@ -107,6 +107,7 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
         derived=Derived(
             flops_per_token=estimate.flops_per_token(config.model),
             lr=scaled_lr(config.trainer, batch.global_batch),
+            checkpoint_bytes=estimate.checkpoint_bytes(config.model),
             deepspeed_buckets=estimate.deepspeed_buckets(config.model)
             if facts(config.parallelism.strategy).engine == DEEPSPEED_ENGINE
             else {},

@@ -217,6 +217,12 @@ def trainable_fraction(model: schema.ModelConfig) -> float:
     return facts.lora_parameters(model) / facts.parameter_count(model, model.layers, first=True, last=True)
 
 
+def checkpoint_bytes(model: schema.ModelConfig) -> int:
+    """One checkpoint on disk: fp32 weights of every parameter, and AdamW's two fp32 moments of the trainable
+    ones (whatever the sharding: the ranks' parts add up to this)."""
+    return round(parameter_count(model) * (4 + 8 * trainable_fraction(model)))
+
+
 def checkpoint_load_bytes(model: schema.ModelConfig) -> int:
     """Host memory one process needs to read a pretrained checkpoint: one tensor at a time, at most the
     embedding's (read in fp32 at worst), since each rank reads only its slices (never the whole model)."""

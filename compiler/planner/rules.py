@@ -320,6 +320,20 @@ def check_recovery(config: schema.Config) -> Iterator[str]:
         yield f"trainer.restarts={trainer.restarts} without checkpoints: every restart starts again from step 0"
 
 
+def check_resilience(trainer: schema.TrainerConfig) -> None:
+    """The health check's budget and bandwidth, and the straggler detector's window, factor and count."""
+    for name in ("health_check_s", "health_bandwidth_gbps"):
+        value = getattr(trainer, name)
+        if value is not None and value <= 0:
+            raise ConfigError(f"trainer.{name}", f"must be positive (got {value})")
+    if trainer.straggler_every < 0:
+        raise ConfigError("trainer.straggler_every", "cannot be negative", "use 0 to turn straggler detection off")
+    if trainer.straggler_factor <= 1:
+        raise ConfigError("trainer.straggler_factor", f"must be above 1 (got {trainer.straggler_factor})")
+    if trainer.straggler_windows < 1:
+        raise ConfigError("trainer.straggler_windows", "must be at least 1")
+
+
 def check_trainer(
     config: schema.Config, instance: InstanceType, layout: Layout, targets: TargetCapabilities
 ) -> Iterator[str]:
@@ -339,6 +353,7 @@ def check_trainer(
             raise ConfigError(f"trainer.{name}", "cannot be negative")
     if trainer.log_interval < 1:
         raise ConfigError("trainer.log_interval", "must be at least 1")
+    check_resilience(trainer)
     check_trackers(trainer)
     if trainer.entry is schema.Entry.script:
         for name in ("source_dir", "script"):

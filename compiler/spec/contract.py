@@ -52,3 +52,9 @@ in the file and in the job's log, where SageMaker's metric regexes look for `"<n
 REPORTED_METRICS = ("loss", "val_loss", "tokens_per_s", "grad_norm", "mfu")
 """Keys of the metrics lines that SageMaker extracts from the job's log: the console charts them, and
 DescribeTrainingJob's FinalMetricDataList gives a sweep's summary their final values."""
+UNHEALTHY_FILE = "unhealthy-nodes"
+"""In the job's output folder (`/opt/ml/output`): the name of each node that failed the health check, one a
+line; Slurm's retry leaves those nodes out (`scontrol update ExcNodeList`)."""
+TERMINATION_LOG = "/dev/termination-log"
+"""Where Kubernetes reads a container's termination message (the pod spec's terminationMessagePath): the
+entrypoint writes the failure's reason there too."""

@@ -127,3 +127,6 @@ class Derived:
     """The peak learning rate the trainer uses: `trainer.lr`, scaled to the global batch by `lr_scaling`."""
     deepspeed_buckets: dict[str, int] = field(default_factory=dict)
     """DeepSpeed's bucket sizes in elements (`compiler.planner.estimate.deepspeed_buckets`)."""
+    checkpoint_bytes: int = 0
+    """One checkpoint's size on disk (`compiler.planner.estimate.checkpoint_bytes`): the health check looks for
+    that much room."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compiler.spec import Plan
-from compiler.spec.contract import RUN_AS_USER
+from compiler.spec.contract import RUN_AS_USER, TERMINATION_LOG
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import Entry, Launcher
 from entrypoint.launcher import toolkit
@@ -109,7 +109,7 @@ def prepare(
     script = plan.trainer.script if plan.trainer.entry is Entry.script else None
     debug = environ.get("DOCKYARD_DEBUG") == "1"
     rows = comm_env(node, detected, backend.name, environ, interface.name, debug=debug)
-    rows += trainer_env(backend.name, root, timeout, environ, account)
+    rows += trainer_env(backend.name, root, timeout, environ, account, node.current_host)
     rows += restart_env(plan.trainer.restarts, environ)
     machine = machine or toolkit.Machine(cpus=0, gpus=detected.gpus)
     rows += toolkit.toolkit_env(job, node, paths, script, arguments, machine, environ)
@@ -121,14 +121,22 @@ def prepare(
 
 
 def trainer_env(
-    backend: str, root: Path, timeout: float, environ: Mapping[str, str], account: Account | None
+    backend: str, root: Path, timeout: float, environ: Mapping[str, str], account: Account | None, host: str = ""
 ) -> list[EnvRow]:
-    """What the trainer reads from the entrypoint (`entrypoint.trainer.train`), and unbuffered logs."""
+    """What the trainer reads from the entrypoint (`entrypoint.trainer.train`), unbuffered logs, and NCCL's
+    flight recorder."""
     rows = [
         EnvRow("DOCKYARD_BACKEND", backend, "the process-group backend chosen above", True),
         EnvRow("DOCKYARD_ROOT", str(root), "data, model, checkpoints, metrics and failure live under it", True),
         EnvRow("DOCKYARD_TIMEOUT", str(int(timeout)), "seconds any collective may wait before the job fails", True),
     ]
+    if host:
+        rows.append(EnvRow("DOCKYARD_NODE", host, "health checks, stragglers and hangs name this node by it", True))
+    if backend in ("nccl", "smddp"):
+        rows += [
+            EnvRow(name, value, reason, name not in environ)
+            for name, value, reason in flight_recorder(Paths(root).output)
+        ]
     if "PYTHONUNBUFFERED" not in environ:
         rows.append(EnvRow("PYTHONUNBUFFERED", "1", "every rank's log lines appear as they are written", True))
     if account is not None:
@@ -145,6 +153,16 @@ def restart_env(restarts: int, environ: Mapping[str, str]) -> list[EnvRow]:
     if not restarts or FRESH_STORE in environ:
         return []
     return [EnvRow(FRESH_STORE, "1", "each in-job restart's workers meet in a fresh store (trainer.restarts)", True)]
+
+
+def flight_recorder(output: Path) -> list[tuple[str, str, str]]:
+    """NCCL's flight recorder (torch's ProcessGroupNCCL): what each rank's last collectives were, dumped to a
+    file per rank in the output folder when a collective times out."""
+    return [
+        ("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000", "NCCL's flight recorder keeps each rank's last 2,000 collectives"),
+        ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "a collective's timeout dumps the flight recorder"),
+        ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(output / "nccl_trace_rank_"), "where it goes, one file per rank"),
+    ]
 
 
 def group_command(plan: Plan, group: str) -> tuple[str, ...]:
@@ -320,6 +338,13 @@ def write_failure(launch: Launch, reason: str, context: str, tail: list[str]) ->
     print(f"dockyard-entrypoint: training failed: {reason}", file=sys.stderr)
     launch.paths.failure.parent.mkdir(parents=True, exist_ok=True)
     launch.paths.failure.write_text(text)
+    termination_message(reason)
+
+
+def termination_message(reason: str, path: Path = Path(TERMINATION_LOG)) -> None:
+    """The reason as the container's termination message, where Kubernetes made the file for one."""
+    if path.is_file():
+        path.write_text(reason + "\n")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -35,6 +35,7 @@ from entrypoint.trainer.models import model_spec
 from entrypoint.trainer.models.source import with_local_checkpoint
 from entrypoint.trainer.models.weights import copy_tokenizer
 from entrypoint.trainer.optim import lr_at
+from entrypoint.trainer.resilience import Guards, named_hangs
 from entrypoint.trainer.teardown import leave
 
 
@@ -190,6 +191,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         use_warm_cache(paths.checkpoints)
     device = init_distributed(plan, timeout_s)
     rank, leader = dist.get_rank(), int(os.environ.get("LOCAL_RANK", "0")) == 0
+    guards = Guards.start(plan, paths, device, timeout_s)  # the health check, stragglers, hangs
     plan = with_local_checkpoint(plan, paths)
     engine = make_engine(plan, device)
     data = prepare_data(plan, paths, leader)
@@ -213,10 +215,13 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
     started = last_time = time.perf_counter()
     last_step = start
     for step in range(start, trainer.steps):
+        guards.before_step(step)
         loss = engine.forward_backward([data.train.micro_batch(step, micro) for micro in range(accum)])
+        guards.reduced()
         lr = lr_at(step, trainer, plan.derived.lr)
         norm = engine.step(lr)
         done_steps = step + 1
+        guards.after_step(done_steps, sinks)
         validating = data.validation is not None and evaluates(trainer, done_steps)
         if validating or done_steps % trainer.log_interval == 0 or done_steps in (start + 1, trainer.steps):
             mean_loss = global_mean(loss / accum, plan.layout.ranks_per_stage)
@@ -244,6 +249,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         saver.close()
         save_final_model(engine, plan, paths, data.tokenizer)
     saver.close()
+    guards.close()
     for sink in sinks:
         sink.close()
     dist.barrier()
@@ -256,12 +262,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     plan = Plan.from_json(args.plan.read_text())
     stop = os.environ.get("DOCKYARD_STOP_AT_STEP")
-    train(
-        plan,
-        Paths(Path(os.environ.get("DOCKYARD_ROOT", "/opt/ml"))),
-        float(os.environ.get("DOCKYARD_TIMEOUT", DEFAULT_TIMEOUT_S)),
-        int(stop) if stop else None,
-    )
+    with named_hangs():
+        train(
+            plan,
+            Paths(Path(os.environ.get("DOCKYARD_ROOT", "/opt/ml"))),
+            float(os.environ.get("DOCKYARD_TIMEOUT", DEFAULT_TIMEOUT_S)),
+            int(stop) if stop else None,
+        )
     leave(0)  # every rank has passed the final barrier with its files closed
 
 

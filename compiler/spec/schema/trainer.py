@@ -134,3 +134,19 @@ class TrainerConfig:
     """entry=script: passed to the script as --key value arguments."""
     group_commands: dict[str, str] = field(default_factory=dict)
     """The command each group of `hardware.groups` runs (split like a shell line, run without a shell)."""
+    health_check: bool = True
+    """Before the first step, every node checks its GPUs, EFA devices and free space, then all ranks time one
+    all-reduce against the bandwidth the instance type should reach; a failing node ends the job with one line
+    naming it (built-in trainer)."""
+    health_check_s: float = 120.0
+    """The health check's time budget in seconds; a check still running then fails the node."""
+    health_bandwidth_gbps: float | None = None
+    """The all-reduce bus bandwidth (Gbit/s) the health check expects; unset takes the catalog's link of the
+    instance type (between nodes its network, within one node its GPU link; none for CPU types). Below half
+    of it warns, below a tenth fails."""
+    straggler_every: int = 10
+    """Steps between the ranks' comparisons of their step times; 0 turns straggler detection off."""
+    straggler_factor: float = 1.5
+    """A rank whose compute time is this many times the median of all ranks' is slow."""
+    straggler_windows: int = 3
+    """Consecutive slow comparisons after which a rank is named a straggler."""

@@ -7,7 +7,7 @@ run's label says the same to the scheduler for instance types a pod would not fi
 """
 
 from compiler.spec import DataSource, InstanceType, Plan
-from compiler.spec.contract import CONTAINER_ROOT, PLAN_CHANNEL, PLAN_PATH
+from compiler.spec.contract import CONTAINER_ROOT, PLAN_CHANNEL, PLAN_PATH, TERMINATION_LOG
 
 CONTAINER = "pytorch"
 """The container's name: Kubeflow's operator finds the PyTorchJob's container by it; every kind uses it."""
@@ -144,6 +144,9 @@ def pod_template(plan: Plan, image: str, run_id: str, *, env: list[dict], restar
         "ports": [{"name": PORT_NAME, "containerPort": MASTER_PORT}],
         "resources": resources(plan.instance, plan.layout.processes_per_node),
         "volumeMounts": mounts,
+        # the entrypoint writes why training failed (a node's failed health check, say) to this file
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     pod: dict = {"restartPolicy": restart_policy, **spec, "containers": [container], "volumes": volumes}
     pod |= placement(plan, run_id)

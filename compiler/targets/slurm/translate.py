@@ -20,7 +20,7 @@ from pathlib import Path
 import jinja2
 
 from compiler.spec import DataSource, Plan
-from compiler.spec.contract import TRACKER_CREDENTIALS
+from compiler.spec.contract import TRACKER_CREDENTIALS, UNHEALTHY_FILE
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import ContainerRuntime
 from compiler.targets.channels import CheckpointSource, checkpoint_source, pretrained_channel
@@ -172,6 +172,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> SlurmRe
         "account": target.account,
         "time_limit": time_limit(target.max_run_hours),
         "max_retries": target.max_retries,
+        "unhealthy": str(run_dir / "output" / UNHEALTHY_FILE),
         "plan_path": f"{CONTAINER_ROOT}/input/data/plan/plan.json",
         "environment": environment,
         "container_environment": passed,

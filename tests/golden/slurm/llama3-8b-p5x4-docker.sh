@@ -50,8 +50,21 @@ run_node() {
 export -f run_node
 srun --label --kill-on-bad-exit=1 bash -c run_node
 status=$?
+unhealthy=/fsx/runs/golden/output/unhealthy-nodes
 if [ "$status" -ne 0 ] && [ "${SLURM_RESTART_COUNT:-0}" -lt 2 ]; then
-    echo "dockyard: attempt $attempt failed with exit status $status; requeued, to resume from the last checkpoint"
-    scontrol requeue "$SLURM_JOB_ID"
+    if [ -s "$unhealthy" ]; then
+        # Nodes that failed the health check are left out of every later attempt: requeue held, exclude them
+        # (a pending job's ExcNodeList can change, a running one's cannot), release. requeuehold signals
+        # this script, which ignores it to finish.
+        trap '' TERM
+        excluded=$(sort -u "$unhealthy" | paste -sd, -)
+        echo "dockyard: attempt $attempt failed the health check on $excluded; requeued without those nodes"
+        scontrol requeuehold "$SLURM_JOB_ID"
+        scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$excluded"
+        scontrol release "$SLURM_JOB_ID"
+    else
+        echo "dockyard: attempt $attempt failed with exit status $status; requeued, to resume from the last checkpoint"
+        scontrol requeue "$SLURM_JOB_ID"
+    fi
 fi
 exit "$status"

@@ -1,0 +1,266 @@
+"""Health checks, stragglers and hangs: the pure parts (straggler windows, bandwidth thresholds from the
+catalog, nvidia-smi's answers, the fault grammar), then real torchrun jobs of two entrypoints standing in
+for two nodes: a rank that stops calling collectives, a slow rank, a failed health check."""
+
+import io
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from compiler.core.catalog import instance_type
+from compiler.images.build import build_image, ensure_base_image
+from compiler.launch import runs
+from compiler.spec.contract import UNHEALTHY_FILE
+from compiler.targets.base import FAILED
+from compiler.targets.local import translate as local
+from compiler.targets.slurm import TARGET as SLURM
+from compiler.targets.slurm import jobs as slurm_jobs
+from entrypoint.launcher import main as launcher
+from entrypoint.trainer.faults import Faults
+from entrypoint.trainer.health import FAIL_BELOW, WARN_BELOW, bandwidth_finding, expected_gbps, parse_smi
+from entrypoint.trainer.stragglers import Detector, ratios
+from tests.entrypoint_support import entrypoint_env, free_port, metrics, start_entrypoint, tiny_plan, write_plan
+from tests.helpers import plan_for
+
+DOCKYARD = str(Path(sys.executable).parent / "dockyard")
+TIMEOUT_S = 12
+"""DOCKYARD_TIMEOUT of the hang test: what a collective may wait before it fails."""
+
+
+def test_a_rank_is_named_after_enough_slow_windows_in_a_row():
+    detector = Detector(factor=1.5, windows=3)
+    assert detector.update([1.0, 1.0, 1.1, 3.0]) == {}
+    assert detector.update([1.0, 1.0, 1.0, 3.0]) == {}
+    assert detector.update([1.0, 1.2, 1.0, 2.4]) == {3: pytest.approx(2.4 / 1.1)}
+    assert detector.update([1.0, 1.0, 1.0, 1.4]) == {}  # a fast window starts the count again
+    assert detector.update([1.0, 1.0, 1.0, 9.0]) == {}
+
+
+def test_ratios_are_to_the_median_of_all_ranks():
+    assert ratios([1.0, 2.0, 3.0]) == [0.5, 1.0, 1.5]
+    assert ratios([0.0, 0.0]) == [1.0, 1.0]  # no time measured: nobody is slow
+
+
+def test_expected_bandwidth_comes_from_the_catalog_link_the_all_reduce_crosses():
+    between_nodes = plan_for("experiment=llama3-8b-p5x4")
+    within_one = plan_for("experiment=llama3-8b-p5x4", "hardware.nodes=1")
+    p5 = instance_type(between_nodes.instance.name)
+    assert expected_gbps(between_nodes) == p5.network_gbps == 3200
+    assert expected_gbps(within_one) == p5.gpu_link_gbps == 3600
+    assert expected_gbps(plan_for("experiment=smoke")) is None  # a CPU type has no figure
+    assert expected_gbps(plan_for("experiment=smoke", "trainer.health_bandwidth_gbps=25")) == 25
+
+
+def test_bandwidth_warns_below_half_and_fails_below_a_tenth():
+    assert (WARN_BELOW, FAIL_BELOW) == (0.5, 0.1)
+    fine, low, broken = (bandwidth_finding(measured, 400.0) for measured in (380.0, 150.0, 30.0))
+    assert (fine.warning, fine.failed) == (False, False)
+    assert (low.warning, low.failed) == (True, False)
+    assert (broken.warning, broken.failed) == (True, True)
+    assert broken.text == "all-reduce bus bandwidth 30 Gbit/s, expected 400"
+    unknown = bandwidth_finding(3.0, None)
+    assert not unknown.failed and "no expected figure" in unknown.text
+
+
+def test_nvidia_smi_errors_fail_and_cards_without_ecc_pass():
+    assert [f.failed for f in parse_smi("0, 0, No\n1, [N/A], [N/A]\n")] == [False]
+    failed = parse_smi("0, 0, No\n1, 3, No\n2, 0, Yes\n")
+    assert [f.text for f in failed] == [
+        "GPU 1 ecc.errors.uncorrected.volatile.total = 3",
+        "GPU 2 remapped_rows.failure = Yes",
+    ]
+
+
+def test_fault_grammar():
+    faults = Faults.parse("stall:1@3, slow:0=0.5,unhealthy:n1")
+    assert (faults.stalls, faults.delays, faults.unhealthy) == ({1: 3}, {0: 0.5}, frozenset({"n1"}))
+    with pytest.raises(ValueError, match="'hang:1' is not stall:RANK@STEP"):
+        Faults.parse("hang:1")
+
+
+def test_resilience_keys_are_checked_at_compile():
+    from compiler.spec.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="trainer.straggler_factor"):
+        plan_for("experiment=smoke", "trainer.straggler_factor=1")
+    with pytest.raises(ConfigError, match="trainer.health_check_s"):
+        plan_for("experiment=smoke", "trainer.health_check_s=0")
+
+
+def test_the_failure_reason_becomes_the_termination_message(tmp_path):
+    log = tmp_path / "termination-log"
+    launcher.termination_message("health check failed on node 1 (n2): gpus: 7 visible", log)
+    assert not log.exists()  # only where Kubernetes made the file
+    log.touch()
+    launcher.termination_message("health check failed on node 1 (n2): gpus: 7 visible", log)
+    assert log.read_text() == "health check failed on node 1 (n2): gpus: 7 visible\n"
+
+
+def start_two_nodes(tmp_path: Path, *overrides: str, **env: str) -> list[subprocess.Popen]:
+    plan = tiny_plan("hardware.nodes=2", "hardware.processes_per_node=1", *overrides)
+    port = str(free_port())
+    processes = []
+    for rank in (0, 1):
+        root = tmp_path / f"node{rank}"
+        extra = dict(DOCKYARD_HOSTS="127.0.0.1,127.0.0.1", DOCKYARD_NODE_RANK=str(rank), DOCKYARD_MASTER_PORT=port)
+        processes.append(start_entrypoint(write_plan(plan, root), entrypoint_env(root, **extra, **env)))
+    return processes
+
+
+def outputs(processes: list[subprocess.Popen], limit: float) -> list[str]:
+    """Each node's output once node 0 has ended (node 1 is then ended too: a stalled rank never ends itself)."""
+    try:
+        first = processes[0].communicate(timeout=limit)[0]
+    finally:
+        for process in processes[1:]:
+            if process.poll() is None:  # torchrun starts its workers in sessions of their own
+                for child in psutil.Process(process.pid).children(recursive=True):
+                    child.kill()
+                process.kill()
+    return [first, *(process.communicate()[0] for process in processes[1:])]
+
+
+@pytest.mark.torchrun
+def test_a_rank_that_stops_calling_collectives_is_named_and_every_rank_dumps_its_stack(tmp_path):
+    started = time.monotonic()
+    processes = start_two_nodes(
+        tmp_path, "trainer.steps=1000", DOCKYARD_TIMEOUT=str(TIMEOUT_S), DOCKYARD_FAULT="stall:1@3"
+    )
+    node0, node1 = outputs(processes, limit=120)
+    assert processes[0].returncode != 0, node0[-3000:]
+    reason, context, *_ = (tmp_path / "node0/output/failure").read_text().splitlines()
+    expected = f"CollectiveTimeoutError: step 3's collectives timed out after {TIMEOUT_S} s: "
+    assert reason == expected + "rank 1 (node 1, 127.0.0.1) last reached step 2", reason
+    assert context == "node 0 (127.0.0.1), torchrun exit status 1"
+    # both ranks printed every thread's stack before the timeout: the waiting one in its collective, the
+    # stalled one where it stopped
+    assert "the stacks of rank 0:" in node0 and "Thread 0x" in node0
+    assert "the stacks of rank 1:" in node1 and 'faults.py", line' in node1.split("the stacks of rank 1:")[1]
+    assert time.monotonic() - started < 100
+
+
+@pytest.mark.torchrun
+def test_a_slow_rank_is_named_a_straggler_in_the_log_and_the_metrics(tmp_path):
+    """Also a healthy run: the health check passes and says what it checked."""
+    processes = start_two_nodes(
+        tmp_path,
+        "trainer.steps=12",
+        "trainer.log_interval=4",
+        "trainer.straggler_every=3",
+        "trainer.straggler_windows=2",
+        "trainer.straggler_factor=1.5",
+        DOCKYARD_FAULT="slow:1=1.0",
+    )
+    node0, _ = outputs(processes, limit=180)
+    assert processes[0].returncode == 0, node0[-3000:]
+    rows = [row for row in metrics(tmp_path / "node0") if "stragglers" in row]
+    # named after two slow windows in a row (the first window also holds every rank's one-off first step, and
+    # this machine's other work can slow either rank for a while): rank 1, never rank 0
+    assert rows and rows[0]["step"] in (6, 9, 12), rows
+    assert all(straggler["rank"] == 1 for row in rows for straggler in row["stragglers"]), rows
+    ((straggler,),) = [row["stragglers"] for row in rows[:1]]
+    assert (straggler["node"], straggler["rank"], straggler["host"]) == (1, 1, "127.0.0.1")
+    assert straggler["ratio"] > 1.5
+    assert "health check      passed in " in node0
+    assert "node 0 (127.0.0.1): gpus: skipped: a CPU plan (ok)" in node0
+    assert "node 1 (127.0.0.1): shm: /dev/shm has " in node0
+    assert "all nodes: bandwidth: all-reduce bus bandwidth " in node0
+    named = f"stragglers after step {rows[0]['step']} (windows of 3 steps): node 1 (127.0.0.1) rank 1, "
+    assert named in node0
+
+
+@pytest.mark.torchrun
+def test_a_failed_health_check_is_one_line_naming_node_and_check_before_any_step(tmp_path):
+    processes = start_two_nodes(tmp_path, "trainer.steps=5", DOCKYARD_FAULT="unhealthy:127.0.0.1")
+    node0, _ = outputs(processes, limit=120)
+    assert processes[0].returncode != 0
+    reason = (tmp_path / "node0/output/failure").read_text().splitlines()[0]
+    assert reason == "HealthCheckError: health check failed on node 0 (127.0.0.1): gpus: 0 visible, the plan expects 1"
+    assert not (tmp_path / "node0/output/data/metrics.jsonl").exists()
+    assert (tmp_path / "node0/output" / UNHEALTHY_FILE).read_text() == "127.0.0.1\n"
+
+
+@pytest.mark.torchrun
+def test_an_all_reduce_far_below_the_expected_bandwidth_fails_every_node(tmp_path):
+    processes = start_two_nodes(tmp_path, "trainer.steps=5", "trainer.health_bandwidth_gbps=1e9")
+    node0, _ = outputs(processes, limit=120)
+    assert processes[0].returncode != 0
+    reason = (tmp_path / "node0/output/failure").read_text().splitlines()[0]
+    assert reason.startswith("HealthCheckError: health check failed on all nodes: bandwidth: all-reduce bus bandwidth ")
+    assert reason.endswith(" Gbit/s, expected 1e+09")
+    assert not (tmp_path / "node0/output" / UNHEALTHY_FILE).exists()  # no one node is to blame
+
+
+@pytest.fixture(scope="module")
+def smoke_image(engine) -> str:
+    plan = plan_for("experiment=smoke")
+    ensure_base_image(engine, plan.image, sys.stdout)
+    return build_image(plan, engine, cwd=Path.cwd()).reference
+
+
+@pytest.mark.torchrun
+def test_a_slow_container_node_is_named_a_straggler_and_status_shows_it(engine, smoke_image, tmp_path):
+    """On the local target's containers, the second node's rank sleeps 3 s at each step's start
+    (`DOCKYARD_FAULT=slow:1=3.0`). Throttling its container instead (`docker update --cpus 0.1`) slows
+    every rank on this machine's two shared cores to 15-25 s a step, the collectives' waits included, so
+    a deterministic slow process stands in for it."""
+    fault = "+target.environment.DOCKYARD_FAULT='slow:1=3.0'"
+    overrides = (
+        "model.seq_len=64",
+        "trainer.steps=9",
+        "trainer.log_interval=3",
+        "trainer.straggler_every=3",
+        "trainer.straggler_windows=2",
+        # Between containers the fast rank's own time also holds waits (about 1 s in 3 per step here), so
+        # of the two ranks' median the slow one is 1.3-1.8 times
+        "trainer.straggler_factor=1.2",
+    )
+    plan = plan_for("experiment=smoke", "hardware.processes_per_node=1", fault, *overrides)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    request = local.to_request(plan, smoke_image, run_id=f"straggler-test-{tmp_path.parent.name}", run_dir=run_dir)
+    with open(tmp_path / "launch.out", "w") as out:
+        record = runs.execute(runs.new_record(plan, request, run_dir, request.image), plan, request, out=out)
+    assert record.exit_status == 0, (tmp_path / "launch.out").read_text()[-3000:]
+    rows = [row for row in runs.loss_curve(run_dir) if "stragglers" in row]
+    assert rows and rows[0]["step"] in (6, 9), rows
+    ((straggler,),) = [rows[0]["stragglers"]]
+    assert (straggler["node"], straggler["host"], straggler["rank"]) == (1, "algo-2", 1), rows
+    status = subprocess.run([DOCKYARD, "status", str(run_dir)], capture_output=True, text=True)
+    last = rows[-1]["stragglers"]
+    assert [f"straggler node 1 (algo-2) rank 1, {s['ratio']}× the median" in status.stdout for s in last] == [True]
+    log = (run_dir / "logs/algo-1.log").read_text()
+    assert "(windows of 3 steps): node 1 (algo-2) rank 1, " in log
+    assert "health check      passed in " in log
+
+
+@pytest.mark.torchrun
+def test_slurms_retry_leaves_out_the_node_that_failed_its_health_check(smoke_image, slurm_cluster, tmp_path):
+    """Both nodes are made to fail (`unhealthy:n1,unhealthy:n2`), so the test does not depend on where Slurm
+    puts the first attempt: that node is excluded from the retry, which runs on the other one."""
+    fault = "+target.environment.DOCKYARD_FAULT='unhealthy:n1,unhealthy:n2'"
+    plan = plan_for("experiment=smoke", "target=slurm", "hardware.nodes=1", "target.max_retries=1", fault)
+    run_dir = tmp_path / "run"
+    request = SLURM.to_request(plan, smoke_image, run_id="slurm-health-test", run_dir=run_dir)
+    handle = SLURM.submit(request, plan.to_json(), out=io.StringIO())
+    out, interrupted = io.StringIO(), threading.Event()
+    timer = threading.Timer(300, interrupted.set)
+    timer.start()
+    try:
+        state = SLURM.follow(None, handle, out=out, interrupted=interrupted)
+    finally:
+        timer.cancel()
+    output = out.getvalue()
+    assert state is not None and (state.status, state.attempts) == (FAILED, 2), output[-3000:]
+    first, second = re.findall(r"attempt \d of 2, on (n\d)", output)
+    assert first != second
+    assert f"dockyard: attempt 1 failed the health check on {first}; requeued without those nodes" in output
+    assert f"health check failed on node 0 ({first}): gpus: 0 visible, the plan expects 1" in output
+    assert (slurm_jobs.job_fields(handle["job_id"]) or {}).get("ExcNodeList") == first
+    assert (run_dir / "output" / UNHEALTHY_FILE).read_text().split() == [first, second]
