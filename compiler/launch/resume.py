@@ -16,16 +16,13 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from compiler.spec import Plan
-from compiler.spec.contract import CHECKPOINT_MARKER
 from compiler.spec.errors import ConfigError
 from compiler.spec.strategies import DEEPSPEED_ENGINE, facts
-from compiler.targets import records
+from compiler.targets import records, registry
 from compiler.targets.records import OPEN_STATUSES, RunRecord
 
 ATTEMPTS = "attempts"
 """The run folder's record of earlier attempts: `attempts/<n>/plan.json` and `run.json`."""
-SHARED_CHECKPOINTS = ("local", "slurm")
-"""Targets whose checkpoints are in the run folder, where the host can see them before launching."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +32,8 @@ class Resume:
     """The previous attempt's plan."""
     overrides: list[str]
     """The run's own overrides: the new ones go after them."""
+    checkpoints: list[str]
+    """The target's overrides that point the attempt at the run's checkpoints."""
 
     @property
     def attempt(self) -> int:
@@ -50,31 +49,16 @@ def prepare_resume(record: RunRecord) -> Resume:
     run_dir = Path(record.run_dir)
     if record.status in OPEN_STATUSES:
         raise ConfigError("--resume", f"run {record.run_id} is still {record.status}", f"dockyard stop {record.run_id}")
-    if record.target == "kubernetes":
-        raise ConfigError(
-            "--resume",
-            f"run {record.run_id} ran on Kubernetes, whose checkpoints lie in its pods or under its job's own id",
-            "launch it again",
-        )
-    if record.target in SHARED_CHECKPOINTS and not any((run_dir / "checkpoints").glob(f"step-*/{CHECKPOINT_MARKER}")):
-        raise ConfigError(
-            "--resume",
-            f"run {record.run_id} has no complete checkpoint in {run_dir / 'checkpoints'}",
-            "set trainer.checkpoint_interval (or checkpoint_minutes) in the runs you mean to resume",
-        )
+    checkpoints = registry.get(record.target).resume_checkpoints(record.run_id, run_dir)
     overrides = OmegaConf.to_container(OmegaConf.load(run_dir / ".hydra" / "overrides.yaml"))
     assert isinstance(overrides, list)  # Hydra writes the overrides as a list of strings
-    return Resume(record, Plan.from_json((run_dir / "plan.json").read_text()), [str(o) for o in overrides])
+    plan = Plan.from_json((run_dir / "plan.json").read_text())
+    return Resume(record, plan, [str(o) for o in overrides], checkpoints)
 
 
 def resume_overrides(resume: Resume) -> list[str]:
-    """What else the attempt needs: the run's folder, and on SageMaker the run's own checkpoint prefix."""
-    extra = [f"hydra.run.dir={resume.record.run_dir}"]
-    plan = resume.plan
-    output = getattr(plan.target, "output_uri", None)
-    if plan.target.kind.value == "sagemaker" and output and not getattr(plan.target, "checkpoint_uri", None):
-        extra.append(f"target.checkpoint_uri={output.rstrip('/')}/{resume.record.run_id}/checkpoints")
-    return extra
+    """What else the attempt needs: the run's folder and its checkpoints."""
+    return [f"hydra.run.dir={resume.record.run_dir}", *resume.checkpoints]
 
 
 def check_reshard(previous: Plan, plan: Plan) -> None:

@@ -16,6 +16,8 @@ from typing import IO, Protocol, runtime_checkable
 
 from compiler.core.capabilities import Capabilities
 from compiler.spec import Plan
+from compiler.spec.contract import CHECKPOINT_MARKER
+from compiler.spec.errors import ConfigError
 from compiler.spec.schema import Config
 from compiler.targets.logs import LogLine
 
@@ -91,6 +93,10 @@ class Target(Protocol):
         account's quotas); raise a ConfigError naming the key. `launch` and a sweep call it before building
         or pushing the image, so a refusal leaves nothing built, pushed or created."""
 
+    def resume_checkpoints(self, run_id: str, run_dir: Path) -> list[str]:
+        """The overrides that point a resumed attempt of run `run_id` (its folder `run_dir`) at the run's
+        checkpoints; a ConfigError naming `--resume` when they cannot be reached from here."""
+
     def submit(self, request: Request, plan_json: str, *, out: IO[str]) -> dict:
         """Create the job (after `preflight`); returns the handle `follow`/`status`/`logs`/`stop` need (kept
         in the run record)."""
@@ -110,3 +116,14 @@ class Target(Protocol):
         `dockyard logs` filters, tails and follows them."""
 
     def stop(self, handle: dict) -> None: ...
+
+
+def require_shared_checkpoint(run_id: str, run_dir: Path) -> list[str]:
+    """For targets whose checkpoints are in the run folder, where the host sees them before launching."""
+    if not any((run_dir / "checkpoints").glob(f"step-*/{CHECKPOINT_MARKER}")):
+        raise ConfigError(
+            "--resume",
+            f"run {run_id} has no complete checkpoint in {run_dir / 'checkpoints'}",
+            "set trainer.checkpoint_interval (or checkpoint_minutes) in the runs you mean to resume",
+        )
+    return []

@@ -11,6 +11,7 @@ from typing import IO
 
 from compiler.core.capabilities import Capabilities
 from compiler.spec import DataSource, Plan
+from compiler.spec.errors import ConfigError
 from compiler.spec.schema import Config
 from compiler.targets.base import JobState
 from compiler.targets.kubernetes import rules
@@ -38,6 +39,13 @@ class KubernetesTarget:
 
     def preflight(self, request: KubernetesRequest) -> None:
         """Nothing to ask before the image exists: the API server answers at submit."""
+
+    def resume_checkpoints(self, run_id: str, run_dir: Path) -> list[str]:
+        raise ConfigError(
+            "--resume",
+            f"run {run_id} ran on Kubernetes, whose checkpoints lie in its pods or under its job's own id",
+            "launch it again",
+        )
 
     def submit(self, request: KubernetesRequest, plan_json: str, *, out: IO[str]) -> dict:
         """`plan_json` is already in the request's ConfigMap (what `--dry-run` prints is all that is sent)."""

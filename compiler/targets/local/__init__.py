@@ -10,7 +10,7 @@ from typing import IO
 from compiler.core.capabilities import Capabilities
 from compiler.spec import Plan
 from compiler.spec.schema import Config
-from compiler.targets.base import COMPLETED, FAILED, RUNNING, STOPPED, JobState
+from compiler.targets.base import COMPLETED, FAILED, RUNNING, STOPPED, JobState, require_shared_checkpoint
 from compiler.targets.local import rules
 from compiler.targets.local.translate import LocalRequest, to_request
 from compiler.targets.logs import LogLine, merged, split_timestamp
@@ -35,6 +35,9 @@ class LocalTarget:
 
     def preflight(self, request: LocalRequest) -> None:
         """Nothing to ask: the engine is checked when the containers start."""
+
+    def resume_checkpoints(self, run_id: str, run_dir: Path) -> list[str]:
+        return require_shared_checkpoint(run_id, run_dir)
 
     def submit(self, request: LocalRequest, plan_json: str, *, out: IO[str]) -> dict:
         from compiler.targets.local import runner  # the Docker SDK only where a job runs

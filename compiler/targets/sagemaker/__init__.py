@@ -74,6 +74,14 @@ class SageMakerTarget:
 
         submit.preflight(request, _session(request.region))
 
+    def resume_checkpoints(self, run_id: str, run_dir: Path) -> list[str]:
+        """The run's own checkpoint prefix, where the first attempt wrote under its output location."""
+        target = Plan.from_json((run_dir / "plan.json").read_text()).target
+        output = getattr(target, "output_uri", None)
+        if output and not getattr(target, "checkpoint_uri", None):
+            return [f"target.checkpoint_uri={output.rstrip('/')}/{run_id}/checkpoints"]
+        return []
+
     def submit(self, request: SageMakerRequest, plan_json: str, *, out: IO[str]) -> dict:
         from compiler.targets.sagemaker import submit
 

@@ -7,7 +7,7 @@ from typing import IO
 from compiler.core.capabilities import Capabilities
 from compiler.spec import Plan
 from compiler.spec.schema import Config
-from compiler.targets.base import JobState
+from compiler.targets.base import JobState, require_shared_checkpoint
 from compiler.targets.logs import LogLine
 from compiler.targets.slurm import jobs, rules, translate
 from compiler.targets.slurm.translate import SlurmRequest
@@ -33,6 +33,9 @@ class SlurmTarget:
 
     def preflight(self, request: SlurmRequest) -> None:
         """Nothing to ask before the image exists: sbatch answers at submit."""
+
+    def resume_checkpoints(self, run_id: str, run_dir: Path) -> list[str]:
+        return require_shared_checkpoint(run_id, run_dir)
 
     def submit(self, request: SlurmRequest, plan_json: str, *, out: IO[str]) -> dict:
         return jobs.submit(request, plan_json, out=out)
