@@ -19,7 +19,7 @@ from compiler.core.architectures import architecture
 from compiler.core.capabilities import TargetCapabilities
 from compiler.core.catalog import INSTANCE_TYPES, LOCAL_CPU
 from compiler.planner import models
-from compiler.planner.data_rules import check_format
+from compiler.planner.data_rules import check_format, check_packing_mask
 from compiler.planner.image_rules import check_image
 from compiler.planner.tracker_rules import check_trackers
 from compiler.spec import InstanceType, schema
@@ -194,6 +194,7 @@ def check_data(
                 f"uint16 cannot hold a vocabulary of {config.model.vocab}",
                 "set data.token_dtype=uint32",
             )
+    check_packing_mask(config, layout)
     yield from check_format(config, targets)
 
 
