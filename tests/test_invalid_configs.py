@@ -56,10 +56,10 @@ INVALID = [
     (
         [
             "trainer.trackers=[mlflow]",
-            "trainer.mlflow.tracking_uri=arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/team",
+            "trainer.mlflow.tracking_uri=arn:aws:sagemaker:us-east-1:12345:mlflow-tracking-server/team",
         ],
         "trainer.mlflow.tracking_uri",
-        "sagemaker-mlflow plugin this version does not install",
+        "is not a SageMaker MLflow tracking server's ARN",
     ),
     (
         ["trainer=script", "trainer.source_dir=src", "trainer.script=t.py", "trainer.trackers=[tensorboard]"],

@@ -266,7 +266,7 @@ def check_trainer(
             raise ConfigError(f"trainer.{name}", "cannot be negative")
     if trainer.log_interval < 1:
         raise ConfigError("trainer.log_interval", "must be at least 1")
-    check_trackers(trainer)
+    yield from check_trackers(trainer)
     if trainer.entry is schema.Entry.script:
         for name in ("source_dir", "script"):
             if not getattr(trainer, name):
