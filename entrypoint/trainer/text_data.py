@@ -18,6 +18,7 @@ from compiler.spec import Plan
 from compiler.spec.contract import TOKENIZER_CHANNEL
 from compiler.spec.s3 import download_s3
 from compiler.spec.schema import DataFormat
+from compiler.spec.token_cache_key import TOKEN_CACHE_DIR, cache_key
 from compiler.spec.tokenizer import TokenizerFacts, tokenizer_location
 from entrypoint.launcher.cluster import Paths
 from entrypoint.trainer import documents, token_cache
@@ -88,7 +89,7 @@ def tokenizer_folder(plan: Plan, paths: Paths, leader: bool) -> Path:
 
 
 def cache_root(plan: Plan, paths: Paths) -> Path:
-    return Path(plan.data.cache) if plan.data.cache else paths.checkpoints / "token-cache"
+    return Path(plan.data.cache) if plan.data.cache else paths.checkpoints / TOKEN_CACHE_DIR
 
 
 def ensure_cache(
@@ -101,7 +102,7 @@ def ensure_cache(
     train, validation = documents.split_sources(data_folder, held_out)
     if not train:
         raise FileNotFoundError(f"no documents (.jsonl[.gz|.zst], .txt, .parquet, datasets) under {data_folder}")
-    keys = [token_cache.cache_key(plan, tokenizer, data_folder, train, validation) if dist.get_rank() == 0 else ""]
+    keys = [cache_key(plan, tokenizer, data_folder, train, validation) if dist.get_rank() == 0 else ""]
     dist.broadcast_object_list(keys, src=0)
     folder = root / keys[0]
     if leader and not folder.is_dir():
