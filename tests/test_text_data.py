@@ -48,15 +48,12 @@ def tokenizer(hf_tokenizer):
     return hf_tokenizer
 
 
+def text_overrides(folder, tokenizer) -> tuple[str, ...]:
+    return ("data=local", f"data.path={folder}", "data.format=text", f"data.tokenizer={tokenizer}", "model.vocab=512")
+
+
 def text_plan(folder, tokenizer, *overrides):
-    return tiny_plan(
-        "data=local",
-        f"data.path={folder}",
-        "data.format=text",
-        f"data.tokenizer={tokenizer}",
-        "model.vocab=512",
-        *overrides,
-    )
+    return tiny_plan(*text_overrides(folder, tokenizer), *overrides)
 
 
 def test_every_file_format_reads_the_same_documents(tmp_path):
@@ -270,15 +267,7 @@ def test_the_plan_says_how_many_epochs_the_steps_cover():
 
 def uncached_text_plan(folder, tokenizer, *overrides):
     """`text_plan` compiled again: the plan reads the caches present now."""
-    return plan_for(
-        *TINY,
-        "data=local",
-        f"data.path={folder}",
-        "data.format=text",
-        f"data.tokenizer={tokenizer}",
-        "model.vocab=512",
-        *overrides,
-    )
+    return plan_for(*TINY, *text_overrides(folder, tokenizer), *overrides)
 
 
 def test_the_plan_reads_the_token_count_an_earlier_runs_cache_measured(tmp_path, tokenizer, single_process_group):
