@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test test-services torchrun-loop plan build docker slurm lint bench bench-build clean
+.PHONY: run test test-quick test-services torchrun-loop plan build docker slurm lint bench bench-build clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV) || { apt-get update -qq && apt-get install -y -qq python3-venv && python3 -m venv $(VENV); }
@@ -34,6 +34,11 @@ test-services:
 
 test: $(STAMP) test-services
 	$(BIN)/pytest -q
+
+# The quick lane: every test that starts no torchrun, no container, no Slurm job and no CPU-minutes of
+# training work (marked in tests/conftest.py), so it needs neither the Docker engine nor the Slurm cluster.
+test-quick: $(STAMP)
+	$(BIN)/pytest -q -m "not slow"
 
 # The tests that start torchrun, N passes in a row (stops at the first failure): a teardown race or a
 # timeout that fails one run in twenty shows here, not in CI.

@@ -25,8 +25,25 @@ CRD_DIR = Path(__file__).parent / "data" / "crds"
 """Published Kubernetes CRDs, vendored as test data (their versions and licenses: tests/data/crds/README.md)."""
 
 
+SLOW_FIXTURES = {"engine": "container", "slurm_cluster": "slurm", "mlflow_server": "heavy"}
+"""The fixtures that mark a test slow: a test using one (or a fixture built on one) starts containers,
+Slurm jobs or a tracking server. With the `torchrun` and `heavy` marks on the tests themselves they define
+the quick lane, `make test-quick` (-m "not slow")."""
+SLOW_MARKS = ("torchrun", "heavy")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden/ from the current output")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        marks = [mark for fixture, mark in SLOW_FIXTURES.items() if fixture in getattr(item, "fixturenames", ())]
+        marks += [mark for mark in SLOW_MARKS if item.get_closest_marker(mark)]
+        for mark in marks:
+            item.add_marker(mark)
+        if marks:
+            item.add_marker("slow")
 
 
 class Golden:

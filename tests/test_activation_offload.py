@@ -25,6 +25,7 @@ def gradients(model: nn.Module, tokens: torch.Tensor, micro_batches: int = 2) ->
     return [param.grad for param in model.parameters()]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("checkpointing", list(Checkpointing))
 @pytest.mark.parametrize("horizon", [0, 2, 99])
 def test_the_offloaded_model_computes_the_same_gradients(checkpointing, horizon):

@@ -22,6 +22,7 @@ def load_bench():
 accuracy = load_bench()
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     ("model", "strategy", "ranks", "micro_batch", "checkpointing"),
     [

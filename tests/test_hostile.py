@@ -8,9 +8,11 @@ import dataclasses
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -35,8 +37,16 @@ def corpus() -> list[tuple[str, str, list[str]]]:
     for line in CORPUS.read_text().splitlines():
         if line and not line.startswith("#"):
             verb, key, *args = line.split("\t")
-            cases.append((verb, key, [codecs.decode(a, "unicode_escape") for a in args]))
+            cases.append((verb, key, [REPEATED.sub(_repeat, codecs.decode(a, "unicode_escape")) for a in args]))
     return cases
+
+
+REPEATED = re.compile(r"<(.)\*([0-9]+)>")
+"""`<x*131072>` in the corpus: a value too long to keep written out."""
+
+
+def _repeat(match: re.Match) -> str:
+    return match[1] * int(match[2])
 
 
 CASES = corpus()
@@ -160,6 +170,121 @@ def test_a_yaml_error_in_a_config_folder_is_one_line(tmp_path, file, text, key):
     assert not outcome.created and not outcome.removed
 
 
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{name}: &{name} [{', '.join([f'*{previous}'] * 9)}]\n"
+    for previous, name in zip("abcdefg", "bcdefgh", strict=True)
+)
+"""Eight lines whose aliases expand to 9^8 (43 million) values."""
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (ALIAS_BOMB, "expands its aliases to more than 100,000 values"),
+        ("a: &a [*a]\n", "expands its aliases to more than 100,000 values"),
+        ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nests its values too deep to read"),
+    ],
+    ids=["bomb", "recursive", "deep"],
+)
+def test_a_yaml_alias_bomb_in_a_config_folder_is_refused_at_once(tmp_path, text, message):
+    conf = tmp_path / "conf"
+    (conf / "experiment").mkdir(parents=True)
+    (conf / "experiment" / "bomb.yaml").write_text(text)
+    started = time.monotonic()
+    outcome = invoke(["plan", "-cd", str(conf), "experiment=bomb"], tmp_path)
+    assert time.monotonic() - started < 10, "took the time to expand it"
+    assert outcome.status == 2 and outcome.error_keys == ["experiment"], outcome.stderr
+    assert f"bomb.yaml {message}" in outcome.stderr
+    assert not outcome.created and not outcome.removed
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "fix"),
+    [
+        ("# @package _global_\ntrainer:\n  stepz: 5\n", "trainer.stepz", "did you mean trainer.steps?"),
+        ("# @package _global_\ntrainr:\n  steps: 5\n", "trainr", "did you mean trainer?"),
+    ],
+)
+def test_a_misspelled_key_in_a_config_folder_names_the_key_and_the_file(tmp_path, text, key, fix):
+    conf = tmp_path / "conf"
+    (conf / "experiment").mkdir(parents=True)
+    (conf / "experiment" / "mine.yaml").write_text(text)
+    outcome = invoke(["plan", "-cd", str(conf), "experiment=mine"], tmp_path)
+    assert outcome.status == 2 and outcome.error_keys == [key], outcome.stderr
+    assert "In 'experiment/mine'" in outcome.stderr and fix in outcome.stderr
+    assert not outcome.created and not outcome.removed
+
+
+@pytest.mark.parametrize(
+    ("args", "key", "value"),
+    [
+        (["target=kubernetes", "target.labels={team: ml}"], ("target", "labels"), {"team": "ml"}),
+        (["target=kubernetes", "target.annotations={example.com/team: ml}"], ("target", "annotations"),
+         {"example.com/team": "ml"}),
+        (["target=slurm", "target.partition='gpu,cpu'"], ("target", "partition"), "gpu,cpu"),
+        ([f"image.base=python@sha256:{'a' * 64}"], ("image", "base"), f"python@sha256:{'a' * 64}"),
+        (["+target.environment.NCCL_DEBUG=INFO", "+target.environment.TOKENIZERS_PARALLELISM='false'",
+          "+target.environment.DOCKYARD_VERBOSE=1"],
+         ("target", "environment"), {"NCCL_DEBUG": "INFO", "TOKENIZERS_PARALLELISM": "false", "DOCKYARD_VERBOSE": "1"}),
+    ],
+)  # fmt: skip
+def test_what_the_platforms_take_is_not_refused(tmp_path, args, key, value):
+    """Labels and annotations are open maps; sbatch takes a list of partitions; a digest's '@' is no
+    credential; NCCL's, the tokenizers' and the entrypoint's own switches are the user's to set (the
+    entrypoint keeps a user's NCCL value)."""
+    outcome = invoke(["plan", *args], tmp_path)
+    assert outcome.status == 0, outcome.stderr
+    (plan,) = [tmp_path / p for p in outcome.created if p.name == "plan.json"]
+    section, field = key
+    assert json.loads(plan.read_text())[section][field] == value
+
+
+@pytest.mark.parametrize("kind", ["local", "kubernetes", "slurm", "sagemaker"])
+@pytest.mark.parametrize("text", ["a\x00b", "a\rb", "a\nb", "a\x1bb"])
+def test_no_control_character_reaches_a_request(kind, text):
+    """Past Hydra's parser (a YAML file can hold what the command line cannot): an environment value and a
+    group's command with a NUL, CR, LF or escape are refused naming their key."""
+    config = valid_config_for(kind)
+    target = dataclasses.replace(config.target, environment={"V": text})
+    with pytest.raises(ConfigError) as error:
+        checked_plan(dataclasses.replace(config, target=target))
+    assert error.value.key == "target.environment.V"
+    if kind == "sagemaker":
+        groups = {"prep": schema.InstanceGroup(instance_type="ml.c5.xlarge", count=1)}
+        hardware = dataclasses.replace(config.hardware, groups=groups)
+        trainer = dataclasses.replace(config.trainer, group_commands={"prep": f"python p.py {text}"})
+        with pytest.raises(ConfigError) as error:
+            checked_plan(dataclasses.replace(config, hardware=hardware, trainer=trainer))
+        assert error.value.key == "trainer.group_commands.prep"
+
+
+@pytest.mark.parametrize(
+    ("kind", "section", "values", "key"),
+    [
+        *((kind, "environment", {"V": "x" * 128 * 1024}, "target.environment.V") for kind in VALID),
+        ("kubernetes", "annotations", {"a": "x" * 128 * 1024, "b": "x" * 128 * 1024}, "target.annotations"),
+        ("kubernetes", "environment", {f"V{n}": "x" * 120_000 for n in range(9)}, "target.environment"),
+    ],
+    ids=["environment-local", "environment-sagemaker", "environment-kubernetes", "environment-slurm",
+         "annotations", "config-map"],
+)  # fmt: skip
+def test_what_a_platform_cannot_hold_is_refused_when_planning(kind, section, values, key):
+    """A variable past Linux's 128 KiB (every target; SageMaker's own limit is lower), annotations past 256
+    KiB, a plan past a ConfigMap's 1 MiB: the CLI's corpus has one of each kind, these are every target."""
+    config = valid_config_for(kind)
+    target = dataclasses.replace(config.target, **{section: values})
+    with pytest.raises(ConfigError) as error:
+        checked_plan(dataclasses.replace(config, target=target))
+    assert error.value.key == key
+
+
+@functools.cache
+def valid_config_for(kind: str):
+    from compiler.config.compose import compose_config
+
+    return compose_config(VALID[kind])
+
+
 @pytest.mark.parametrize(
     ("file", "line", "key"),
     [
@@ -226,11 +351,32 @@ KEYS = [
     "+target.environment.X",
 ]
 HOSTILE_TEXT = st.sampled_from(
-    ["\n", "\nRUN curl x | sh", "$(id)", "`id`", ";", "&&", "|", "'", '"', "${", "}", "..", "/", " ", "\x00", "é", "#"]
+    [
+        "\n",
+        "\r",
+        "\nRUN curl x | sh",
+        "$(id)",
+        "`id`",
+        ";",
+        "&&",
+        "|",
+        "'",
+        '"',
+        "${",
+        "}",
+        "..",
+        "/",
+        " ",
+        "\x00",
+        "é",
+        "\uff12",
+        "#",
+    ]
 )
 VALUES = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70).map(str),
-    st.sampled_from(["nan", "inf", "-inf", "1e999", "2.10", "1e3", "null", "[]", "{}", "true", "9" * 400]),
+    st.sampled_from(["nan", "inf", "-inf", "1e999", "1e306", "2.10", "1e3", "null", "[]", "{}", "true", "9" * 400]),
+    st.sampled_from([str(2**31), str(2**62), "-7", "{a: 1, a: 2}", "{/x: y}"]),
     st.sampled_from(["${trainer.nope}", "${trainer.steps}", f"${{oc.env:{CANARY_VARIABLE}}}", "${oc.env:UNSET_X}"]),
     st.lists(st.one_of(HOSTILE_TEXT, st.text(alphabet="abcXYZ019.-_:/@=+~", max_size=8)), max_size=5).map("".join),
     st.text(max_size=30),

@@ -1,7 +1,9 @@
 """The Kubernetes target's I/O (`compiler.targets.kubernetes.cluster`) through the official client, over HTTP,
-against `tests.kube_api_server` (a stand-in for the API server speaking the paths the module uses; the test
-plays the controllers by writing pods, logs and job statuses)."""
+against `tests.kube_api_server` (a stand-in for the API server speaking the paths the module uses, which
+validates bodies and deletes asynchronously as the real one does; the test plays the controllers by writing
+Jobs, pods, logs and job statuses, owned as the controllers own them)."""
 
+import dataclasses
 import io
 import json
 import os
@@ -15,7 +17,8 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from compiler.spec.errors import ConfigError
+from compiler.launch import runs
+from compiler.spec.errors import ConfigError, PlatformError
 from compiler.targets import records, registry
 from compiler.targets.base import COMPLETED, FAILED, PENDING, RUNNING, STOPPED
 from compiler.targets.kubernetes import cluster, translate
@@ -46,7 +49,26 @@ def request_for(*overrides: str) -> translate.KubernetesRequest:
     return translate.to_request(plan, "dockyard/smoke:0123", run_id=RUN)
 
 
+def owned_by(owner: dict) -> list[dict]:
+    """The owner reference a controller gives what it creates (the foreground deletion waits for it)."""
+    meta = owner["metadata"]
+    reference = {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"], "uid": meta["uid"]}
+    return [reference | {"controller": True, "blockOwnerDeletion": True}]
+
+
 def pod(server: FakeApiServer, index: int, phase: str) -> None:
+    """A pod of the JobSet's Job, which the JobSet controller creates first (as the controllers would)."""
+    job_name = f"{RUN}-node-0"
+    job = server.get("jobs", "training", job_name) or server.put(
+        "jobs",
+        "training",
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": job_name, "ownerReferences": owned_by(server.get("jobsets", "training", RUN))},
+            "spec": {},
+        },
+    )
     name = f"{RUN}-node-0-{index}"
     server.put(
         "pods",
@@ -54,11 +76,26 @@ def pod(server: FakeApiServer, index: int, phase: str) -> None:
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": f"{name}-x7k2p", "namespace": "training", "labels": {"dockyard/run-id": RUN}},
+            "metadata": {
+                "name": f"{name}-x7k2p",
+                "namespace": "training",
+                "labels": {"dockyard/run-id": RUN},
+                "ownerReferences": owned_by(job),
+            },
             "spec": {"hostname": name, "containers": [{"name": "pytorch", "image": "dockyard/smoke:0123"}]},
             "status": {"phase": phase},
         },
     )
+
+
+def eventually(condition, timeout_s: float = 5.0) -> bool:
+    """Whether `condition()` holds within `timeout_s` (the stand-in's garbage collector works in rounds)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def test_submit_creates_the_plan_and_the_job_which_owns_it(server):
@@ -99,19 +136,179 @@ def test_an_indexed_job_brings_its_service_and_both_go_on_stop(server):
 
     cluster.stop(api, handle)
 
-    assert server.objects == {}
-    method, path = server.requests[-1]
-    assert (method, path) == ("DELETE", f"/apis/batch/v1/namespaces/training/jobs/{RUN}")
+    assert server.get("jobs", "training", RUN) is None  # stop returns once the API server removed it
+    assert ("DELETE", f"/apis/batch/v1/namespaces/training/jobs/{RUN}") in server.requests
+    assert server.deletions == [{"propagationPolicy": "Foreground"}]  # a Job deleted without one keeps its pods
+    assert eventually(lambda: server.objects == {})  # what it owned, collected after it
 
 
-def test_stop_deletes_in_the_foreground_and_status_then_says_stopped(server):
+def test_stop_waits_until_the_foreground_deletion_is_done_and_status_then_says_stopped(server):
     api = api_for(server)
     handle = cluster.submit(request_for(), api)
-    cluster.stop(api, handle)
+    pod(server, 0, "Running")
+    pod(server, 1, "Running")
+    with server.collector_paused():  # the state the API server answers while the pods terminate
+        job = cluster.Resource(api, "jobset.x-k8s.io/v1alpha2", "JobSet", "training")
+        assert job.delete(RUN, cluster.FOREGROUND)
+        deleting = cluster.read_job(api, handle)
+        assert deleting["metadata"]["finalizers"] == ["foregroundDeletion"]
+        assert cluster.status(api, handle).status == STOPPED  # from its deletionTimestamp: it will not run on
+        assert len(cluster.run_pods(api, handle)) == 2
+
+    cluster.stop(api, handle)  # asks again and waits
+
     assert server.objects == {}
+    assert [plural for plural, _ in server.removed] == ["configmaps", "pods", "pods", "jobs", "jobsets"]
     assert server.deletions[-1]["propagationPolicy"] == "Foreground"
     assert cluster.status(api, handle).status == STOPPED
     cluster.stop(api, handle)  # a second stop finds nothing and says nothing
+
+
+def test_a_stop_that_does_not_finish_in_time_says_so(server):
+    api = api_for(server)
+    handle = cluster.submit(request_for(), api)
+    job = cluster.job_resource(api, handle)
+    with server.collector_paused():
+        job.delete(RUN, cluster.FOREGROUND)
+        with pytest.raises(PlatformError, match=f"JobSet {RUN} in namespace training is still being deleted after"):
+            job.wait_gone(RUN, timeout_s=0.2)
+
+
+REFUSALS = [
+    ("jobset", "jobsets", 403, "Forbidden", "target.namespace"),
+    ("jobset", "jobsets", 409, "AlreadyExists", "name"),
+    ("jobset", "jobsets", 422, "Invalid", "target"),
+    ("jobset", "jobsets", 500, "InternalError", None),
+    ("indexed_job", "jobs", 422, "Invalid", "target"),  # after the ConfigMap and the Service
+    ("pytorchjob", "pytorchjobs", 403, "Forbidden", "target.namespace"),
+]
+
+
+@pytest.mark.parametrize(("kind", "plural", "code", "reason", "key"), REFUSALS)
+def test_a_refused_job_is_one_line_and_leaves_nothing_behind(server, kind, plural, code, reason, key):
+    message = f'{plural} "{RUN}" is refused by a test'
+    server.refuse("POST", plural, code, reason, message)
+    with pytest.raises(ConfigError if key else PlatformError) as error:
+        cluster.submit(request_for(f"target.kind_of_job={kind}"), api_for(server))
+    line = error.value.one_line()
+    assert f"refused to create {'Job' if kind == 'indexed_job' else plural[:-1]}".lower() in line.lower()
+    assert f"{message} ({reason}, HTTP {code})" in line
+    assert getattr(error.value, "key", None) == key
+    assert server.objects == {}  # the ConfigMap (and Service) it created first are gone again
+    assert {"propagationPolicy": "Background"} in server.deletions
+
+
+def test_a_missing_namespace_names_the_key(server):
+    with pytest.raises(ConfigError) as error:
+        cluster.submit(request_for("target.namespace=nowhere"), api_for(server))
+    assert error.value.key == "target.namespace"
+    assert 'create ConfigMap smoke-20261123-040715-plan in namespace nowhere: namespaces "nowhere" not found' in (
+        error.value.message
+    )
+    assert server.objects == {}
+
+
+def test_a_follow_the_cluster_refuses_detaches_and_keeps_the_record(server, tmp_path, monkeypatch):
+    """A user who may create the job but not list its pods: the job runs on, so its record stays."""
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig_for(server, tmp_path)))
+    plan = plan_for("experiment=smoke", "target=kubernetes", "target.namespace=training")
+    request = translate.to_request(plan, "dockyard/smoke:0123", run_id=RUN)
+    record = runs.new_record(plan, request, tmp_path, request.image)
+    server.refuse("GET", "pods", 403, "Forbidden", 'pods is forbidden: User "ci" cannot list resource "pods"')
+    out = io.StringIO()
+    record = runs.execute(record, plan, request, out=out)
+    assert record.status == PENDING and record.handle["name"] == RUN
+    assert records.load(tmp_path).status == PENDING
+    assert f"detached from {RUN}: target.namespace: the cluster refused to list the pods of JobSet {RUN}" in (
+        out.getvalue()
+    )
+    assert server.get("jobsets", "training", RUN) is not None
+
+
+def test_ctrl_c_part_way_through_a_submit_undoes_it(server, monkeypatch):
+    create = cluster.Resource.create
+
+    def interrupted_at_the_job(resource: cluster.Resource, body: dict) -> dict:
+        if resource.kind == "JobSet":
+            raise KeyboardInterrupt
+        return create(resource, body)
+
+    monkeypatch.setattr(cluster.Resource, "create", interrupted_at_the_job)
+    with pytest.raises(KeyboardInterrupt):
+        cluster.submit(request_for(), api_for(server))
+    assert server.objects == {} and len(server.deletions) == 1
+
+
+def test_what_a_failed_rollback_leaves_is_named(server):
+    server.refuse("POST", "jobsets", 403, "Forbidden", "jobsets.jobset.x-k8s.io is forbidden")
+    server.refuse("DELETE", "configmaps", 503, "ServiceUnavailable", "etcd is away")
+    with pytest.raises(ConfigError) as error:
+        cluster.submit(request_for(), api_for(server))
+    assert f"; not removed: ConfigMap {RUN}-plan (the cluster refused to delete ConfigMap" in error.value.message
+    assert "etcd is away (ServiceUnavailable, HTTP 503)" in error.value.message
+
+
+def test_a_user_who_may_not_read_crds_leaves_the_check_to_the_api_server(server):
+    server.refuse("GET", "customresourcedefinitions", 403, "Forbidden", "customresourcedefinitions is forbidden")
+    cluster.submit(request_for(), api_for(server))
+    assert server.get("jobsets", "training", RUN) is not None
+
+
+def test_a_refused_owner_reference_removes_the_job_too(server):
+    server.refuse("PATCH", "configmaps", 403, "Forbidden", 'configmaps "x" is forbidden: cannot patch')
+    with pytest.raises(ConfigError, match="refused to make the job the owner of ConfigMap"):
+        cluster.submit(request_for(), api_for(server))
+    assert server.objects == {}
+
+
+def test_a_second_submit_of_the_same_run_is_refused_and_the_first_run_stays(server):
+    api = api_for(server)
+    cluster.submit(request_for(), api)
+    server.put("configmaps", "training", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other"}})
+    before = {key: obj["metadata"]["uid"] for key, obj in server.objects.items()}
+    with pytest.raises(ConfigError) as error:
+        cluster.submit(request_for(), api)
+    assert error.value.key == "name"
+    assert f'configmaps "{RUN}-plan" already exists (AlreadyExists, HTTP 409)' in error.value.one_line()
+    assert {key: obj["metadata"]["uid"] for key, obj in server.objects.items()} == before
+
+
+def test_a_resubmit_waits_for_the_run_being_deleted_under_its_name(server):
+    api = api_for(server)
+    handle = cluster.submit(request_for(), api)
+    pod(server, 0, "Running")
+    with server.collector_paused():
+        cluster.job_resource(api, handle).delete(RUN, cluster.FOREGROUND)
+        cluster.Resource(api, "v1", "ConfigMap", "training").delete(f"{RUN}-plan", cluster.FOREGROUND)
+    cluster.submit(request_for(), api)
+    jobset = server.get("jobsets", "training", RUN)
+    assert not jobset["metadata"].get("deletionTimestamp")
+    assert (
+        server.get("configmaps", "training", f"{RUN}-plan")["metadata"]["ownerReferences"][0]["uid"]
+        == (jobset["metadata"]["uid"])
+    )
+
+
+def test_a_job_the_api_server_finds_invalid_is_one_line_and_undone(server):
+    """The client asks for strict field validation, so an unknown field is refused, not dropped."""
+    request = request_for("target.kind_of_job=indexed_job")
+    service, job = request.manifests[1:]
+    broken = dataclasses.replace(request, manifests=(request.manifests[0], service, {**job, "spec": {"nonsense": 1}}))
+    with pytest.raises(ConfigError) as error:
+        cluster.submit(broken, api_for(server))
+    assert (
+        f'refused to create Job {RUN} in namespace training: strict decoding error: unknown field "spec.nonsense"'
+        in (error.value.one_line())
+    )
+    assert server.objects == {}
+
+
+def test_an_unreachable_cluster_is_one_line():
+    api = k8s.ApiClient(k8s.Configuration(host="http://127.0.0.1:9"))
+    api.configuration.retries = 0
+    handle = cluster.handle_for(request_for())
+    with pytest.raises(PlatformError, match="could not read JobSet .* the API server did not answer"):
+        cluster.status(api, handle)
 
 
 def test_follow_prints_phases_and_every_pods_log_until_the_job_ends(server):
@@ -184,7 +381,7 @@ def test_the_target_reaches_the_cluster_named_by_kubeconfig(server, tmp_path, mo
     assert out.getvalue() == f"created JobSet {RUN} in namespace training\n"
     assert target.status(handle).status == PENDING
     target.stop(handle)
-    assert server.objects == {}
+    assert server.get("jobsets", "training", RUN) is None
 
 
 def condition(kind: str, **status) -> dict:
@@ -289,16 +486,22 @@ def test_launch_status_logs_and_stop_through_the_cli(engine, server, tmp_path):
             server.logs[pod_name] = f"trained on node {index}\n"
         server.get("jobsets", namespace, name)["status"] = {"conditions": [{"type": "Completed", "status": "True"}]}
 
-    threading.Thread(target=cluster_side, daemon=True).start()
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    launch = subprocess.run(
-        [DOCKYARD, "launch", "experiment=smoke", "target=kubernetes", "hydra.run.dir=run"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+
+    def launch_into(folder: str) -> subprocess.CompletedProcess:
+        command = [DOCKYARD, "launch", "experiment=smoke", "target=kubernetes", f"hydra.run.dir={folder}"]
+        return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
+
+    server.refuse("POST", "jobsets", 403, "Forbidden", 'jobsets.jobset.x-k8s.io is forbidden: User "ci" cannot create')
+    refused = launch_into("refused")  # the ConfigMap was created first: it goes again, and so does the folder
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert refused.stderr.startswith("dockyard: error: target.namespace: the cluster refused to create JobSet ")
+    assert len(refused.stderr.splitlines()) == 1
+    assert server.objects == {} and not (tmp_path / "refused").exists()
+    assert server.deletions == [{"propagationPolicy": "Background"}]  # the ConfigMap's
+
+    threading.Thread(target=cluster_side, daemon=True).start()
+    launch = launch_into("run")
     assert launch.returncode == 0, launch.stdout[-3000:] + launch.stderr[-3000:]
     run_id = json.loads((tmp_path / "run" / "run.json").read_text())["run_id"]
     assert f"created JobSet {run_id} in namespace default" in launch.stdout
@@ -314,4 +517,20 @@ def test_launch_status_logs_and_stop_through_the_cli(engine, server, tmp_path):
     assert verb("logs", "--node", f"{run_id}-node-0-1") == f"{run_id}-node-0-1 | trained on node 1\n"
     assert "completed" in verb("status")
     assert verb("stop") == f"{run_id} had already ended (completed); nothing to stop\n"
-    assert server.get("jobsets", "default", run_id) is not None and server.deletions == []
+    assert server.get("jobsets", "default", run_id) is not None and len(server.deletions) == 1
+
+
+@pytest.mark.parametrize(("code", "reason", "exit_status"), [(403, "Forbidden", 2), (503, "ServiceUnavailable", 1)])
+def test_a_refused_stop_through_the_cli_is_one_line(server, tmp_path, code, reason, exit_status):
+    handle = cluster.submit(request_for(), api_for(server))
+    records.save(
+        RunRecord(run_dir=str(tmp_path / "run"), run_id=RUN, target="kubernetes", status=RUNNING, handle=handle)
+    )
+    server.refuse("DELETE", "jobsets", code, reason, f'jobsets.jobset.x-k8s.io "{RUN}" is refused by a test')
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig_for(server, tmp_path))}
+    stop = subprocess.run([DOCKYARD, "stop", RUN], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert stop.returncode == exit_status
+    assert stop.stderr.startswith(f"dockyard: error: {'target.namespace: ' if exit_status == 2 else ''}the cluster")
+    assert f"refused to delete JobSet {RUN} in namespace training" in stop.stderr
+    assert len(stop.stderr.splitlines()) == 1, stop.stderr
+    assert records.load(tmp_path / "run").status in records.OPEN_STATUSES  # not recorded as stopped

@@ -20,6 +20,7 @@ from compiler.targets.local import runner as local_runner
 from compiler.targets.local import translate as local
 from compiler.targets.logs import split_timestamp
 from compiler.targets.records import RunRecord
+from tests.entrypoint_support import train as train_on_host
 from tests.helpers import PRESETS, S3_TOKENS, plan_for
 from tests.hf_support import assert_transformers_logits, trained_decoder
 
@@ -258,3 +259,95 @@ def test_s3_channel_is_downloaded_and_the_trainer_reads_it(engine, smoke_image, 
     assert run_locally(plan, request, run_dir, output).exit_status == 0, output.getvalue()[-3000:]
     assert (run_dir / "data/train/part-000.bin").read_bytes() == s3_tokens
     assert metrics(run_dir)[-1]["step"] == 4
+
+
+KILL_A_RANK = (
+    "import os, signal\n"
+    "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+    "    try:\n"
+    "        argv = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')\n"
+    "    except OSError:\n"
+    "        continue\n"
+    "    if argv[1:4] == [b'-u', b'-m', b'entrypoint.trainer']:\n"
+    "        os.kill(int(pid), signal.SIGKILL)\n"
+    "        print(pid)\n"
+    "        break\n"
+)
+"""SIGKILL one trainer process (a worker torchrun started, not torchrun) inside a node's container."""
+
+
+def wait_for_step(run_dir: Path, step: int, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not (metrics_file := runs.metrics_file(run_dir)) or all(
+        row["step"] < step for row in map(json.loads, metrics_file.read_text().splitlines())
+    ):
+        assert time.monotonic() < deadline, f"no step {step} was logged"
+        time.sleep(0.2)
+
+
+@pytest.mark.torchrun
+def test_a_killed_rank_recovers_inside_the_job(engine, smoke_image, tmp_path):
+    """trainer.restarts=1: torchrun restarts the workers of both container nodes, which resume from the
+    checkpoint; the steps run again give the losses they gave before, and the job is not retried."""
+    plan = plan_for(*SHORT, "trainer.steps=16", "trainer.checkpoint_interval=5", "trainer.restarts=1")
+    run_dir = tmp_path / "run"
+    thread, result = start_job(plan, smoke_image, run_dir, "dockyard-restart-test")
+    wait_for_step(run_dir, 8)
+    killed = engine.containers.get("dockyard-dockyard-restart-test-algo-2").exec_run(["python3", "-c", KILL_A_RANK])
+    assert killed.output.strip(), killed.output
+    thread.join(timeout=400)
+    output = (tmp_path / "dockyard-restart-test.out").read_text()
+    assert [record.exit_status for record in result] == [0], output[-3000:]
+    assert (result[0].restarts, result[0].attempts) == (1, 1)
+    assert "restart 1 of 1: local rank" in output and "killed by SIGKILL" in output
+    (written,) = run_dir.glob("nodes/*/output/data/restarts.jsonl")  # by the node of rank 0
+    events = [json.loads(line) for line in written.read_text().splitlines()]
+    assert [event["resumed_step"] for event in events] == [5]
+    rows = metrics(run_dir)
+    twice = {row["step"] for row in rows if [r["step"] for r in rows].count(row["step"]) == 2}
+    assert twice, "no step ran before and after the restart"
+    for step in twice:
+        first, second = (row["loss"] for row in rows if row["step"] == step)
+        assert first == second, step
+    assert rows[-1]["step"] == 16
+
+
+RESHARD_TOLERANCE = 1e-4
+"""Resumed at dp 2 × accum 2 instead of dp 4: the same sequences per step, summed in another order."""
+
+
+@pytest.mark.torchrun
+def test_resume_continues_a_stopped_run_at_another_data_parallel_degree(engine, smoke_image, tmp_path):
+    """A run stopped after its checkpoint at step 5 goes on with `launch --resume` at half the ranks, and its
+    losses follow the uninterrupted run's; what its checkpoint cannot become is refused first."""
+    steps = ("trainer.steps=10", "trainer.checkpoint_interval=5", "trainer.log_interval=1")
+    first = [*SHORT, *steps, "++target.environment.DOCKYARD_STOP_AT_STEP=5", "hydra.run.dir=run"]
+    result = subprocess.run([DOCKYARD, "launch", *first], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    assert [row["step"] for row in metrics(run_dir)][-1] == 5
+    refused = subprocess.run(
+        [DOCKYARD, "launch", "--resume", "run", "model.layers=3"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "dockyard: error: model.layers: differs from the run being resumed: its checkpoint holds another model; "
+        "resume with the run's model (change steps, lr, nodes or dp only)"
+    ]
+    assert not (run_dir / "attempts").exists()
+    half = ["hardware.processes_per_node=1", "parallelism.grad_accum=2"]  # dp 2, the same sequences per step
+    half.append("++target.environment.DOCKYARD_STOP_AT_STEP=10")
+    result = subprocess.run(
+        [DOCKYARD, "launch", "--resume", "run", *half], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "steps             5 → 10 (resumed)" in result.stdout
+    record = json.loads((run_dir / "run.json").read_text())
+    previous = json.loads((run_dir / "attempts/1/run.json").read_text())
+    assert (record["run_id"], record["resumed"], record["status"]) == (previous["run_id"], 1, "completed")
+    assert record["handle"] != previous["handle"]
+    resumed = {row["step"]: row["loss"] for row in metrics(run_dir)}
+    one_node = plan_for(*SHORT, *steps, "hardware.nodes=1", "hardware.processes_per_node=4")  # the same 4 ranks
+    uninterrupted = {row["step"]: row["loss"] for row in train_on_host(one_node, tmp_path / "reference")}
+    for step in range(6, 11):
+        assert resumed[step] == pytest.approx(uninterrupted[step], abs=RESHARD_TOLERANCE), step

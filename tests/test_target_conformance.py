@@ -91,11 +91,11 @@ def test_the_request_is_pure_and_renders_what_is_sent(kind, tmp_path, monkeypatc
     assert not any(tmp_path.iterdir()), "to_request wrote files"
 
 
-def test_an_invalid_plan_for_the_target_names_the_key(kind, tmp_path):
+def test_an_invalid_plan_for_the_target_is_refused_when_planning(kind):
+    """The target's own request checks run when planning (`dockyard plan`), not only when launching."""
     overrides, key = INVALID[kind]
     with pytest.raises(ConfigError) as error:
-        plan = plan_for(*overrides)
-        registry.get(kind).to_request(plan, "img", run_id="r", run_dir=tmp_path)
+        plan_for(*overrides)
     assert error.value.key == key
 
 

@@ -74,6 +74,5 @@ def test_a_wrong_sagemaker_secret_is_one_line(overrides, message):
 
 
 def test_a_wrong_kubernetes_secret_is_one_line():
-    plan = plan_for("target=kubernetes", "+target.secrets.WANDB_API_KEY=Wandb_Keys/key")
     with pytest.raises(ConfigError, match=r"^target.secrets.WANDB_API_KEY: 'Wandb_Keys' is not a Secret's name"):
-        kubernetes.to_request(plan, IMAGE, run_id="secrets-20261126-000000")
+        plan_for("target=kubernetes", "+target.secrets.WANDB_API_KEY=Wandb_Keys/key")  # checked when planning

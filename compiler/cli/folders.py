@@ -37,6 +37,8 @@ class Invocation:
         self.fresh: dict[str, Path] = {}
         """The fresh folder made under each root (the run folder under `outputs`, a sweep's under `multirun`)."""
         self.created: list[Path] = []
+        self.expected: tuple[Path, frozenset[str]] | None = None
+        """A run folder the user named: the deepest folder on its way that existed, and what that held."""
         self.results: list[Path] = []
         """Files moved into the run folder that were not there before (a launch that then fails removes them)."""
 
@@ -112,10 +114,25 @@ def check_folder(key: str, folder: str) -> None:
 
 
 def expect(run_dir: str) -> None:
-    """A run folder the user names: Hydra will create it and any parents missing now, which are then this
-    invocation's to remove if they stay empty."""
-    missing = [p for p in [Path(run_dir), *Path(run_dir).parents] if not p.exists()]
-    _current.created += reversed(missing)
+    """A run folder the user names, as its value reads before Hydra resolves it (`out-${name}`): what the
+    deepest folder on its way that exists holds now, so that `claim` can tell the folders Hydra then makes."""
+    literal, interpolated, _ = run_dir.partition("${")
+    start = Path(literal) if not interpolated or literal.endswith("/") else Path(literal).parent
+    base = next(p for p in [start, *start.parents] if p.is_dir())
+    _current.expected = (base.resolve(), frozenset(os.listdir(base)))
+
+
+def claim(run_dir: Path) -> None:
+    """Hydra made the run folder `run_dir` (resolved, absolute): the folders on its way that were not there
+    at `expect` are this invocation's, to remove if they stay empty."""
+    if _current.expected is None:
+        return
+    base, held = _current.expected
+    if base not in run_dir.parents:
+        return
+    parts = run_dir.relative_to(base).parts
+    if parts[0] not in held:
+        _current.created += [base.joinpath(*parts[: n + 1]) for n in range(len(parts))]
 
 
 def register() -> None:

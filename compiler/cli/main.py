@@ -5,32 +5,41 @@ Each verb is a Hydra app over the same `conf/`, so every Hydra flag works after 
 `ConfigError`s end the same way: one line on stderr, exit status 2, nothing left behind.
 """
 
+import argparse
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
 
 import hydra
 import yaml
+from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import HydraException
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, OverrideParseException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from compiler.cli import about, folders, runs, tasks
+from compiler.cli import folders, tasks
 from compiler.config.compose import (
     CONF_DIR,
     CONFIG_NAME,
     as_config_error,
     check_overrides,
+    open_maps,
+    reject_alias_bombs,
     reject_numbers_in_files,
 )
 from compiler.launch.errors import InvalidSweepError, PointFailedError
-from compiler.spec.errors import ConfigError, UnknownNameError
+from compiler.spec.errors import ConfigError, PlatformError, UnknownNameError
 
 folders.register()
 PROG = "dockyard"
 USER_ERROR = 2
+PLATFORM_ERROR = 1
+"""A platform's refusal no config key fixes (`PlatformError`): one line too, but not the user's mistake."""
 VERBS: dict[str, Callable[[DictConfig], None]] = {
     "plan": tasks.plan_task,
     "build": tasks.build_task,
@@ -48,31 +57,62 @@ def main(argv: list[str] | None = None) -> None:
         print(usage())
         sys.exit(0 if args else USER_ERROR)
     if "--version" in args[:2] or "-V" in args[:2]:
+        from compiler.cli import about  # the verbs that compose start without it (and runs)
+
         return print(about.version_text(verbose=bool({"-v", "--verbose"} & set(args))))
     verb, overrides = args[0], args[1:]
     if verb in VERBS and {"-h", "--help"} & set(overrides):
+        from compiler.cli import about
+
         return print(about.verb_usage(verb, CONF_DIR))
     if verb in RUN_VERBS:
+        from compiler.cli import runs
+
         try:
             return runs.main(verb, overrides)
         except ConfigError as error:
             _fail(error.one_line())
+        except PlatformError as error:
+            _fail(error.one_line(), status=PLATFORM_ERROR)
     if verb not in VERBS:
         _fail(UnknownNameError("verb", "verb", verb, [*VERBS, *RUN_VERBS]).one_line())
     task = VERBS[verb]
     if verb == "launch" and "--dry-run" in overrides:
         task, overrides = tasks.dry_run_task, [o for o in overrides if o != "--dry-run"]
+    elif verb == "launch" and "--resume" in overrides:
+        try:
+            task, overrides = resuming(overrides)
+        except ConfigError as error:
+            _fail(error.one_line())
     run_app(task, overrides)
+
+
+def resuming(overrides: list[str]) -> tuple[Callable[[DictConfig], None], list[str]]:
+    """`launch --resume RUN [overrides]`: the task of the run's next attempt, and its whole command line
+    (the run's overrides, then the new ones)."""
+    from compiler.cli import runs
+    from compiler.launch.resume import prepare_resume, resume_overrides
+
+    at = overrides.index("--resume")
+    if at + 1 >= len(overrides) or "=" in overrides[at + 1]:
+        raise ConfigError("--resume", "needs a run", "dockyard launch --resume RUN [overrides]")
+    if {"-m", "--multirun"} & set(overrides):
+        raise ConfigError("--resume", "resumes one run, not a sweep", "drop -m")
+    resume = prepare_resume(runs.find_record(overrides[at + 1]))
+    new = overrides[:at] + overrides[at + 2 :]
+    return tasks.resume_task(resume), [*resume.overrides, *new, *resume_overrides(resume)]
 
 
 def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
     """Run `task` as a Hydra app with `overrides` as its command line; user errors exit 2."""
     errors: list[str] = []
+    platform_errors: list[str] = []
     task_failed = False
 
     def guarded(cfg: DictConfig) -> None:
         nonlocal task_failed
         try:
+            folders.claim(Path(HydraConfig.get().runtime.output_dir).resolve())
             reject_numbers_in_files(HydraConfig.get(), cfg)
             task(cfg)
         except ConfigError as error:  # reported once Hydra is done, for every point of a sweep
@@ -81,6 +121,8 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
             if hydra_cfg.mode is RunMode.MULTIRUN:
                 point = f"[job {hydra_cfg.job.num}: {' '.join(hydra_cfg.overrides.task)}] "
             errors.append(point + error.one_line())
+        except PlatformError as error:
+            platform_errors.append(error.one_line())
         except Exception:
             task_failed = True
             raise
@@ -90,13 +132,18 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
     user_wants_traceback = "HYDRA_FULL_ERROR" in os.environ
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
     folders.start()
-    sys.argv = [PROG, *_with_staging(overrides)]
+    sys.argv = [PROG, *_with_staging(open_maps(overrides))]
     try:
-        for key, _, folder in (override.partition("=") for override in overrides):
+        flags = _check_flags(sys.argv[1:])
+        for folder in (flags.config_dir, flags.config_path):
+            if folder is not None and Path(folder).is_dir():
+                reject_alias_bombs(Path(folder))
+        for override in overrides:
+            key, _, folder = override.partition("=")
             if key in folders.FOLDER_KEYS:
                 folders.check_folder(key, folder)
             if key == "hydra.run.dir":
-                folders.expect(folder)
+                folders.expect(_value(override))
         check_overrides([o for o in overrides if ("=" in o or o.startswith("~")) and not o.startswith("-")])
         app()
     except PointFailedError as exc:  # a sweep's job failed: the others ran, the summary says how
@@ -113,6 +160,31 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
             del os.environ["HYDRA_FULL_ERROR"]
     if errors:
         _fail(*errors)
+    if platform_errors:
+        _fail(*platform_errors, status=PLATFORM_ERROR)
+
+
+def _check_flags(args: list[str]) -> argparse.Namespace:
+    """Hydra's own parser prints its whole usage (8 lines) for a flag it does not know, or for overrides after
+    a flag: the same parser is run first, and its error is one line naming the word."""
+    parser = get_args_parser()
+
+    def error(message: str) -> NoReturn:
+        unknown = message.partition("unrecognized arguments: ")[2].split()
+        if unknown and not unknown[0].startswith("-"):
+            raise ConfigError("overrides", message, "give the flags (-m, --cfg, ...) before the overrides")
+        raise ConfigError("overrides", message, f"`{PROG} plan --help` lists the flags")
+
+    parser.error = error  # type: ignore[method-assign]
+    return parser.parse_args(args)
+
+
+def _value(override: str) -> str:
+    """An override's value as Hydra reads it (quotes taken off; interpolations left for Hydra to resolve)."""
+    try:
+        return str(OverridesParser.create().parse_overrides([override])[0].value())
+    except OverrideParseException:  # Hydra reports it
+        return override.partition("=")[2]
 
 
 def _with_staging(overrides: list[str]) -> list[str]:
@@ -131,10 +203,10 @@ def _staging(overrides: list[str]) -> list[str]:
     return [folders.staging_override()]
 
 
-def _fail(*errors: str) -> None:
+def _fail(*errors: str, status: int = USER_ERROR) -> None:
     for error in errors:
         print(f"{PROG}: error: {error}", file=sys.stderr)
-    sys.exit(USER_ERROR)
+    sys.exit(status)
 
 
 def _complete(args: list[str]) -> None:
@@ -155,7 +227,8 @@ def usage() -> str:
         f"usage: {PROG} VERB [hydra overrides and flags...]    {PROG} --version [-v]\n\n"
         "verbs:\n  plan    compile the config into a validated plan.json and print its summary\n"
         "  build   plan, then build the plan's content-addressed image (and push it with image.push=true)\n"
-        "  launch  build, then run the plan on its target (--dry-run: print the request, do nothing)\n"
+        "  launch  build, then run the plan on its target (--dry-run: print the request, do nothing;\n"
+        "          --resume RUN [overrides]: continue a run from its newest checkpoint)\n"
         "  runs                     the launched runs, newest first (--status, --target, --limit, -o json)\n"
         "  status, logs, stop RUN   a launched run, by its id (from any folder) or its folder\n"
         "  warm-pool release RUN    end the warm pool a SageMaker run keeps (keep-alive to 0)\n\n"

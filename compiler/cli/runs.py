@@ -48,14 +48,16 @@ def status(record: RunRecord, output: str = TABLE) -> None:
     results = {label: str(path) for label, path in runs.result_paths(Path(record.run_dir)).items()}
     if output == JSON:
         fields = {"image": record.image, "detail": record.detail, "exit_status": record.exit_status}
-        print(json.dumps({**now.to_json(), **fields, "attempts": record.attempts, "results": results}, indent=2))
+        counts = {"attempts": record.attempts, "restarts": record.restarts, "resumed": record.resumed}
+        print(json.dumps({**now.to_json(), **fields, **counts, "results": results}, indent=2))
         return
     print(f"run       {record.run_id} ({record.target})")
     print(f"folder    {record.run_dir}")
     print(f"image     {record.image}")
     detail = f": {record.detail}" if record.detail else ""
     exit_text = "" if record.exit_status is None else f", exit status {record.exit_status}"
-    print(f"status    {record.status}{detail} after {record.attempts} attempt(s){exit_text}")
+    restarts = f", {record.restarts} in-job restart(s)" if record.restarts else ""
+    print(f"status    {record.status}{detail} after {record.attempts} attempt(s){restarts}{exit_text}")
     for label, text in show.status_lines(now):
         print(f"{label:<9} {text}")
     if record.warm_pool:

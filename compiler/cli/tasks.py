@@ -6,6 +6,7 @@ that another command, or the user, put there.
 """
 
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,9 +19,10 @@ from compiler.launch import modes, runs
 from compiler.launch.plan import PLAN_FILE, REPORT_FILE, checked_plan, with_account_defaults, write_plan
 from compiler.launch.prepare import prepare
 from compiler.launch.progress import for_people
+from compiler.launch.resume import Resume, check_reshard, keep_attempt, resumed_record
 from compiler.planner.summary import report_markdown, summary_lines
 from compiler.spec import Plan
-from compiler.spec.errors import ConfigError
+from compiler.spec.errors import ConfigError, PlatformError
 from compiler.spec.schema import Config
 from compiler.targets import records
 from compiler.targets.base import COMPLETED
@@ -59,22 +61,42 @@ def build_task(cfg: DictConfig) -> None:
 @modes.sweeps_as(modes.LAUNCH)
 def launch_task(cfg: DictConfig) -> None:
     """`build`, then translate the plan for its target and submit it; exits with the job's status."""
+    _launch(cfg, None)
+
+
+def resume_task(resuming: Resume) -> Callable[[DictConfig], None]:
+    """`launch --resume RUN`: the launch of the run's next attempt (see `compiler.launch.resume`)."""
+
+    def launch_task(cfg: DictConfig) -> None:
+        _launch(cfg, resuming)
+
+    return launch_task
+
+
+def _launch(cfg: DictConfig, resuming: Resume | None) -> None:
     from compiler.images.workflow import build_and_record
 
     run_dir = run_folder()
     with folders.results_in(run_dir) as stage:
-        plan = compile_into(with_account_defaults(to_config(cfg)), stage, run_dir)
+        config = with_account_defaults(to_config(cfg))
+        if resuming is not None:
+            check_reshard(resuming.plan, checked_plan(config))
+        plan = compile_into(config, stage, run_dir)
         built = build_and_record(plan, run_dir, cwd=Path.cwd(), stage=stage)
-        run_id = runs.run_id_for(plan, datetime.now(UTC))
+        if resuming is not None:
+            keep_attempt(resuming)
+        run_id = runs.run_id_for(plan, datetime.now(UTC)) if resuming is None else resuming.job_id
         request = runs.translate(plan, built.digest or built.reference, run_id, run_dir)
         runs.print_notes(plan, request)
     record = runs.new_record(plan, request, run_dir, request.image)
+    if resuming is not None:
+        record = resumed_record(resuming, record)
     try:
         out = for_people(sys.stdout, plan.trainer.steps)
         record = runs.execute(
             record, plan, request, out=out
-        )  # a missing role or bucket is found before anything starts
-    except ConfigError:
+        )  # a missing role or bucket is found before anything starts, a refused submit is undone
+    except (ConfigError, PlatformError):
         folders.discard(results_too=True)
         raise
     if record.status in records.OPEN_STATUSES:

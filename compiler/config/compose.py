@@ -14,6 +14,7 @@ Two rules hold for every value, whatever its key:
 
 import dataclasses
 import difflib
+import functools
 import math
 import re
 import types
@@ -23,13 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from antlr4 import CommonTokenStream, InputStream
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import OverrideType
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from hydra.grammar.gen.OverrideLexer import OverrideLexer
+from hydra.grammar.gen.OverrideParser import OverrideParser
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
-from compiler.config import pretrained, store
+from compiler.config import cache, pretrained, store
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError, UnknownNameError
 
@@ -37,6 +42,7 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 CONFIG_NAME = "config"
 
 store.register()
+cache.install()
 MAX_INT = 2**63 - 1
 GLOBAL_PACKAGE = re.compile(r"^#\s*@package\s+_global_\s*$", re.MULTILINE)
 
@@ -57,11 +63,12 @@ def to_config(cfg: DictConfig) -> schema.Config:
     try:
         if OmegaConf.select(cfg, "model.family") == "hf":
             pretrained.fill_from_checkpoint(cfg.model)
-        missing = sorted(OmegaConf.missing_keys(cfg))
-        if missing:
-            raise ConfigError(missing[0], "is missing", f"set it on the command line ({missing[0]}=...)")
-        _reject_added_keys(cfg)
-        config = OmegaConf.to_object(cfg)
+        try:
+            _reject_added_keys(cfg)
+            config = OmegaConf.to_object(cfg)
+        except MissingMandatoryValue:  # named as the first missing key, found only then (a walk of every value)
+            missing = sorted(OmegaConf.missing_keys(cfg))
+            raise ConfigError(missing[0], "is missing", f"set it on the command line ({missing[0]}=...)") from None
     except OmegaConfBaseException as exc:
         raise as_config_error(exc) from None
     _reject_unrepresentable_numbers(config)
@@ -132,7 +139,7 @@ def compose_in_context(overrides: Sequence[str]) -> schema.Config:
     """Compose inside an already initialized Hydra context (many configs, one initialization)."""
     check_overrides(overrides)
     try:
-        cfg = compose(CONFIG_NAME, overrides=list(overrides))
+        cfg = compose(CONFIG_NAME, overrides=open_maps(overrides))
     except (ConfigCompositionException, OverrideParseException, ValueError, OverflowError, yaml.YAMLError) as exc:
         raise as_config_error(exc) from None
     return to_config(cfg)
@@ -143,6 +150,35 @@ NAME_MAX = 255
 of that name, and a longer key ends in ENAMETOOLONG (an OSError) in the middle of composing."""
 
 
+MAP_VALUE = re.compile(r"=\s*\{")
+
+
+def open_maps(overrides: Sequence[str]) -> list[str]:
+    """`target.labels={team: ml}`: a map field (labels, annotations, environment, hyperparameters) takes any
+    keys, but Hydra merges a map given for it in struct mode, which refuses every key the default lacks. Such
+    an override is given to Hydra as `++` (merge, adding keys); a word that does not parse is left as it is."""
+    opened = []
+    for word in overrides:
+        try:
+            maybe = MAP_VALUE.search(word) and not word.startswith("-")  # parse only what may give a map
+            override = OverridesParser.create().parse_overrides([word])[0] if maybe else None
+        except OverrideParseException:
+            override = None
+        plain = override is not None and override.type is OverrideType.CHANGE and not override.is_sweep_override()
+        if plain and isinstance(override.value(), dict) and _is_map_field(override.key_or_group.split(".")):
+            word = f"++{word}"
+        opened.append(word)
+    return opened
+
+
+def _is_map_field(path: list[str]) -> bool:
+    return any(
+        typing.get_origin(typing.get_type_hints(cls).get(path[-1])) is dict
+        for cls in _classes_holding(path)
+        if dataclasses.is_dataclass(cls)
+    )
+
+
 def check_overrides(overrides: Sequence[str]) -> None:
     """What Hydra would not say in one line: keys too long to look up, floats given for text fields."""
     for override in overrides:
@@ -150,6 +186,32 @@ def check_overrides(overrides: Sequence[str]) -> None:
         if len(key.encode()) > NAME_MAX:
             raise ConfigError(key, f"is {len(key.encode())} bytes long, and a key is at most {NAME_MAX}", "shorten it")
     reject_numbers_for_strings(overrides)
+    for override in overrides:
+        if "{" in override:
+            _reject_duplicate_keys(override)
+
+
+def _reject_duplicate_keys(override: str) -> None:
+    """`hardware.groups={a: {...}, a: {...}}`: Hydra's parser keeps the last of two equal keys in a map and
+    drops the other without a word (a YAML file's duplicate is an error already); read from its parse tree."""
+    lexer = OverrideLexer(InputStream(override))
+    lexer.removeErrorListeners()  # Hydra reports what does not parse, in one line
+    parser = OverrideParser(CommonTokenStream(lexer))
+    parser.removeErrorListeners()
+    tree = parser.override()
+    if parser.getNumberOfSyntaxErrors():
+        return  # Hydra reports it
+    key = override.partition("=")[0].lstrip("+~")
+    nodes = [tree]
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, OverrideParser.DictContainerContext):
+            names = [pair.dictKey().getText() for pair in node.dictKeyValuePair()]
+            twice = next((name for name in names if names.count(name) > 1), None)
+            if twice is not None:
+                raise ConfigError(f"{key}.{twice}", "is given twice in one map, and Hydra would keep only the last",
+                                  "give each key once")  # fmt: skip
+        nodes += list(node.getChildren()) if hasattr(node, "getChildren") else []
 
 
 def reject_numbers_for_strings(overrides: Sequence[str]) -> None:
@@ -184,9 +246,14 @@ def reject_numbers_in_files(hydra_cfg: DictConfig, cfg: DictConfig) -> None:
             continue
         path = next((f / f"{name}.yaml" for f in folders if (f / f"{name}.yaml").is_file()), None)
         if path is not None:
-            text = path.read_text()
-            package = "" if GLOBAL_PACKAGE.search(text) else group.replace("/", ".")
-            _reject_floats_for_strings(OmegaConf.to_container(OmegaConf.create(text)), package, path)
+            _reject_numbers_in_file(path, path.read_text(), group)
+
+
+@functools.lru_cache(maxsize=512)
+def _reject_numbers_in_file(path: Path, text: str, group: str) -> None:
+    """One file's check, done once per content (every point of a sweep reads the same files)."""
+    package = "" if GLOBAL_PACKAGE.search(text) else group.replace("/", ".")
+    _reject_floats_for_strings(OmegaConf.to_container(OmegaConf.create(text)), package, path)
 
 
 def _reject_floats_for_strings(value: object, key: str, path: Path) -> None:
@@ -204,6 +271,15 @@ def _reject_floats_for_strings(value: object, key: str, path: Path) -> None:
 
 def _field_types(path: list[str]) -> set[type]:
     """The types a dotted config key may hold (several below `target`, whose schema the option picks)."""
+    types: set[type] = set()
+    for cls in _classes_holding(path):
+        hint = typing.get_type_hints(cls).get(path[-1]) if dataclasses.is_dataclass(cls) else cls
+        types.update(typing.get_args(hint) or (hint,))
+    return types
+
+
+def _classes_holding(path: list[str]) -> list[type]:
+    """The schema classes (or a map's value type) that may hold the last key of a dotted path."""
     classes: list[type] = [schema.Config]
     for name in path[:-1]:
         next_classes = []
@@ -216,11 +292,7 @@ def _field_types(path: list[str]) -> set[type]:
             elif typing.get_origin(hint) is dict:
                 next_classes.append(typing.get_args(hint)[1])
         classes = next_classes
-    types: set[type] = set()
-    for cls in classes:
-        hint = typing.get_type_hints(cls).get(path[-1]) if dataclasses.is_dataclass(cls) else cls
-        types.update(typing.get_args(hint) or (hint,))
-    return types
+    return classes
 
 
 def _subclasses(cls: type) -> list[type]:
@@ -250,10 +322,67 @@ def as_config_error(exc: BaseException) -> ConfigError:
         return ConfigError(key, "is missing", f"set it on the command line ({key}=...)")
     if isinstance(cause, OmegaConfBaseException) and cause.full_key:
         return ConfigError(cause.full_key, _first_line(cause.msg), _nearest_key(cause))
+    keyed = next((e for e in chain if isinstance(e, OmegaConfBaseException) and e.full_key), None)
+    if keyed is not None:  # raised inside a config file Hydra read (`In 'experiment/mine': ...`)
+        where = re.match(r"In '[^']+'", str(exc))
+        message = _first_line(keyed.msg)
+        return ConfigError(keyed.full_key, f"{where[0]}: {message}" if where else message, _nearest_key(keyed))
     if isinstance(exc, OverrideParseException):
         parse_error = ": ".join(str(exc).splitlines()[:2])
-        return ConfigError("overrides", parse_error, "see Hydra's override grammar (`dockyard plan --help`)")
+        if exc.override not in parse_error:  # which of the overrides, when Hydra's message does not say
+            parse_error = f"{exc.override!r}: {parse_error}"
+        return ConfigError(
+            "overrides",
+            parse_error,
+            "quote the value (key='...'), see Hydra's override grammar (`dockyard plan --help`)",
+        )
     return ConfigError("overrides", _first_line(str(exc)), "see `dockyard plan --help` for the override syntax")
+
+
+MAX_YAML_NODES = 100_000
+"""Far more values than any config holds; a file whose aliases expand past it is an alias bomb (a few lines
+that OmegaConf would expand into billions of nodes, which hangs Hydra while it composes)."""
+
+
+def reject_alias_bombs(folder: Path) -> None:
+    """Every YAML file of a config folder the user gives (`-cd`, `-cp`), counted as OmegaConf would expand it.
+    PyYAML's composer keeps an alias as a reference to its anchor's node, so the count is quick."""
+    for path in sorted(folder.rglob("*.yaml")):
+        if any(part.startswith(".") for part in path.relative_to(folder).parts):
+            continue  # not a config group (a virtual environment, git's folder)
+        group = path.parent.name if path.parent != folder else "config"
+        try:
+            root = yaml.compose(path.read_text(), Loader=yaml.SafeLoader)
+            size = 0.0 if root is None else _expanded_size(root, {})
+        except (yaml.YAMLError, OSError, UnicodeDecodeError):
+            continue  # Hydra reports a file it cannot read when it reads it
+        except RecursionError:
+            raise ConfigError(group, f"{path} nests its values too deep to read", "flatten it") from None
+        if size > MAX_YAML_NODES:
+            raise ConfigError(
+                group,
+                f"{path} expands its aliases to more than {MAX_YAML_NODES:,} values",
+                "write the values out, or use fewer aliases of aliases",
+            )
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, float]) -> float:
+    """Nodes under `node` with every alias expanded (infinite for an alias of itself)."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    sizes[id(node)] = math.inf  # seen again before it is counted: a recursive alias
+    children: list[yaml.Node] = []
+    if isinstance(node, yaml.MappingNode):
+        children = [part for pair in node.value for part in pair]
+    elif isinstance(node, yaml.SequenceNode):
+        children = node.value
+    size = 1.0
+    for child in children:
+        size += _expanded_size(child, sizes)
+        if size > MAX_YAML_NODES:
+            break
+    sizes[id(node)] = size
+    return size
 
 
 def _yaml_error(exc: yaml.YAMLError) -> ConfigError:

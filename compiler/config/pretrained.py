@@ -9,8 +9,6 @@ machine, the plan records only the id). The nodes fetch the weights themselves.
 import json
 import os
 import re
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +83,9 @@ def _read_s3(uri: str) -> str:
 
 
 def _read_hub(model_id: str) -> str:
+    import urllib.error  # only here: every command imports this module, few read the Hub
+    import urllib.request
+
     endpoint = os.environ.get("HF_ENDPOINT", HUB).rstrip("/")
     request = urllib.request.Request(f"{endpoint}/{model_id}/resolve/main/{CONFIG_FILE}")
     token = os.environ.get("HF_TOKEN")

@@ -9,9 +9,14 @@ Every instance type of the catalog is a `hardware` option under its own name and
 (`hardware=g5.12xlarge`, `hardware=ml.m5.xlarge`), so the catalog is the one list of types; a YAML file in
 `conf/hardware/` (`cpu.yaml`) comes first. `image=auto` (the default) picks the image family for the
 chosen hardware through the `image_for_hardware` group, one option per hardware name (see conf/config.yaml).
+Those ~280 options are stored as `CatalogNode`s, made into OmegaConf nodes only when Hydra loads one, so
+a command pays for the hardware it names, not for the whole catalog (~60 ms at start-up).
 """
 
-from hydra.core.config_store import ConfigStore
+from typing import Any
+
+from hydra.core.config_store import ConfigNode, ConfigStore
+from omegaconf import DictConfig, OmegaConf
 
 from compiler.core.catalog import INSTANCE_TYPES, LOCAL_CPU, SAGEMAKER_PREFIX
 from compiler.spec import schema
@@ -28,5 +33,30 @@ def register() -> None:
         names = [instance.name] if instance is LOCAL_CPU else [instance.name, SAGEMAKER_PREFIX + instance.name]
         for name in names:
             if instance is not LOCAL_CPU:  # conf/hardware/cpu.yaml sets its process count
-                store.store(group="hardware", name=name, node={"instance_type": instance.name})
-            store.store(group="image_for_hardware", name=f"auto-{name}", node={"defaults": [f"/image/{image}@_here_"]})
+                _store_lazily(store, "hardware", name, {"instance_type": instance.name})
+            _store_lazily(store, "image_for_hardware", f"auto-{name}", {"defaults": [f"/image/{image}@_here_"]})
+
+
+def _store_lazily(store: ConfigStore, group: str, name: str, content: dict[str, Any]) -> None:
+    """What `store.store(group=group, name=name, node=content)` stores, with the node made on first use."""
+    store.repo.setdefault(group, {})[f"{name}.yaml"] = CatalogNode(f"{name}.yaml", content, group)
+
+
+class CatalogNode(ConfigNode):
+    """A ConfigStore entry whose OmegaConf node is made from `content` when read (Hydra reads `node` from a
+    copy of the entry and deep-copies it, so the entry itself stays as stored)."""
+
+    def __init__(self, name: str, content: dict[str, Any], group: str) -> None:
+        self.name, self.group, self.package, self.provider = name, group, None, None
+        self.content = content
+        self._node: DictConfig | None = None
+
+    @property  # type: ignore[override]
+    def node(self) -> DictConfig:
+        if self._node is None:
+            self._node = OmegaConf.create(self.content)
+        return self._node
+
+    @node.setter
+    def node(self, value: DictConfig) -> None:
+        self._node = value

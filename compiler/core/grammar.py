@@ -3,8 +3,13 @@
 Each check matches the whole value (`re.fullmatch`; `$` would let a trailing newline through) and raises a
 `ConfigError` naming the key. Images follow the OCI distribution reference grammar, Python packages PEP 508
 (through `packaging`, pinned with `==`), apt pins Debian's version syntax.
+
+Every grammar spells its classes in ASCII (`[0-9]`, `[A-Za-z0-9_]`): Python's digit and word classes also
+match other scripts' digits and letters (a full-width '２' is a digit to them), which no Dockerfile, registry
+or request takes. A value is shown in a message with any `user:password@` in it masked.
 """
 
+import math
 import re
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -14,9 +19,10 @@ from compiler.spec.errors import ConfigError
 
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 DOMAIN = re.compile(rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]{{1,5}})?")
+MAX_PORT = 65535
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 REPOSITORY = re.compile(rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*")
-TAG = r"[\w][\w.-]{0,127}"
+TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
 IMAGE_REFERENCE = re.compile(
     rf"(?:(?P<domain>{DOMAIN.pattern})/)?(?P<repository>{REPOSITORY.pattern})(?::(?P<tag>{TAG}))?(?:@(?P<digest>{DIGEST}))?"
@@ -26,12 +32,14 @@ NAME = re.compile(_PATH_COMPONENT)
 MAX_NAME = 63
 """The run's name is a component of the image's repository, a Docker network's and container's name, and a
 SageMaker tag; the run id and the job name derive from it."""
-RELEASE = re.compile(r"\d+(?:\.\d+)+")
+RELEASE = re.compile(r"[0-9]+(?:\.[0-9]+)+")
 DEBIAN_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
-DEBIAN_VERSION = re.compile(r"(?:\d+:)?[0-9][A-Za-z0-9.+~]*(?:-[A-Za-z0-9.+~]+)*")
+DEBIAN_VERSION = re.compile(r"(?:[0-9]+:)?[0-9][A-Za-z0-9.+~]*(?:-[A-Za-z0-9.+~]+)*")
 S3_URI = re.compile(r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?P<key>/[\x21-\x7e]*)?")
 """A bucket and a key of printable ASCII characters (no spaces or control characters)."""
-ECR_REGISTRY = re.compile(r"(?P<account>\d{12})\.dkr\.ecr(-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?")
+IP_ADDRESS = re.compile(r"[0-9]+(?:\.[0-9]+){3}")
+"""S3's naming rules: a bucket name is not formatted as an IP address."""
+ECR_REGISTRY = re.compile(r"(?P<account>[0-9]{12})\.dkr\.ecr(-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?")
 """An Amazon ECR registry host: the images push there with ECR's login, and SageMaker pulls only from there."""
 
 
@@ -40,9 +48,13 @@ def check(key: str, value: str, pattern: re.Pattern, what: str, fix: str) -> Non
         raise ConfigError(key, f"{shown(value)} is not {what}", fix)
 
 
+CREDENTIALS = re.compile(r"[^\s/@:]+:[^\s/@]*@")
+"""`user:password@` before a host, as a registry or URL may carry it."""
+
+
 def shown(value: object) -> str:
-    """A value as a message shows it: quoted, escapes visible, long ones cut."""
-    text = repr(str(value))
+    """A value as a message shows it: quoted, escapes visible, long ones cut, credentials masked."""
+    text = repr(CREDENTIALS.sub("***@", str(value)))
     return text if len(text) <= 80 else f"{text[:60]}...' ({len(str(value))} characters)"
 
 
@@ -54,9 +66,13 @@ def check_name(value: str) -> None:
 
 
 def check_image_reference(key: str, value: str) -> re.Match:
+    if isinstance(value, str) and "/" in value:  # `name@sha256:...` is a digest; `user:pw@host/name` is not
+        _refuse_credentials(key, value.partition("/")[0])
     match = IMAGE_REFERENCE.fullmatch(value) if isinstance(value, str) else None
     if match is None or len(match["repository"]) + len(match["domain"] or "") > MAX_REPOSITORY:
         raise ConfigError(key, f"{shown(value)} is not an image reference", "use [registry/]repository[:tag][@digest]")
+    if match["domain"]:
+        _check_port(key, match["domain"])
     return match
 
 
@@ -67,7 +83,23 @@ def check_repository(key: str, value: str) -> None:
 
 
 def check_registry(key: str, value: str) -> None:
+    _refuse_credentials(key, value)
     check(key, value, DOMAIN, "a registry host", "use host[:port], like 123456789012.dkr.ecr.us-east-1.amazonaws.com")
+    _check_port(key, value)
+
+
+def _refuse_credentials(key: str, host: object) -> None:
+    """A password before a registry host would be stored in the plan: refused, never echoed."""
+    if isinstance(host, str) and "@" in host:
+        raise ConfigError(
+            key, "holds credentials (user:password@host)", "log in with `docker login` and give only host[:port]"
+        )
+
+
+def _check_port(key: str, host: str) -> None:
+    _, colon, port = host.rpartition(":")
+    if colon and "]" not in port and not 0 < int(port) <= MAX_PORT:
+        raise ConfigError(key, f"port {port} is not a TCP port", f"use a port from 1 to {MAX_PORT}")
 
 
 def check_release(key: str, value: str) -> None:
@@ -111,3 +143,18 @@ def check_s3_uri(key: str, uri: str | None) -> None:
     match = S3_URI.fullmatch(uri) if isinstance(uri, str) else None
     if not match or ".." in match["bucket"]:
         raise ConfigError(key, f"{shown(uri)} is not an S3 URI", "use s3://bucket/prefix with a lower-case bucket name")
+    if IP_ADDRESS.fullmatch(match["bucket"]):
+        raise ConfigError(key, f"bucket {match['bucket']} is an IP address, which S3 refuses", "use the bucket's name")
+
+
+INT64_MAX = 2**63 - 1
+
+
+def check_hours(key: str, hours: float) -> None:
+    """`hours` in seconds fit the 64-bit integer every platform keeps a time limit in (1e306 hours is a finite
+    float whose seconds are not)."""
+    seconds = hours * 3600
+    if not math.isfinite(seconds) or seconds > INT64_MAX:
+        raise ConfigError(
+            key, f"{hours:.7g} hours is past any time limit a job takes (2^63-1 s)", "ask for fewer hours"
+        )

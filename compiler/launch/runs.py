@@ -14,7 +14,8 @@ from typing import IO
 from compiler.launch.plot import LOSS_PLOT, plot_losses
 from compiler.planner.summary import predicted_seconds
 from compiler.spec import Plan
-from compiler.spec.contract import METRICS_FILE
+from compiler.spec.contract import METRICS_FILE, RESTARTS_FILE
+from compiler.spec.errors import ConfigError, PlatformError
 from compiler.targets import records, registry
 from compiler.targets.base import FINAL_STATUSES, PENDING, RUNNING, STOPPED, JobState, Request
 from compiler.targets.records import RunRecord
@@ -68,8 +69,8 @@ def execute(
     """Submit the job and, unless `wait` is false for a target that runs jobs itself, follow it to its end.
 
     Ctrl-C (or `interrupted`) stops an attached job (local containers) and detaches from any other, whose
-    record stays open for `dockyard status`. A ConfigError from submitting (a missing role or bucket) is
-    raised before anything starts.
+    record stays open for `dockyard status`, as does an error while following (the job runs on). A
+    ConfigError or PlatformError from submitting (a missing role or bucket, a refusal) leaves nothing started.
     """
     target = registry.get(record.target)
     handle = target.submit(request, plan.to_json(), out=out)
@@ -88,11 +89,17 @@ def execute(
             raise
         print(f"detached from {request.run_id}", file=out)
         return record
+    except (ConfigError, PlatformError) as error:  # the job runs on: keep its record, say why we let go
+        if target.attached:
+            raise
+        print(f"detached from {request.run_id}: {error.one_line()}", file=out)
+        return record
     if state is None:  # detached; the job goes on
         return record
     plot_run(Path(record.run_dir), record.run_id)
     return records.update(
         record,
+        restarts=restarts_in(Path(record.run_dir)),
         status=state.status,
         detail=state.detail,
         exit_status=state.exit_status,
@@ -132,6 +139,13 @@ def stop(record: RunRecord) -> RunRecord:
 METRICS_GLOBS = (f"nodes/*/output/data/{METRICS_FILE}", f"output/data/{METRICS_FILE}")
 """The trainer's metrics (one JSON object per logged step, written by the first rank) where the nodes'
 outputs land in the run folder: one folder per node (the local target) or one the nodes share (Slurm)."""
+
+
+def restarts_in(run_dir: Path) -> int:
+    """The in-job restarts the trainer recorded where the nodes' outputs land in the run folder (0 where the
+    output stays on the job's platform)."""
+    found = {path for pattern in METRICS_GLOBS for path in run_dir.glob(pattern.replace(METRICS_FILE, RESTARTS_FILE))}
+    return sum(len(path.read_text().splitlines()) for path in found)
 
 
 def metrics_file(run_dir: Path) -> Path | None:

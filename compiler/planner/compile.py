@@ -35,7 +35,14 @@ def scaled_lr(trainer: schema.TrainerConfig, global_batch: int) -> float:
             "set it to the global batch, in sequences, that trainer.lr was tuned at",
         )
     ratio = global_batch / trainer.base_batch
-    return trainer.lr * (ratio if trainer.lr_scaling is schema.LrScaling.linear else math.sqrt(ratio))
+    lr = trainer.lr * (ratio if trainer.lr_scaling is schema.LrScaling.linear else math.sqrt(ratio))
+    if not math.isfinite(lr):
+        raise ConfigError(
+            "trainer.lr",
+            f"{trainer.lr:g} scaled ({trainer.lr_scaling.value}) to the global batch {global_batch} is not finite",
+            "give a smaller trainer.lr",
+        )
+    return lr
 
 
 def compile_plan(config: schema.Config, targets: TargetCapabilities, target_check: Callable[[Plan], list[str]]) -> Plan:
@@ -62,6 +69,7 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
             config, parallelism=dataclasses.replace(config.parallelism, mixed_precision=precision)
         )
     batch = resolve_batch(config.parallelism, config.model.seq_len, layout)
+    _check_batch_fits(batch)
     for check in rules.CROSS_FIELD_CHECKS:
         warnings += check(config, instance, layout, targets)
     config = dataclasses.replace(config, parallelism=_resolved(config.parallelism, layout, batch))
@@ -70,7 +78,9 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
         stages = estimate.stage_memory(config.model, config.parallelism, layout, batch.micro_batch)
         memory = max(stages, key=lambda m: m.total)
         warnings += fit.check_fits(config, instance, memory)
-        host = estimate.host_memory(config.model, config.parallelism, layout, batch.micro_batch)
+        host = estimate.host_memory(
+            config.model, config.parallelism, layout, batch.micro_batch, config.trainer.checkpoint_async
+        )
         host = fit.host_memory_per_node(host, layout)
         warnings += fit.check_host_fits(config, instance, host)
         speed = estimate.throughput(config.model, config.parallelism, instance, layout, batch)
@@ -106,6 +116,16 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
     )
     warnings += target_check(plan)
     return dataclasses.replace(plan, warnings=tuple(warnings))
+
+
+def _check_batch_fits(batch: Batch) -> None:
+    """The plan's counts are 64-bit integers for every reader of plan.json (a resolved global batch of
+    2^62 nodes' micro batches is not)."""
+    for key, value in (("parallelism.global_batch", batch.global_batch), ("model.seq_len", batch.tokens_per_step)):
+        if value > grammar.INT64_MAX:
+            raise ConfigError(
+                key, f"makes {value:.3g} per step, past the 64 bits a plan holds", "use fewer nodes or a smaller batch"
+            )
 
 
 def _resolved(par: schema.ParallelismConfig, layout: Layout, batch: Batch) -> schema.ParallelismConfig:

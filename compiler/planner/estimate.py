@@ -229,19 +229,34 @@ def resident_layers(par: schema.ParallelismConfig, share: Share) -> int:
     return share.layers
 
 
-def host_memory(model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout, micro_batch: int) -> dict:
+CHECKPOINT_BYTES_PER_PARAMETER = 12
+"""What a checkpoint holds per parameter: the fp32 weight and AdamW's two fp32 moments."""
+
+
+def host_memory(
+    model: schema.ModelConfig,
+    par: schema.ParallelismConfig,
+    layout: Layout,
+    micro_batch: int,
+    checkpoint_async: bool = False,
+) -> dict:
     """Bytes of one GPU's process that offload keeps in (pinned) host memory, by what they are: every
     layer's saved activations under activation offload (all of them are there when the backward starts),
-    and the model states `parallelism.offload` moves."""
+    the model states `parallelism.offload` moves, and with `trainer.checkpoint_async` the copy of this
+    rank's checkpoint (fp32 weights and AdamW's two moments) that is written while training goes on."""
     activation = activation_bytes_per_token(model, par, layout.tp)["layer"]
     kept = state_bytes_per_parameter(par, layout.shard_degree)
     on_gpu = state_bytes_per_parameter(dataclasses.replace(par, offload=schema.Offload.none), layout.shard_degree)
     moved = sum(on_gpu) - sum(kept)
     host = {"activations": 0, "model states": 0, "checkpoint load": checkpoint_load_bytes(model)}
+    staged = CHECKPOINT_BYTES_PER_PARAMETER / layout.shard_degree if checkpoint_async else 0
+    host["checkpoint staging"] = 0
     for share in pipeline_shares(model, par, layout):
         offloaded = share.layers * activation * micro_batch * model.seq_len if par.activation_offload else 0
+        held = parameters_per_gpu(model, layout.tp, share)
         host["activations"] = max(host["activations"], round(offloaded * share.in_flight))
-        host["model states"] = max(host["model states"], round(moved * parameters_per_gpu(model, layout.tp, share)))
+        host["model states"] = max(host["model states"], round(moved * held))
+        host["checkpoint staging"] = max(host["checkpoint staging"], round(staged * held))
     return host
 
 

@@ -11,6 +11,9 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from compiler.core import grammar
 from compiler.core.catalog import InstanceType
 from compiler.spec import schema
@@ -21,7 +24,8 @@ if TYPE_CHECKING:
     from compiler.planner.layout import Layout
 
 CUDA_BASE_TAG = re.compile(
-    r"cuda:(?P<major>\d+)\.(?P<minor>\d+)(\.\d+)?-(cudnn\d*-)?(?P<flavour>base|runtime|devel)(-ubuntu(?P<ubuntu>[\d.]+))?"
+    r"cuda:(?P<major>\d+)\.(?P<minor>\d+)(\.\d+)?-(cudnn\d*-)?(?P<flavour>base|runtime|devel)(-ubuntu(?P<ubuntu>[\d.]+))?",
+    re.ASCII,
 )
 CUDA_STACK = ("cuda", "efa_installer", "aws_ofi_nccl", "nccl", "gdrcopy")
 IMAGE_PINS = {
@@ -52,6 +56,7 @@ def check_image(
         grammar.check_registry("image.registry", image.registry)
     for requirement in image.python_packages:
         grammar.check_pinned_requirement("image.python_packages", requirement)
+    _check_one_pin_each(image)
     for package in image.system_packages:
         grammar.check_debian_pin("image.system_packages", package)
     _check_image_versions(image)
@@ -78,6 +83,32 @@ def _check_image_versions(image: schema.ImageConfig) -> None:
         if value is not None:
             check = grammar.check_debian_version if name == "nccl" else grammar.check_release
             check(f"image.{name}", value)
+
+
+def _check_one_pin_each(image: schema.ImageConfig) -> None:
+    """A package pinned twice (`numpy==1.0` and `numpy==2.0`), or in python_packages and by its own field
+    (`torch==2.0.0` beside image.torch), would leave pip to pick one or fail the build: each is pinned once.
+    A field the family leaves unset (deepspeed on the DLC image) does not pin its package."""
+    fields = ("torch", "deepspeed", "boto3", *HUGGING_FACE_PACKAGES, *schema.DOCUMENT_PACKAGES,
+              *schema.TRACKER_PINS.values())  # fmt: skip
+    pinned_by_field = {canonicalize_name(name): name for name in fields if getattr(image, name) is not None}
+    seen: dict[str, str] = {}
+    for line in image.python_packages:
+        name = canonicalize_name(Requirement(line).name)
+        if name in pinned_by_field:
+            field = pinned_by_field[name]
+            raise ConfigError(
+                "image.python_packages",
+                f"{grammar.shown(line)} pins {name}, which image.{field} pins",
+                f"set image.{field} instead and remove it from python_packages",
+            )
+        if name in seen:
+            raise ConfigError(
+                "image.python_packages",
+                f"pins {name} twice ({grammar.shown(seen[name])} and {grammar.shown(line)})",
+                "keep one pin per package",
+            )
+        seen[name] = line
 
 
 def _check_cuda_base(image: schema.ImageConfig) -> None:

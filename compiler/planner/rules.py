@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -32,12 +33,33 @@ if TYPE_CHECKING:
 
 CHANNEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.\-_]{0,63}")
 """SageMaker's channel names, less '.' and '..', which would escape /opt/ml/input/data."""
-FILE_SYSTEM_ID = re.compile(r"fs-[0-9a-f]{8,40}")
+FILE_SYSTEM_ID = re.compile(r"fs-(?:[0-9a-f]{8}|[0-9a-f]{17})")
+"""FSx and EFS ids: `fs-` and 8 hexadecimal digits (older file systems) or 17 (AWS's long resource ids)."""
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-SECRET_NAME = re.compile(r"(SECRET|PASSWORD|TOKEN|API_KEY|ACCESS_KEY|CREDENTIAL)", re.IGNORECASE)
+SECRET_NAME = re.compile(
+    r"SECRET|PASSW(?:O?R)?D|PASSPHRASE|TOKEN(?![A-Z])|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL", re.IGNORECASE
+)
+"""A name that says its value is a secret (`OPENAI_APIKEY`, `DB_PASSWD`, `HF_TOKEN`; not `TOKENIZERS_...`)."""
+RESERVED_PREFIXES = ("DOCKYARD_", "SM_", "SLURM_")
+"""Variables the requests and the platforms set for the entrypoint (the plan, the hosts, the job's id): on
+Slurm a user's export would win, and the containers would read another plan or requeue another job."""
+USER_SWITCHES = frozenset(("DOCKYARD_DEBUG", "DOCKYARD_VERBOSE", "DOCKYARD_STOP_AT_STEP"))
+"""The entrypoint's own switches, which only the user sets (README: `DOCKYARD_VERBOSE=1`)."""
+RESERVED_NAMES = frozenset(
+    ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK")
+)
+"""torchrun's rendezvous, which the entrypoint sets for every process."""
+MAX_ARG_STRLEN = 128 * 1024
+"""Linux's limit on one `NAME=value` string of a process's environment (with its NUL): a longer one fails
+the container's exec with E2BIG."""
+INT32_MAX = 2**31 - 1
+"""Counts the platforms store as 32-bit integers: SageMaker's InstanceCount, Kubernetes' backoffLimit and
+JobSet's maxRestarts, Slurm's node counts and requeues."""
+CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+"""Control characters but the tab: a NUL ends a C string early, CR and LF split a script's line."""
 ABSOLUTE_PATH = re.compile(r"/[\x21-\x7e]*")
 """An absolute path of printable ASCII characters: no spaces, newlines or other control characters."""
-RELATIVE_PATH = re.compile(r"[\w.+@=,-][\w./+@=,-]*")
+RELATIVE_PATH = re.compile(r"[A-Za-z0-9_.+@=,-][A-Za-z0-9_./+@=,-]*")
 UINT16_VOCAB = 2**16
 
 
@@ -45,6 +67,10 @@ def check_hardware(config: schema.Config, instance: InstanceType, targets: Targe
     hardware = config.hardware
     if hardware.nodes < 1:
         raise ConfigError("hardware.nodes", f"must be at least 1 (got {hardware.nodes})")
+    if hardware.nodes > INT32_MAX:
+        raise ConfigError(
+            "hardware.nodes", f"{hardware.nodes} is past what any target counts (2^31-1)", "use fewer nodes"
+        )
     if hardware.price_per_hour is not None and hardware.price_per_hour < 0:
         raise ConfigError("hardware.price_per_hour", "cannot be negative", "remove it to use the catalog's price")
     if instance.has_gpus and 0 < hardware.processes_per_node < instance.gpus:
@@ -119,6 +145,16 @@ def check_strategy(
             )
     if par.activation_offload:
         yield from _check_activation_offload(par, instance, layout)
+    elif par.activation_offload_horizon < 0:  # checked whether or not it is used, so no mistake waits
+        raise ConfigError(
+            "parallelism.activation_offload_horizon",
+            f"{par.activation_offload_horizon} blocks is negative",
+            "use 0 or more",
+        )
+    if par.pp_microbatches < 1 and par.pp_microbatches != -1:
+        raise ConfigError(
+            "parallelism.pp_microbatches", f"must be at least 1, or -1 for the default (got {par.pp_microbatches})"
+        )
     if par.mixed_precision is schema.Precision.fp16 and not instance.has_gpus:
         raise ConfigError(
             "parallelism.mixed_precision", "fp16 with loss scaling needs a GPU", "use bf16 or fp32 on hardware=cpu"
@@ -231,22 +267,58 @@ def check_target(
     target = config.target
     if target.max_retries < 0:
         raise ConfigError("target.max_retries", f"cannot be negative (got {target.max_retries})")
+    if target.max_retries > INT32_MAX:
+        raise ConfigError("target.max_retries", f"{target.max_retries} is past what any target stores (2^31-1)")
     if target.max_run_hours <= 0:
         raise ConfigError("target.max_run_hours", "must be positive")
-    for name in target.environment:
-        if not ENV_NAME.fullmatch(name):
-            raise ConfigError(
-                f"target.environment.{name}",
-                "is not an environment variable name",
-                "use letters, digits and _, not starting with a digit",
-            )
-        if SECRET_NAME.search(name):
-            raise ConfigError(
-                f"target.environment.{name}",
-                "looks like a secret, and plans are stored and shared",
-                "pass secrets through the target's own mechanism (an IAM role, a Kubernetes secret)",
-            )
+    grammar.check_hours("target.max_run_hours", target.max_run_hours)
+    for name, value in target.environment.items():
+        _check_environment(name, value)
     yield from ()
+
+
+def _check_environment(name: str, value: str) -> None:
+    key = f"target.environment.{name}"
+    if not ENV_NAME.fullmatch(name):
+        raise ConfigError(
+            key, "is not an environment variable name", "use letters, digits and _, not starting with a digit"
+        )
+    if SECRET_NAME.search(name):
+        raise ConfigError(
+            key,
+            "looks like a secret, and plans are stored and shared",
+            "pass secrets through the target's own mechanism (an IAM role, a Kubernetes secret)",
+        )
+    if (name.startswith(RESERVED_PREFIXES) and name not in USER_SWITCHES) or name in RESERVED_NAMES:
+        raise ConfigError(key, "is set by dockyard or the platform for the entrypoint", "use another name")
+    if CONTROL.search(str(value)):
+        raise ConfigError(key, f"{grammar.shown(value)} holds control characters", "give a value on one line")
+    if len(f"{name}={value}".encode()) + 1 > MAX_ARG_STRLEN:
+        raise ConfigError(
+            key, f"is longer than Linux's {MAX_ARG_STRLEN // 1024} KiB for one variable", "pass it in a file"
+        )
+
+
+def check_recovery(config: schema.Config) -> Iterator[str]:
+    """In-job restarts, the checkpoint clock and background checkpoints."""
+    trainer = config.trainer
+    for name in ("restarts", "checkpoint_minutes"):
+        if getattr(trainer, name) < 0:
+            raise ConfigError(f"trainer.{name}", "cannot be negative")
+    if trainer.checkpoint_minutes and trainer.checkpoint_interval:
+        raise ConfigError(
+            "trainer.checkpoint_minutes",
+            f"is set with trainer.checkpoint_interval={trainer.checkpoint_interval}: two clocks for one checkpoint",
+            "set one of them to 0",
+        )
+    if trainer.checkpoint_async and facts(config.parallelism.strategy).engine == DEEPSPEED_ENGINE:
+        raise ConfigError(
+            "trainer.checkpoint_async",
+            f"is not supported with DeepSpeed ZeRO ({config.parallelism.strategy.value}), which saves its own way",
+            "set trainer.checkpoint_async=false or use parallelism=fsdp",
+        )
+    if trainer.restarts and not (trainer.checkpoint_interval or trainer.checkpoint_minutes):
+        yield f"trainer.restarts={trainer.restarts} without checkpoints: every restart starts again from step 0"
 
 
 def check_trainer(
@@ -257,6 +329,8 @@ def check_trainer(
         raise ConfigError("trainer.steps", f"must be at least 1 (got {trainer.steps})")
     if trainer.lr <= 0:
         raise ConfigError("trainer.lr", f"must be positive (got {trainer.lr})")
+    if trainer.base_batch is not None and trainer.base_batch < 1:  # whether or not lr_scaling reads it
+        raise ConfigError("trainer.base_batch", f"must be at least 1 (got {trainer.base_batch})")
     if not 0 <= trainer.min_lr_ratio <= 1:
         raise ConfigError("trainer.min_lr_ratio", "must be between 0 and 1")
     if not 0 <= trainer.warmup_steps < trainer.steps:
@@ -276,6 +350,13 @@ def check_trainer(
                     "use trainer=script trainer.source_dir=PATH trainer.script=FILE",
                 )
         _check_script_path(trainer.script)
+        for name in trainer.hyperparameters:
+            if SECRET_NAME.search(str(name)):
+                raise ConfigError(
+                    f"trainer.hyperparameters.{name}",
+                    "looks like a secret, and hyperparameters are stored in the plan and shown in the job's console",
+                    "pass secrets through the target's own mechanism (an IAM role, a secret store)",
+                )
     else:
         for name in ("source_dir", "script", "hyperparameters"):
             if getattr(trainer, name):
@@ -284,6 +365,7 @@ def check_trainer(
             raise ConfigError("trainer.launcher", "is only used with a user script", "use trainer=script")
     if trainer.checkpoint_interval > trainer.steps:
         yield f"trainer.checkpoint_interval={trainer.checkpoint_interval} is past the last step: no checkpoint"
+    yield from check_recovery(config)
     if trainer.compile_mode not in schema.COMPILE_MODES:
         raise ConfigError(
             "trainer.compile_mode",
@@ -330,6 +412,7 @@ def _check_script_path(script: str) -> None:
 
 
 GROUP_NAME = re.compile(r"[a-zA-Z0-9](-?[a-zA-Z0-9]){0,62}")
+MAX_GROUP_NAME = 64
 """A group's name: also a SageMaker InstanceGroupName (1 to 64 characters) and safe in host names."""
 
 
@@ -350,21 +433,34 @@ def check_groups(
         )
     names = [hardware.train_group, *hardware.groups]
     for name in names:
-        if not GROUP_NAME.fullmatch(name):
+        if not GROUP_NAME.fullmatch(name) or len(name) > MAX_GROUP_NAME:
             raise ConfigError("hardware.groups", f"group name {name!r} is not 1-64 letters, digits and single dashes")
     if hardware.train_group in hardware.groups:
         raise ConfigError(f"hardware.groups.{hardware.train_group}", "is the training group's name (train_group)",
                           "give the other group another name")  # fmt: skip
     for name, group in hardware.groups.items():
         catalog.instance_type(group.instance_type, key=f"hardware.groups.{name}.instance_type")
-        if group.count < 1:
-            raise ConfigError(f"hardware.groups.{name}.count", f"must be at least 1 (got {group.count})")
+        if not 1 <= group.count <= INT32_MAX:
+            raise ConfigError(f"hardware.groups.{name}.count", f"must be from 1 to 2^31-1 (got {group.count})")
         if not commands.get(name, "").strip():
             raise ConfigError(f"trainer.group_commands.{name}", "is missing: the group has nothing to run",
                               f"set trainer.group_commands.{name}='python prepare.py ...'")  # fmt: skip
+        _check_command(f"trainer.group_commands.{name}", commands[name])
     for name in [*commands.keys() - hardware.groups.keys(), *set(config.data.groups) - set(names)]:
         raise ConfigError("hardware.groups", f"has no group {name!r}", f"add it, or use one of {', '.join(names)}")
     yield from ()  # no warnings: every mistake here is an error
+
+
+def _check_command(key: str, command: str) -> None:
+    """A group's command is split into words on the node as a shell would: it must split here too."""
+    if CONTROL.search(command):
+        raise ConfigError(key, f"{grammar.shown(command)} holds control characters", "give the command on one line")
+    try:
+        shlex.split(command)
+    except ValueError as error:
+        raise ConfigError(
+            key, f"{grammar.shown(command)} does not split into words: {error}", "balance its quotes"
+        ) from None
 
 
 def check_pretrained(

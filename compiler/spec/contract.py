@@ -27,6 +27,10 @@ OUTPUT_DATA_DIR = f"{CONTAINER_ROOT}/output/data"
 """The job's output folder, where the trainer's metrics and trackers write (SageMaker uploads it at the end)."""
 METRICS_FILE = "metrics.jsonl"
 """The trainer's metrics file in the job's output folder (`output/data/`), which the run reader charts."""
+CHECKPOINT_MARKER = "dockyard.json"
+"""The file a checkpoint folder (`checkpoints/step-NNNNNNNN`) holds once it is complete: written last."""
+RESTARTS_FILE = "restarts.jsonl"
+"""One JSON line per in-job restart (`trainer.restarts`) in the job's output folder: the run's record counts them."""
 TRACKERS = ("jsonl", "tensorboard", "mlflow", "wandb")
 """The names `trainer.trackers` may list: the trainer's `entrypoint.trainer.metrics.SINKS` (tested equal),
 here so that the planner checks them without importing the runtime."""

@@ -21,8 +21,20 @@ class ConfigError(Exception):
         """The error in one line: control characters a value brought into the message (a newline in an
         override) are shown escaped, so they can neither break the line nor forge another."""
         text = f"{self.key}: {self.message}"
-        text = f"{text}; {self.fix}" if self.fix else text
-        return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+        return printable(f"{text}; {self.fix}" if self.fix else text)
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters shown escaped, so it stays one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+class PlatformError(Exception):
+    """A platform's refusal or failure that no config key fixes (a server error, a deletion that did not
+    finish in time): printed in one line with exit status 1, no traceback."""
+
+    def one_line(self) -> str:
+        return printable(str(self))
 
 
 class UnknownNameError(ConfigError):

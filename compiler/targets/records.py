@@ -55,6 +55,11 @@ class RunRecord:
     training_s: float | None = None
     billable_s: float | None = None
     """The platform's billed seconds (`JobState.billing`); the cost is reckoned from them when known."""
+    restarts: int = 0
+    """In-job restarts (`trainer.restarts`): torchrun restarted the workers this many times."""
+    resumed: int = 0
+    """`dockyard launch --resume` continued this run this many times (the latest attempt's job is
+    `<run_id>-resume<resumed>`)."""
 
     @property
     def spot_saving(self) -> float | None:

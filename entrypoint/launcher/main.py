@@ -110,6 +110,7 @@ def prepare(
     debug = environ.get("DOCKYARD_DEBUG") == "1"
     rows = comm_env(node, detected, backend.name, environ, interface.name, debug=debug)
     rows += trainer_env(backend.name, root, timeout, environ, account)
+    rows += restart_env(plan.trainer.restarts, environ)
     machine = machine or toolkit.Machine(cpus=0, gpus=detected.gpus)
     rows += toolkit.toolkit_env(job, node, paths, script, arguments, machine, environ)
     command = launch_command(plan, node, paths, plan_path, arguments) if trains else group_command(plan, group)
@@ -135,6 +136,17 @@ def trainer_env(
     return rows
 
 
+FRESH_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
+def restart_env(restarts: int, environ: Mapping[str, str]) -> list[EnvRow]:
+    """With in-job restarts, every attempt's workers meet in a store of their own: the agents' shared one
+    keeps the failed attempt's keys, and the next attempt's ranks would connect to dead addresses."""
+    if not restarts or FRESH_STORE in environ:
+        return []
+    return [EnvRow(FRESH_STORE, "1", "each in-job restart's workers meet in a fresh store (trainer.restarts)", True)]
+
+
 def group_command(plan: Plan, group: str) -> tuple[str, ...]:
     """What a group that does not train runs (`trainer.group_commands.<group>`), split like a shell line and
     started without a shell, once per node of the group."""
@@ -156,14 +168,38 @@ def launch_command(plan: Plan, node: Node, paths: Paths, plan_path: Path, argume
         "torch.distributed.run",
         f"--nnodes={node.nnodes}",
         f"--nproc-per-node={plan.layout.processes_per_node}",
-        f"--node-rank={node.node_rank}",
-        f"--master-addr={node.master_addr}",
-        f"--master-port={node.master_port}",
-        "--max-restarts=0",
+        *rendezvous_arguments(node, trainer.restarts),
     )
     if trainer.entry is Entry.builtin:
         return (*launcher, "-m", "entrypoint.trainer", f"--plan={plan_path}")
     return (*launcher, str(paths.code / trainer.script), *arguments)
+
+
+RENDEZVOUS_ID = "dockyard"
+"""The c10d rendezvous' run id: one job per rendezvous endpoint, so any fixed name will do."""
+
+
+def rendezvous_arguments(node: Node, restarts: int) -> tuple[str, ...]:
+    """How torchrun's agents meet. Without restarts, the static rendezvous: ranks follow the node order.
+    With `trainer.restarts`, torchrun's c10d rendezvous, the one that meets again: the static one keeps one
+    store for every attempt, whose keys from the failed attempt mislead the next, and an agent whose workers
+    are healthy never learns that another node restarts. Under c10d an agent whose worker dies opens a new
+    round, the other nodes' agents see it waiting and restart their workers too, and every attempt gets a
+    fresh store. Node 0 hosts the rendezvous at the master's address; c10d orders the nodes by host name."""
+    if not restarts:
+        return (
+            f"--node-rank={node.node_rank}",
+            f"--master-addr={node.master_addr}",
+            f"--master-port={node.master_port}",
+            "--max-restarts=0",
+        )
+    return (
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={node.master_addr}:{node.master_port}",
+        f"--rdzv-id={RENDEZVOUS_ID}",
+        f"--rdzv-conf=is_host={str(node.node_rank == 0).lower()}",
+        f"--max-restarts={restarts}",
+    )
 
 
 def script_arguments(hyperparameters: Mapping[str, object]) -> list[str]:
@@ -229,14 +265,35 @@ def run(launch: Launch, env: dict[str, str]) -> int:
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for name in ("SIGTERM", "SIGINT"):
         signal.signal(getattr(signal, name), lambda number, _: process.send_signal(number))
+    failures = 0
     for line in process.stdout:
         sys.stdout.write(line)
         sys.stdout.flush()
         tail.append(line.rstrip("\n"))
+        if match := WORKER_FAILED.search(line):
+            failures += 1
+            if failures <= launch.plan.trainer.restarts:
+                print(restart_line(launch, failures, match, list(tail)), file=sys.stderr, flush=True)
     status = process.wait()
     if status != 0:
         write_failure(launch, failure_reason(status, list(tail)), f"torchrun exit status {status}", list(tail))
     return status
+
+
+WORKER_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+"""What torchrun's agent logs when one of its workers has failed, before it restarts them or gives up."""
+
+
+def restart_line(launch: Launch, count: int, failed: re.Match, tail: list[str]) -> str:
+    """The cause of an in-job restart, as the node whose worker died sees it."""
+    code, local_rank = int(failed[1]), failed[2]
+    cause = f"killed by {signal.Signals(-code).name}" if code < 0 else failure_reason(code, tail[:-1])
+    node = launch.node
+    return (
+        f"dockyard-entrypoint: restart {count} of {launch.plan.trainer.restarts}: local rank {local_rank} on node "
+        f"{node.node_rank} ({node.current_host}) failed: {cause}; torchrun restarts the workers, which resume "
+        "from the newest checkpoint"
+    )
 
 
 FAILURE_PATTERNS = (

@@ -25,7 +25,7 @@ from compiler.spec.schema import Compile, DataFormat, DataSource, TrainerConfig
 from compiler.spec.tokenizer import TokenizerFacts
 from entrypoint.launcher.cluster import Paths
 from entrypoint.launcher.main import DEFAULT_TIMEOUT_S
-from entrypoint.trainer import checkpoint, text_data
+from entrypoint.trainer import checkpoint, restarts, text_data
 from entrypoint.trainer.compiled import use_warm_cache
 from entrypoint.trainer.data import Batches, data_folder, make_source
 from entrypoint.trainer.engines import Engine, make_engine
@@ -199,10 +199,17 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         start, folder = done[-1]
         engine.load(folder)
     sinks = open_sinks(plan.trainer.trackers, tracked_run(plan, paths)) if rank == 0 else []
+    restarted = restarts.attempt(device) if plan.trainer.restarts else 0
     if rank == 0:
         backend = dist.get_backend()
         print("\n".join([*derived_lines(plan, backend, start), *data.lines]), flush=True)
+        if restarted:
+            line = restarts.record_restart(paths.checkpoints, paths.output, restarted, start, plan.trainer.restarts)
+            print(line, flush=True)
     trainer, accum = plan.trainer, plan.batch.grad_accum
+    saver = checkpoint.Checkpoints(
+        engine, paths.checkpoints, trainer, leader, {"plan": plan.content_hash}, plan.instance.has_gpus
+    )
     started = last_time = time.perf_counter()
     last_step = start
     for step in range(start, trainer.steps):
@@ -222,15 +229,21 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
                 for sink in sinks:
                     sink.write(record | held_out | {"elapsed_s": round(now - started, 3)})
             last_time, last_step = time.perf_counter(), done_steps  # a step's time leaves validation out
-        interval, stopped = trainer.checkpoint_interval, stop.agreed(device)
-        if done_steps < trainer.steps and (stopped or (interval and done_steps % interval == 0)):
-            checkpoint.save(engine, paths.checkpoints, done_steps, leader, {"plan": plan.content_hash})
+        if rank == 0 and trainer.restarts:
+            restarts.note_reached(paths.checkpoints, done_steps)
+        saver.poll()
+        stopped = stop.agreed(device)
+        if done_steps < trainer.steps and (stopped or saver.due(done_steps)):
+            saver.save(done_steps)
         if stopped:
+            saver.close()
             raise JobStoppedError(f"stopped by SIGTERM after step {done_steps}; its checkpoint is saved")
         if stop_at is not None and done_steps >= stop_at:
             break
     else:
+        saver.close()
         save_final_model(engine, plan, paths, data.tokenizer)
+    saver.close()
     for sink in sinks:
         sink.close()
     dist.barrier()

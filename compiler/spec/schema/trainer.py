@@ -107,6 +107,15 @@ class TrainerConfig:
     """Clip the global gradient norm to this value; 0 turns clipping off."""
     checkpoint_interval: int = 0
     """Steps between checkpoints; 0 keeps only the final model."""
+    checkpoint_minutes: float = 0
+    """Minutes between checkpoints, instead of `checkpoint_interval` (rank 0's clock decides, for every rank);
+    0 leaves it to `checkpoint_interval`."""
+    checkpoint_async: bool = False
+    """Write checkpoints in the background (torch.distributed.checkpoint's async save): the state is copied
+    to host memory, training goes on, and the checkpoint counts once its write has finished."""
+    restarts: int = 0
+    """Times torchrun restarts the workers on the same nodes when a rank dies, each resuming from the newest
+    checkpoint, before the job fails (and the target's retry takes over)."""
     log_interval: int = 10
     """Steps between metrics lines."""
     eval_interval: int = 0

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 import jsonschema
 import kubernetes_validate
 
-from compiler.spec import Plan, TargetConfig
+from compiler.spec import KubernetesTargetConfig, Plan, TargetConfig
 from compiler.spec.errors import ConfigError
 from compiler.targets.secrets import check_secret_names
 
@@ -51,6 +51,12 @@ def check_names(plan: Plan, run_id: str, hostnames: tuple[str, ...]) -> None:
             f"pod host name '{longest}' is longer than {MAX_LABEL} characters",
             f"shorten name by {len(longest) - MAX_LABEL} characters",
         )
+    check_config_names(target, plan.data.claim)
+
+
+def check_config_names(target: KubernetesTargetConfig, data_claim: str | None) -> None:
+    """The names the config gives (namespace, accounts, claims, labels, annotations), which need no run id:
+    checked when planning, and again with the run's names in `check_names`."""
     label = f"a DNS-1123 label (at most {MAX_LABEL} lower-case letters, digits, '-')"
     _check(DNS_LABEL, "target.namespace", target.namespace, label, limit=MAX_LABEL)
     subdomain = f"a DNS-1123 subdomain (at most {MAX_SUBDOMAIN} lower-case letters, digits, '-' and '.')"
@@ -61,8 +67,8 @@ def check_names(plan: Plan, run_id: str, hostnames: tuple[str, ...]) -> None:
         secret, _, key = reference.partition("/")
         _check(DNS_SUBDOMAIN, f"target.secrets.{name}", secret, f"a Secret's name ({subdomain}), then /key")
         _check(SECRET_KEY, f"target.secrets.{name}", key or name, "a Secret's key (letters, digits, '-', '_', '.')")
-    if plan.data.claim is not None:
-        _check(DNS_SUBDOMAIN, "data.claim", plan.data.claim, subdomain)
+    if data_claim is not None:
+        _check(DNS_SUBDOMAIN, "data.claim", data_claim, subdomain)
     for index, secret in enumerate(target.image_pull_secrets):
         _check(DNS_SUBDOMAIN, f"target.image_pull_secrets[{index}]", secret, subdomain)
     if target.queue is not None:
@@ -84,8 +90,8 @@ def _check(grammar: re.Pattern, key: str, value: str, what: str, limit: int = MA
 def _check_keys(key: str, names: Iterable[str]) -> None:
     """Qualified names: an optional DNS subdomain prefix and '/', then a name of at most 63 characters."""
     for name in names:
-        prefix, _, base = name.rpartition("/")
-        bad_prefix = prefix and (not DNS_SUBDOMAIN.fullmatch(prefix) or len(prefix) > MAX_SUBDOMAIN)
+        prefix, slash, base = name.rpartition("/")
+        bad_prefix = slash and (not DNS_SUBDOMAIN.fullmatch(prefix) or len(prefix) > MAX_SUBDOMAIN)
         if bad_prefix or not LABEL_NAME.fullmatch(base) or len(base) > MAX_LABEL:
             raise ConfigError(
                 f"{key}.{name}",

@@ -8,7 +8,7 @@ import re
 
 import botocore.session
 
-from compiler.core.grammar import ECR_REGISTRY, check_s3_uri, shown
+from compiler.core.grammar import ECR_REGISTRY, check_hours, check_s3_uri, shown
 from compiler.spec import DataSource, Plan, SageMakerTargetConfig
 from compiler.spec.contract import SECRET_PREFIX
 from compiler.spec.errors import ConfigError, UnknownNameError
@@ -17,7 +17,7 @@ from compiler.targets.secrets import check_secret_names
 
 SUBNET, SECURITY_GROUP = re.compile(r"subnet-[0-9a-f]{8,17}"), re.compile(r"sg-[0-9a-f]{8,17}")
 MAX_RUN_HOURS = 28 * 24
-LOOPBACK_REGISTRY = re.compile(r"(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|localhost)(:\d{1,5})?")
+LOOPBACK_REGISTRY = re.compile(r"(127\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}|localhost)(:[0-9]{1,5})?")
 """A registry on this machine, which only a SageMaker emulator (moto, in the tests) can pull from."""
 RESERVED_ENVIRONMENT = 2
 """DOCKYARD_PLAN and DOCKYARD_RUN_ID, which every request adds to the config's environment."""
@@ -51,7 +51,8 @@ def check_shape(key: str, shape: str, value) -> None:
     if (low is not None and size < low) or (high is not None and size > high):
         bounds = f"{low}" if high is None else f"{low or 0} to {high}"
         raise ConfigError(key, f"SageMaker takes {bounds}{what} here (got {size}{what})")
-    if isinstance(value, str) and pattern and "\\p" not in pattern and not re.fullmatch(pattern, value):
+    # ASCII classes: botocore's patterns are Java's, where \d is [0-9] (Python's also takes other scripts' digits)
+    if isinstance(value, str) and pattern and "\\p" not in pattern and not re.fullmatch(pattern, value, re.ASCII):
         raise ConfigError(key, f"{shown(value)} does not match SageMaker's pattern {pattern}")
 
 
@@ -68,6 +69,7 @@ def check(plan: Plan) -> list[str]:
         raise UnknownNameError("target.region", "SageMaker region", target.region, regions())
     check_shape("target.volume_size_gb", "OptionalVolumeSizeInGB", target.volume_size_gb)
     check_shape("target.max_run_hours", "MaxRuntimeInSeconds", round(target.max_run_hours * 3600))
+    _check_groups(plan)
     registry = plan.image.registry
     if registry is not None and not (ECR_REGISTRY.fullmatch(registry) or LOOPBACK_REGISTRY.fullmatch(registry)):
         raise ConfigError(
@@ -93,6 +95,9 @@ def check(plan: Plan) -> list[str]:
         if getattr(target, key) is not None:
             check_s3_uri(f"target.{key}", getattr(target, key))
             check_shape(f"target.{key}", "S3Uri", getattr(target, key))
+    if target.max_wait_hours is not None:
+        check_hours("target.max_wait_hours", target.max_wait_hours)
+        check_shape("target.max_wait_hours", "MaxWaitTimeInSeconds", round(target.max_wait_hours * 3600))
     if target.spot:
         if target.max_wait_hours is None or target.max_wait_hours < target.max_run_hours:
             raise ConfigError(
@@ -138,6 +143,13 @@ def check(plan: Plan) -> list[str]:
             "and set model.path=s3://bucket/prefix to skip that"
         ]
     return []
+
+
+def _check_groups(plan: Plan) -> None:
+    """A heterogeneous cluster: the training group and the others, at most InstanceGroups' limit (5)."""
+    if not plan.hardware.groups:
+        return
+    check_shape("hardware.groups", "InstanceGroups", [plan.hardware.train_group, *plan.hardware.groups])
 
 
 def _check_environment(environment: dict[str, str], secrets: int) -> None:

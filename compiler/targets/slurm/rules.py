@@ -2,11 +2,14 @@
 
 from compiler.spec import Plan
 from compiler.targets.channels import check_checkpoint_readable
-from compiler.targets.slurm.translate import runtime
+from compiler.targets.slurm.translate import check_names, runtime, time_limit
 
 
 def check(plan: Plan) -> list[str]:
-    """Warnings; the values that cannot go into a script are refused by the translator."""
+    """What sbatch would refuse in the script's header, and warnings; the values that depend on the run
+    (its folder) are refused by the translator."""
+    check_names(plan)
+    time_limit(plan.target.max_run_hours)
     check_checkpoint_readable(plan)
     kind = runtime(plan)
     if kind.value != "docker" and not plan.image.push:

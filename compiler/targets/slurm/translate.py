@@ -31,6 +31,8 @@ ENTRYPOINT = "dockyard-entrypoint"
 EFA_DEVICES = "/dev/infiniband"
 
 SLURM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+PARTITIONS = re.compile(rf"{SLURM_NAME.pattern}(?:,{SLURM_NAME.pattern})*")
+"""`--partition` takes a comma-separated list: the job runs in whichever can start it first."""
 """Partitions and accounts: what `#SBATCH` lines can hold without quoting."""
 FOLDER = re.compile(r"/[A-Za-z0-9._/+@=-]*")
 """Absolute paths that fit unquoted in `#SBATCH --output` and in `src:dst[:ro]` mount lists."""
@@ -108,6 +110,16 @@ def _checked(pattern: re.Pattern, value: str, key: str, what: str) -> str:
     return value
 
 
+def check_names(plan: Plan) -> None:
+    """The partition and account as sbatch takes them (checked when planning, and again in the request)."""
+    for key, value, pattern in (
+        ("target.partition", plan.target.partition, PARTITIONS),
+        ("target.account", plan.target.account, SLURM_NAME),
+    ):
+        if value is not None:
+            _checked(pattern, value, key, "the name")
+
+
 def efa_devices(kind: ContainerRuntime) -> list[str]:
     """The host's EFA devices as each runtime takes them: docker with --device, pyxis as a mount; apptainer
     shares the host's /dev already."""
@@ -137,9 +149,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> SlurmRe
     """The sbatch script that runs `plan` from `image`; `run_dir` is an absolute folder on shared storage."""
     target = plan.target
     folder = _checked(FOLDER, str(run_dir), "hydra.run.dir", "the run folder")
-    for key, value in (("target.partition", target.partition), ("target.account", target.account)):
-        if value is not None:
-            _checked(SLURM_NAME, value, key, "the name")
+    check_names(plan)
     kind = runtime(plan)
     sources = channels(plan, run_dir)
     writable = {name: str(run_dir / name) for name in ("model", "checkpoints", "output")}

@@ -145,9 +145,12 @@ class TorchEngine:
         self.optimizer.zero_grad(set_to_none=True)
         return norm
 
-    def save(self, folder: Path) -> None:
+    def checkpoint_state(self) -> dict:
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
-        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(folder))
+        return {"model": model_state, "optim": optim_state}
+
+    def save(self, folder: Path) -> None:
+        dcp.save(self.checkpoint_state(), checkpoint_id=str(folder))
 
     def load(self, folder: Path) -> None:
         model_state, optim_state = get_state_dict(self.model, self.optimizer)

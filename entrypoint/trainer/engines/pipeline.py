@@ -161,7 +161,7 @@ class PipelineEngine:
             optimizer.zero_grad(set_to_none=True)
         return norm
 
-    def _state(self) -> dict[str, dict]:
+    def checkpoint_state(self) -> dict[str, dict]:
         model, optim = {}, {}
         for part, optimizer in zip(self.parts, self.optimizers, strict=True):
             model |= get_model_state_dict(part)
@@ -169,10 +169,10 @@ class PipelineEngine:
         return {"model": model, "optim": optim}
 
     def save(self, folder: Path) -> None:
-        dcp.save(self._state(), checkpoint_id=str(folder))
+        dcp.save(self.checkpoint_state(), checkpoint_id=str(folder))
 
     def load(self, folder: Path) -> None:
-        state = self._state()
+        state = self.checkpoint_state()
         dcp.load(state, checkpoint_id=str(folder))
         for part, optimizer in zip(self.parts, self.optimizers, strict=True):
             set_model_state_dict(part, state["model"], options=StateDictOptions(strict=False))

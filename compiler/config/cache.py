@@ -1,0 +1,166 @@
+"""Compose once: what Hydra composes that does not depend on a command's plain `key=value` overrides is
+composed once per process and copied for every later config.
+
+Hydra composes in two steps: the defaults list (the config-group choices) decides which files are read and
+merged, then the plain overrides are applied to the merged config in their order. The first step is nearly
+all of the cost (~0.1 s); the second is a few milliseconds. `install()` wraps Hydra's
+`ConfigLoaderImpl.load_configuration`, the one function every composition goes through (`hydra.main`,
+which composes twice per command: once to read `hydra.mode`, once to run; `hydra.compose`; the launchers'
+`load_sweep_config`, so every sweep point and every Optuna trial), so the CLI, the sweep launcher and the
+sweepers share one cache. The first step's result is kept per distinct set of group choices and the second
+is run with Hydra's own code on a copy, then the `hydra` node's per-command fields are filled as Hydra
+fills them (its override lists, `override_dirname`, `runtime.cwd`, `env_set`, version). Tests check the
+result equals Hydra's own composition.
+
+A composition the cache cannot reproduce exactly goes to Hydra unchanged: sweep overrides (`a=1,2`),
+a `hydra.searchpath` override, a config that copies environment variables (`hydra.job.env_copy`), and
+any composition that fails (so the error is Hydra's own). A cached base is dropped when a file of the
+config folders or an entry of the ConfigStore changes.
+"""
+
+import collections
+import contextlib
+import os
+import pickle
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from hydra import version
+from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.core.utils import JobRuntime
+from hydra.types import RunMode
+from omegaconf import DictConfig, open_dict
+
+MAX_BASES = 64
+"""Distinct sets of group choices kept (an Optuna search over models and strategies stays well below)."""
+
+_hydra_load = ConfigLoaderImpl.load_configuration
+_bases: collections.OrderedDict[tuple, bytes] = collections.OrderedDict()
+"""Each base pickled: unpickling makes a fresh copy in a third of the time `copy.deepcopy` takes."""
+_enabled = True
+
+
+def install() -> None:
+    """Route every Hydra composition in this process through the cache (idempotent)."""
+    ConfigLoaderImpl.load_configuration = _load_configuration  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Hydra's own composition, uncached (the benchmarks' baselines)."""
+    global _enabled
+    previous, _enabled = _enabled, False
+    try:
+        yield
+    finally:
+        _enabled = previous
+
+
+def cached_bases() -> int:
+    return len(_bases)
+
+
+def clear() -> None:
+    _bases.clear()
+
+
+def _load_configuration(
+    self: ConfigLoaderImpl,
+    config_name: str | None,
+    overrides: list[str],
+    run_mode: RunMode,
+    from_shell: bool = True,
+    validate_sweep_overrides: bool = True,
+) -> DictConfig:
+    def hydras_own() -> DictConfig:
+        return _hydra_load(self, config_name, overrides, run_mode, from_shell, validate_sweep_overrides)
+
+    if not _enabled:
+        return hydras_own()
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        if any(o.is_sweep_override() or o.get_key_element() == "hydra.searchpath" for o in parsed):
+            return hydras_own()
+        if validate_sweep_overrides:
+            self.validate_sweep_overrides_legal(overrides=parsed, run_mode=run_mode, from_shell=from_shell)
+        choices = [o for o in parsed if _chooses_a_group(self, o)]
+        base = _base(self, config_name, [o.input_line for o in choices])
+        if base is None:
+            return hydras_own()
+        return _with_plain_overrides(base, parsed, [o for o in parsed if not _chooses_a_group(self, o)])
+    except Exception:  # whatever the cache's path raises, Hydra's own composition raises (or succeeds)
+        return hydras_own()
+
+
+def _chooses_a_group(loader: ConfigLoaderImpl, override: Override) -> bool:
+    """As Hydra's defaults list sorts overrides: a group's name without a dict value picks an option."""
+    if override.package is not None:
+        return True
+    return not isinstance(override.value(), dict) and loader.repository.group_exists(override.key_or_group)
+
+
+def _base(loader: ConfigLoaderImpl, config_name: str | None, choices: list[str]) -> bytes | None:
+    """The composition of `choices` alone, from the cache or from Hydra (None: not cacheable)."""
+    key = (
+        config_name,
+        tuple(choices),
+        JobRuntime().get("name"),
+        tuple((p.provider, p.path) for p in loader.config_search_path.get_path()),
+        _store_fingerprint(),
+        _files_fingerprint(loader),
+    )
+    base = _bases.get(key)
+    if base is None:
+        composed = _hydra_load(loader, config_name, choices, RunMode.RUN, validate_sweep_overrides=False)
+        if composed.hydra.job.env_copy:  # values read from the environment at compose time
+            return None
+        base = _bases[key] = pickle.dumps(composed)
+        if len(_bases) > MAX_BASES:
+            _bases.popitem(last=False)
+    _bases.move_to_end(key)
+    return base
+
+
+def _with_plain_overrides(base: bytes, parsed: list[Override], plain: list[Override]) -> DictConfig:
+    """A copy of `base` with `plain` applied and the `hydra` node filled as Hydra's `load_configuration` fills it."""
+    cfg = pickle.loads(base)
+    ConfigLoaderImpl._apply_overrides_to_config(plain, cfg)
+    task = [o for o in parsed if not o.is_hydra_override()]
+    with open_dict(cfg.hydra):
+        cfg.hydra.overrides.hydra = [o.input_line for o in parsed if o.is_hydra_override()]
+        cfg.hydra.overrides.task = [o.input_line for o in task]
+        for key in cfg.hydra.job.env_copy:
+            cfg.hydra.job.env_set[key] = os.environ[key]
+        cfg.hydra.runtime.version_base = version.getbase()
+        cfg.hydra.runtime.cwd = os.getcwd()
+        dirname = cfg.hydra.job.config.override_dirname
+        cfg.hydra.job.override_dirname = get_overrides_dirname(
+            overrides=task, kv_sep=dirname.kv_sep, item_sep=dirname.item_sep, exclude_keys=dirname.exclude_keys
+        )
+    return cfg
+
+
+def _store_fingerprint() -> tuple[int, ...]:
+    """Changes when an entry is stored in Hydra's ConfigStore (a plug-in or a test registering a schema)."""
+
+    def count(repo: dict[str, Any]) -> int:
+        return sum(count(v) if isinstance(v, dict) else 1 for v in repo.values())
+
+    return (count(ConfigStore.instance().repo),)
+
+
+def _files_fingerprint(loader: ConfigLoaderImpl) -> tuple[tuple[str, int, int], ...]:
+    """Every file of the config folders with its modification time and size: an edit drops the bases."""
+    files = []
+    for element in loader.config_search_path.get_path():
+        if element.path and (element.path.startswith("file://") or "://" not in element.path):
+            root = element.path.removeprefix("file://")
+            for folder, _, names in os.walk(root):
+                for name in names:
+                    stat = Path(folder, name).stat()
+                    files.append((os.path.join(folder, name), stat.st_mtime_ns, stat.st_size))
+    return tuple(files)
