@@ -58,12 +58,13 @@ def test_every_format_trains_and_the_validation_loss_falls(tmp_path, hf_tokenize
 
 @pytest.mark.parametrize("fmt", ["text", "chat"])
 def test_resume_equals_uninterrupted_and_reuses_the_cache(tmp_path, hf_tokenizer, fmt):
+    """Chat runs with document-boundary masking (`data.packing_mask`), text with plain packing."""
     data = tmp_path / "data"
     if fmt == "chat":
         write_jsonl(data / "train.jsonl", [{"messages": c} for c in conversations(400)])
     else:
         write_jsonl(data / "train.jsonl", [{"text": doc} for doc in documents(300)])
-    plan = document_plan(data, hf_tokenizer, fmt)
+    plan = document_plan(data, hf_tokenizer, fmt, *(("data.packing_mask=true",) if fmt == "chat" else ()))
     whole_output, whole = run(plan, tmp_path / "whole")
     assert "token cache       building" in whole_output
     if fmt == "chat":

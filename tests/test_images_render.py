@@ -47,6 +47,16 @@ def test_dockerfile_matches_golden(preset: str, golden) -> None:
     golden.check(f"dockerfiles/{preset}.Dockerfile", render_dockerfile(plan_of(*PRESETS[preset])))
 
 
+def test_a_managed_mlflow_arn_adds_the_sagemaker_mlflow_plugin_to_the_trackers_layer() -> None:
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/team"
+    managed = render_dockerfile(
+        plan_of("experiment=smoke", "trainer.trackers=[mlflow]", f"trainer.mlflow.tracking_uri={arn}")
+    )
+    (layer,) = [line for line in managed.splitlines() if "mlflow-skinny==" in line]
+    assert "sagemaker-mlflow==0.5.0" in layer
+    assert "sagemaker-mlflow" not in render_dockerfile(plan_of(*PRESETS["smoke-trackers"]))
+
+
 def test_layers_go_from_slowest_to_fastest_changing() -> None:
     lines = render_dockerfile(plan_of(*PRESETS["cpu-local-script"])).splitlines()
     order = [

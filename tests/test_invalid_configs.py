@@ -56,10 +56,10 @@ INVALID = [
     (
         [
             "trainer.trackers=[mlflow]",
-            "trainer.mlflow.tracking_uri=arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/team",
+            "trainer.mlflow.tracking_uri=arn:aws:sagemaker:us-east-1:12345:mlflow-tracking-server/team",
         ],
         "trainer.mlflow.tracking_uri",
-        "sagemaker-mlflow plugin this version does not install",
+        "is not a SageMaker MLflow tracking server's ARN",
     ),
     (
         ["trainer=script", "trainer.source_dir=src", "trainer.script=t.py", "trainer.trackers=[tensorboard]"],
@@ -159,7 +159,9 @@ INVALID = [
     ([SM, "data.token_dtype=int8"], "data.token_dtype", "is not a token type"),
     # documents and conversations (the tokenizer's own checks: tests/test_text_data.py)
     (["data.format=text"], "data.source", "synthetic data has none"),
-    ([*TEXT, "data.packing_mask=true"], "data.packing_mask", "not built yet"),
+    (["data=s3", "data.uri=s3://bucket/t", "data.packing_mask=true"], "data.packing_mask", "no document boundaries"),
+    ([*TEXT, "data.packing_mask=true", "data.packing=false"], "data.packing_mask", "gives each document its own"),
+    ([*TEXT, *PP2, "data.packing_mask=true"], "data.packing_mask", "without the documents' positions"),
     (TEXT, "data.tokenizer", "is missing"),
     ([*TEXT, "data.tokenizer=tok"], "data.tokenizer", "is not a folder holding tokenizer.json"),
     ([*TEXT, "data.tokenizer=s3://My_Bucket/tok"], "data.tokenizer", "is not an S3 URI"),

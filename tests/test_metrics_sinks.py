@@ -4,13 +4,19 @@ engine: these patterns use nothing the two treat differently); every tracker rec
 reader finds it (TensorBoard's event reader, a real MLflow server, a W&B offline run); and a tracker that is
 down costs one warning, never the records."""
 
+import http.server
 import io
 import re
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 
 import pytest
 
 from compiler.launch import runs
 from compiler.spec.contract import REPORTED_METRICS, TRACKERS
+from compiler.spec.errors import ConfigError
 from compiler.targets.sagemaker import translate
 from entrypoint.trainer.metrics import SINKS, TrackedRun, open_sinks
 from tests.helpers import plan_for
@@ -125,3 +131,107 @@ def test_a_tracker_failing_mid_run_is_left_out_after_one_warning(tmp_path, mlflo
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert len(warnings) == 1 and "the mlflow tracker failed" in warnings[0], warnings
     assert runs.loss_curve(tmp_path) == RECORDS
+
+
+ARN = "arn:aws:sagemaker:us-west-2:123456789012:mlflow-tracking-server/team-runs"
+
+
+@pytest.fixture
+def signed_proxy(mlflow_server) -> Iterator[tuple[str, list[dict]]]:
+    """SageMaker's MLflow endpoint stood in for by a proxy on loopback that records each request (method, URL,
+    headers, body) and passes it to the real MLflow server; a managed server is MLflow's REST API behind
+    SigV4, which the test checks on the recorded requests."""
+    seen: list[dict] = []
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802  (http.server's names)
+            self._relay()
+
+        def do_POST(self):  # noqa: N802
+            self._relay()
+
+        def _relay(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append({"method": self.command, "path": self.path, "headers": dict(self.headers), "body": body})
+            upstream = urllib.request.Request(
+                mlflow_server + self.path,
+                data=body if self.command == "POST" else None,
+                method=self.command,
+                headers={"Content-Type": self.headers.get("Content-Type", "application/json")},
+            )
+            try:
+                with urllib.request.urlopen(upstream, timeout=30) as answer:
+                    status, payload = answer.status, answer.read()
+            except urllib.error.HTTPError as error:
+                status, payload = error.code, error.read()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+
+
+def test_a_sagemaker_managed_mlflow_arn_goes_through_the_plugin_signed_with_sigv4(
+    tmp_path, mlflow_server, signed_proxy, monkeypatch
+):
+    """The image installs sagemaker-mlflow for an ARN (tests/test_images_render.py); here the plugin resolves
+    the ARN (to the stand-in endpoint, as SAGEMAKER_MLFLOW_CUSTOM_ENDPOINT lets it) and signs every request
+    with the node's AWS credentials for the service sagemaker-mlflow in the ARN's region: the signatures are
+    recomputed with botocore, and the run reaches the server."""
+    import mlflow.tracking._tracking_service.utils as tracking
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    from mlflow.tracking import MlflowClient
+
+    endpoint, seen = signed_proxy
+    monkeypatch.setenv("SAGEMAKER_MLFLOW_CUSTOM_ENDPOINT", endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDDOCKYARDTEST")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "dockyard-test-secret")
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the sink sets the process's URI: undone after
+    monkeypatch.setattr(tracking, "_tracking_uri", None)
+    plan = plan_for("trainer.trackers=[mlflow]", f"trainer.mlflow.tracking_uri={ARN}", "trainer.mlflow.experiment=sm")
+    record_run(TrackedRun(plan, tmp_path / "output/data", "managed-1"))
+
+    assert len(seen) >= 2 + len(RECORDS)  # experiment, run, parameters, one batch per record, the end
+    signer = SigV4Auth(Credentials("AKIDDOCKYARDTEST", "dockyard-test-secret"), "sagemaker-mlflow", "us-west-2")
+    for request in seen:
+        headers = {name.lower(): value for name, value in request["headers"].items()}
+        authorization = headers["authorization"]
+        scope = f"Credential=AKIDDOCKYARDTEST/{headers['x-amz-date'][:8]}/us-west-2/sagemaker-mlflow/aws4_request"
+        assert authorization.startswith(f"AWS4-HMAC-SHA256 {scope}, SignedHeaders="), authorization
+        assert headers["x-mlflow-sm-tracking-server-arn"] == ARN
+        signed = authorization.split("SignedHeaders=")[1].split(",")[0].split(";")
+        replay = AWSRequest(
+            method=request["method"],
+            url=endpoint + request["path"],
+            data=request["body"],
+            headers={name: headers[name] for name in signed},
+        )
+        replay.context["timestamp"] = headers["x-amz-date"]
+        expected = signer.signature(signer.string_to_sign(replay, signer.canonical_request(replay)), replay)
+        assert authorization.endswith(f"Signature={expected}"), request["path"]
+
+    client = MlflowClient(mlflow_server)
+    (found,) = client.search_runs([client.get_experiment_by_name("sm").experiment_id])
+    history = client.get_metric_history(found.info.run_id, "loss")
+    assert [(metric.step, metric.value) for metric in history] == [(r["step"], r["loss"]) for r in RECORDS]
+
+
+def test_a_wrong_mlflow_arn_is_one_line():
+    for uri in (ARN.replace("mlflow-tracking-server", "notebook-instance"), ARN.replace("123", "١٢٣"), ARN + "\n"):
+        with pytest.raises(ConfigError, match=r"^trainer.mlflow.tracking_uri: .* is not a SageMaker MLflow"):
+            plan_for("trainer.trackers=[mlflow]", f"trainer.mlflow.tracking_uri='{uri}'")
+    planned = plan_for("trainer.trackers=[mlflow]", f"trainer.mlflow.tracking_uri={ARN}")
+    assert any("sagemaker-mlflow:*" in warning for warning in planned.warnings)

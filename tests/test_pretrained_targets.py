@@ -10,13 +10,13 @@ import threading
 
 import pytest
 
-from compiler.spec.contract import HUB_TOKEN_SECRET
+from compiler.spec.contract import SECRET_PREFIX
 from compiler.spec.errors import ConfigError
 from compiler.targets.kubernetes import translate as kubernetes
 from compiler.targets.sagemaker import submit as sagemaker_submit
 from compiler.targets.sagemaker import translate as sagemaker
 from compiler.targets.slurm import translate as slurm
-from entrypoint.launcher.secrets import with_hub_token
+from entrypoint.launcher.secrets import with_secrets
 from tests.helpers import plan_for
 from tests.test_kubernetes_target import check_schemas
 
@@ -24,6 +24,7 @@ ROLE = "arn:aws:iam::123456789012:role/dockyard-training"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/dockyard/job@sha256:" + "0" * 64
 TOKEN = "hf_test_token_never_in_a_request"
 SAGEMAKER = ("target=sagemaker", "hardware=ml.m5.xlarge", f"target.role_arn={ROLE}")
+HUB_TOKEN_SECRET = SECRET_PREFIX + "HF_TOKEN"
 
 
 @pytest.fixture
@@ -90,17 +91,19 @@ def test_sagemaker_takes_an_s3_checkpoint_and_a_token_secret_by_arn(aws, hf_chec
     assert {"ChannelName": "pretrained", "InputMode": "File"}.items() <= job["InputDataConfig"][1].items()
     assert job["InputDataConfig"][1]["DataSource"]["S3DataSource"]["S3Uri"] == "s3://dockyard-example-data/llama/"
     assert job["Environment"][HUB_TOKEN_SECRET] == arn and request.uploads == {}
+    with pytest.raises(ConfigError, match=r"^target.secrets.HF_TOKEN: repeats target.hub_token_secret"):
+        plan_for(*SAGEMAKER, f"target.hub_token_secret={arn}", f"+target.secrets.HF_TOKEN={arn}")
     with pytest.raises(ConfigError, match=r"^target.hub_token_secret: "):
         plan_for(*SAGEMAKER, "target.hub_token_secret=hf-token")
 
 
 def test_the_entrypoint_reads_the_token_from_secrets_manager_with_the_jobs_role(aws):
     arn = aws.client("secretsmanager").create_secret(Name="hf-token", SecretString=TOKEN + "\n")["ARN"]
-    environ = with_hub_token({HUB_TOKEN_SECRET: arn, "AWS_REGION": "us-east-1"})
+    environ = with_secrets({HUB_TOKEN_SECRET: arn, "AWS_REGION": "us-east-1"})
     assert environ["HF_TOKEN"] == TOKEN
-    assert with_hub_token({HUB_TOKEN_SECRET: arn, "HF_TOKEN": "mine"})["HF_TOKEN"] == "mine"
-    with pytest.raises(ConfigError, match=r"^target.hub_token_secret: cannot be read with the job's role"):
-        with_hub_token({HUB_TOKEN_SECRET: arn.replace("hf-token", "gone"), "AWS_REGION": "us-east-1"})
+    assert with_secrets({HUB_TOKEN_SECRET: arn, "HF_TOKEN": "mine"})["HF_TOKEN"] == "mine"
+    with pytest.raises(ConfigError, match=r"^target.secrets.HF_TOKEN: cannot be read with the job's role"):
+        with_secrets({HUB_TOKEN_SECRET: arn.replace("hf-token", "gone"), "AWS_REGION": "us-east-1"})
 
 
 def test_kubernetes_references_the_token_secret_and_refuses_a_folder_here(hub, hf_checkpoints, crds):

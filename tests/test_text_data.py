@@ -19,15 +19,18 @@ from compiler.launch import summary
 from compiler.planner.summary import summary_lines
 from compiler.spec.contract import TOKENIZER_CHANNEL
 from compiler.spec.errors import ConfigError
+from compiler.spec.records import DatasetTokens
 from compiler.spec.schema import DataFormat, LossOn
 from compiler.spec.tokenizer import TokenizerFacts
+from compiler.targets import index
 from compiler.targets.local.translate import channel_sources
 from compiler.targets.records import RunRecord
 from compiler.targets.records import save as save_record
 from entrypoint.launcher.cluster import Paths
 from entrypoint.trainer import documents, text_data, token_cache
 from entrypoint.trainer.models.loss import IGNORE_INDEX, mean_cross_entropy
-from tests.entrypoint_support import tiny_plan
+from tests.entrypoint_support import TINY, tiny_plan
+from tests.helpers import plan_for
 from tests.text_corpus import (
     conversations,
     train_tokenizer,
@@ -45,15 +48,12 @@ def tokenizer(hf_tokenizer):
     return hf_tokenizer
 
 
+def text_overrides(folder, tokenizer) -> tuple[str, ...]:
+    return ("data=local", f"data.path={folder}", "data.format=text", f"data.tokenizer={tokenizer}", "model.vocab=512")
+
+
 def text_plan(folder, tokenizer, *overrides):
-    return tiny_plan(
-        "data=local",
-        f"data.path={folder}",
-        "data.format=text",
-        f"data.tokenizer={tokenizer}",
-        "model.vocab=512",
-        *overrides,
-    )
+    return tiny_plan(*text_overrides(folder, tokenizer), *overrides)
 
 
 def test_every_file_format_reads_the_same_documents(tmp_path):
@@ -257,10 +257,42 @@ def test_a_tokenizer_on_s3_is_downloaded_once_per_node(tmp_path, hf_tokenizer, a
 def test_the_plan_says_how_many_epochs_the_steps_cover():
     plan = tiny_plan("data.tokens=1536")  # 6 steps × 512 tokens
     assert summary_lines(plan)[[line[:4] for line in summary_lines(plan)].index("data")].endswith(
-        "2.00 epochs of 1,536 tokens"
+        "2.00 epochs of 1,536 tokens (data.tokens)"
     )
+    gpu = plan_for("experiment=gpt2-124m-p4d", "data.tokens=1000000000")
+    assert "per epoch (data.tokens)" in next(line for line in summary_lines(gpu) if line.startswith("data"))
     with pytest.raises(ConfigError, match="data.tokens: 0 is not a token count"):
         tiny_plan("data.tokens=0")
+
+
+def uncached_text_plan(folder, tokenizer, *overrides):
+    """`text_plan` compiled again: the plan reads the caches present now."""
+    return plan_for(*TINY, *text_overrides(folder, tokenizer), *overrides)
+
+
+def test_the_plan_reads_the_token_count_an_earlier_runs_cache_measured(tmp_path, tokenizer, single_process_group):
+    """After a first run tokenized the data, the next plan of the same data, tokenizer and options finds that
+    run's cache through the runs index (or in data.cache) and counts its epochs with the measured tokens."""
+    data = tmp_path / "data"
+    write_jsonl(data / "train.jsonl", [{"text": doc} for doc in corpus_documents(200)])
+    plan = uncached_text_plan(data, tokenizer, "data.validation=0.2")
+    assert plan.dataset is None  # nothing tokenized yet
+    run = tmp_path / "runs/first"
+    cache = text_data.ensure_cache(plan, data, tokenizer, run / "checkpoints/token-cache", True, lambda line: None)
+    measured = token_cache.CacheMeta.read(cache).splits["train"].tokens
+    index.register("first", run)
+    again = uncached_text_plan(data, tokenizer, "data.validation=0.2")
+    assert again.dataset == DatasetTokens(tokens=measured, source=str(cache))
+    assert again.content_hash == plan.content_hash  # a prediction, outside the hash
+    line = next(line for line in summary_lines(again) if line.startswith("data"))
+    epochs = again.trainer.steps * again.batch.tokens_per_step / measured
+    assert line.endswith(f"{epochs:.2f} epochs of {measured:,} tokens (measured by the token cache {cache})")
+    assert uncached_text_plan(data, tokenizer, "data.validation=0.3").dataset is None  # other options, another key
+    shared = tmp_path / "shared-cache"
+    shared.mkdir()
+    cache.rename(shared / cache.name)
+    found = uncached_text_plan(data, tokenizer, "data.validation=0.2", f"data.cache={shared}").dataset
+    assert found == DatasetTokens(tokens=measured, source=str(shared / cache.name))
 
 
 def test_the_local_target_mounts_a_host_tokenizer_as_a_channel(tmp_path, tokenizer):

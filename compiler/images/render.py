@@ -12,6 +12,7 @@ import jinja2
 from compiler.images import DOCKYARD_ROOT
 from compiler.spec import Plan, schema
 from compiler.spec.contract import CODE_DIR, RUN_AS_USER
+from compiler.spec.schema.trainer import sagemaker_mlflow
 
 TEMPLATES_DIR = DOCKYARD_ROOT / "images"
 TEMPLATES = {
@@ -83,7 +84,8 @@ def python_dependencies(image: schema.ImageConfig) -> list[str]:
 def feature_dependencies(plan: Plan) -> list[str]:
     """Pinned packages only some plans need, in a layer of their own above dockyard's (which every plan of
     the family shares): the document readers for `data.format` text or chat, Hugging Face's transformers for
-    model=hf, peft for LoRA, the clients of `trainer.trackers`."""
+    model=hf, peft for LoRA, the clients of `trainer.trackers` (and the sagemaker-mlflow plugin for a managed
+    MLflow server's ARN)."""
     image, model = plan.image, plan.model
     pins = []
     if plan.data.format is not schema.DataFormat.tokens:
@@ -95,6 +97,8 @@ def feature_dependencies(plan: Plan) -> list[str]:
     for tracker, field in schema.TRACKER_PINS.items():
         if tracker in plan.trainer.trackers:
             pins.append(f"{field.replace('_', '-')}=={getattr(image, field)}")
+    if "mlflow" in plan.trainer.trackers and sagemaker_mlflow(plan.trainer.mlflow.tracking_uri):
+        pins.append(f"sagemaker-mlflow=={image.sagemaker_mlflow}")
     return pins
 
 

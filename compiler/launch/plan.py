@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import IO
 
 from compiler.core.capabilities import TargetCapabilities
+from compiler.launch.dataset import with_dataset_tokens
 from compiler.planner.compile import compile_plan
 from compiler.spec import Plan
 from compiler.spec.schema import Config
@@ -23,7 +24,7 @@ def checked_plan(config: Config) -> Plan:
     """`config` compiled by the planner and checked by its target's own rules."""
     target = registry.get(config.target.kind.value)
     targets = TargetCapabilities(own=target.capabilities, registered=registry.capabilities())
-    return compile_plan(config, targets, target.check)
+    return with_dataset_tokens(compile_plan(config, targets, target.check))
 
 
 def with_account_defaults(config: Config, out: IO[str] | None = None) -> Config:

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from compiler.core import grammar
+from compiler.core.architectures import ARCHITECTURES
 from compiler.core.capabilities import TargetCapabilities
-from compiler.spec import schema
+from compiler.spec import Layout, schema
 from compiler.spec.contract import TOKENIZER_CHANNEL
 from compiler.spec.errors import ConfigError
 from compiler.spec.tokenizer import TOKENIZER_FILE, TokenizerFacts, tokenizer_location
@@ -39,10 +40,6 @@ def check_format(config: schema.Config, targets: TargetCapabilities) -> Iterator
         raise ConfigError(
             "data.channel", f"'{TOKENIZER_CHANNEL}' is the channel of a host tokenizer folder", "name it train"
         )
-    if data.packing_mask:
-        raise ConfigError(
-            "data.packing_mask", "document-boundary masking is not built yet", "set data.packing_mask=false"
-        )
     if not data.field:
         raise ConfigError("data.field", "is empty", "name the column holding the text, like data.field=text")
     if data.cache is not None and not Path(data.cache).is_absolute():
@@ -57,6 +54,37 @@ def check_format(config: schema.Config, targets: TargetCapabilities) -> Iterator
         yield "data.tokenizer is on S3: its vocabulary and chat template are checked when the job starts"
         return
     check_tokenizer(config, facts)
+
+
+def check_packing_mask(config: schema.Config, layout: Layout) -> None:
+    """Document-boundary masking needs documents packed into windows, and a model whose every layer sees the
+    documents' positions: the built-in decoder unpipelined, or a transformers architecture whose causal mask
+    follows position_ids that restart (`find_packed_sequence_indices`, transformers 5.x)."""
+    data, model = config.data, config.model
+    if not data.packing_mask:
+        return
+    if data.format is schema.DataFormat.tokens:
+        raise ConfigError(
+            "data.packing_mask", "token arrays have no document boundaries", "use data.format=text or chat"
+        )
+    if not data.packing:
+        raise ConfigError(
+            "data.packing_mask",
+            "masks documents inside packed windows, and data.packing=false gives each document its own",
+            "set data.packing=true, or data.packing_mask=false",
+        )
+    if layout.pp > 1:
+        raise ConfigError(
+            "data.packing_mask",
+            "pipeline stages pass hidden states without the documents' positions",
+            "set parallelism.pp=1, or data.packing_mask=false",
+        )
+    if model.family == "hf" and model.architecture not in ARCHITECTURES:
+        raise ConfigError(
+            "data.packing_mask",
+            f"packed-sequence masking is checked for {', '.join(ARCHITECTURES)} only, not {model.architecture}",
+            "set data.packing_mask=false",
+        )
 
 
 def check_tokenizer(config: schema.Config, facts: TokenizerFacts) -> None:

@@ -77,7 +77,7 @@ def _check_image_versions(image: schema.ImageConfig) -> None:
             continue
         if name not in wanted:
             raise ConfigError(f"image.{name}", f"does not apply to the {family} image", f"set image.{name}=null")
-    pinned = (*HUGGING_FACE_PACKAGES, *schema.DOCUMENT_PACKAGES, *schema.TRACKER_PINS.values())
+    pinned = (*HUGGING_FACE_PACKAGES, *schema.DOCUMENT_PACKAGES, *schema.TRACKER_PINS.values(), "sagemaker_mlflow")
     for name in ("torch", "deepspeed", "boto3", *pinned, *CUDA_STACK):
         value = getattr(image, name)
         if value is not None:

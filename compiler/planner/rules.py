@@ -20,7 +20,7 @@ from compiler.core.architectures import architecture
 from compiler.core.capabilities import TargetCapabilities
 from compiler.core.catalog import INSTANCE_TYPES, LOCAL_CPU
 from compiler.planner import models
-from compiler.planner.data_rules import check_format
+from compiler.planner.data_rules import check_format, check_packing_mask
 from compiler.planner.image_rules import check_image
 from compiler.planner.tracker_rules import check_trackers
 from compiler.spec import InstanceType, schema
@@ -230,6 +230,7 @@ def check_data(
                 f"uint16 cannot hold a vocabulary of {config.model.vocab}",
                 "set data.token_dtype=uint32",
             )
+    check_packing_mask(config, layout)
     yield from check_format(config, targets)
 
 
@@ -354,7 +355,7 @@ def check_trainer(
     if trainer.log_interval < 1:
         raise ConfigError("trainer.log_interval", "must be at least 1")
     check_resilience(trainer)
-    check_trackers(trainer)
+    yield from check_trackers(trainer)
     if trainer.entry is schema.Entry.script:
         for name in ("source_dir", "script"):
             if not getattr(trainer, name):

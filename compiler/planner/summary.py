@@ -3,6 +3,7 @@
 from compiler.planner.estimate import ASSUMED_MATMUL_EFFICIENCY, ASSUMPTIONS, GIB, Memory
 from compiler.planner.pipeline import bubble_fraction
 from compiler.spec import Plan
+from compiler.spec.records import DatasetTokens
 from compiler.spec.schema import Compile, DataFormat, Entry, LrScaling
 from compiler.spec.strategies import facts
 from compiler.spec.tokenizer import tokenizer_location
@@ -164,9 +165,17 @@ def _data(plan: Plan) -> str:
     if data.format is not DataFormat.tokens:
         held_out = f", validation {data.validation}" if data.validation is not None else ""
         line += f"   {data.format.value}, tokenizer {tokenizer_location(data, plan.model)}{held_out}"
-    if data.tokens:
-        line += f"   {epochs(plan, data.tokens):.2f} epochs of {data.tokens:,} tokens"
+    if plan.dataset:
+        line += f"   {_epochs(plan, plan.dataset)}"
     return line
+
+
+def _epochs(plan: Plan, dataset: DatasetTokens) -> str:
+    """How many epochs the steps cover, how long one takes at the predicted speed, and where the count is from."""
+    where = "data.tokens" if dataset.source == "data.tokens" else f"measured by the token cache {dataset.source}"
+    speed = plan.estimate.throughput.tokens_per_second if plan.estimate else None
+    per_epoch = f", {_duration(dataset.tokens / speed)} per epoch" if speed else ""
+    return f"{epochs(plan, dataset.tokens):.2f} epochs of {dataset.tokens:,} tokens{per_epoch} ({where})"
 
 
 def epochs(plan: Plan, dataset_tokens: int) -> float:

@@ -1,16 +1,14 @@
 """The rules of `trainer.trackers`, `trainer.mlflow` and `trainer.wandb`: which trackers, and where they send."""
 
 import dataclasses
-import re
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 from compiler.core import grammar
 from compiler.spec import schema
 from compiler.spec.contract import ALWAYS_ON_TRACKER, TRACKERS
 from compiler.spec.errors import ConfigError, UnknownNameError
-
-MLFLOW_ARN = re.compile(r"arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:[0-9]{12}:mlflow-tracking-server/[a-zA-Z0-9-]{1,256}")
-"""A SageMaker managed MLflow tracking server, as its ARN names it."""
+from compiler.spec.schema.trainer import sagemaker_mlflow
 
 
 def resolve_trackers(trainer: schema.TrainerConfig) -> schema.TrainerConfig:
@@ -20,7 +18,7 @@ def resolve_trackers(trainer: schema.TrainerConfig) -> schema.TrainerConfig:
     return dataclasses.replace(trainer, trackers=list(names))
 
 
-def check_trackers(trainer: schema.TrainerConfig) -> None:
+def check_trackers(trainer: schema.TrainerConfig) -> Iterator[str]:
     for name in trainer.trackers:
         if name not in TRACKERS:
             raise UnknownNameError("trainer.trackers", "tracker", name, TRACKERS)
@@ -32,18 +30,25 @@ def check_trackers(trainer: schema.TrainerConfig) -> None:
         )
     if "mlflow" in trainer.trackers:
         check_mlflow_uri(trainer.mlflow.tracking_uri)
+        if sagemaker_mlflow(trainer.mlflow.tracking_uri):
+            yield (
+                "trainer.mlflow.tracking_uri: a SageMaker managed MLflow server; the image installs the "
+                "sagemaker-mlflow plugin, and the nodes sign its requests with their AWS role, which needs "
+                "sagemaker-mlflow:* on the server (a SageMaker job's role; IRSA on Kubernetes)"
+            )
 
 
 def check_mlflow_uri(uri: str | None) -> None:
     key = "trainer.mlflow.tracking_uri"
     if uri is None:
         raise ConfigError(key, "is missing for the mlflow tracker", "set trainer.mlflow.tracking_uri=http://HOST:PORT")
-    if MLFLOW_ARN.fullmatch(uri):
+    if sagemaker_mlflow(uri):
+        return
+    if uri.startswith("arn:"):
         raise ConfigError(
             key,
-            "names a SageMaker managed MLflow server, whose sagemaker-mlflow plugin this version does not install "
-            "(it is not tested here)",
-            "use an MLflow server's http(s) URL",
+            f"{grammar.shown(uri)} is not a SageMaker MLflow tracking server's ARN",
+            "give arn:aws:sagemaker:REGION:ACCOUNT:mlflow-tracking-server/NAME, as the SageMaker console shows it",
         )
     parts = urlsplit(uri)
     if parts.scheme not in ("http", "https") or not parts.hostname or not grammar.DOMAIN.fullmatch(parts.netloc):

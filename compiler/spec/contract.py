@@ -8,8 +8,11 @@ PLAN_CHANNEL = "plan"
 PRETRAINED_CHANNEL = "pretrained"
 """`model=hf`: the channel holding the checkpoint (`model.path`) on the nodes, as SageMaker's input channels
 are mounted, `/opt/ml/input/data/pretrained`."""
-HUB_TOKEN_SECRET = "DOCKYARD_HF_TOKEN_SECRET"
-"""The variable naming the Secrets Manager secret the entrypoint reads HF_TOKEN from (SageMaker)."""
+HUB_TOKEN = "HF_TOKEN"
+"""The variable huggingface_hub reads a token from (`target.hub_token_secret` fills it)."""
+SECRET_PREFIX = "DOCKYARD_SECRET_"
+"""SageMaker: `DOCKYARD_SECRET_<NAME>=<Secrets Manager ARN>` in the job's environment for each entry of
+`target.secrets`; the entrypoint reads the secret with the job's role and sets NAME."""
 TOKENIZER_CHANNEL = "tokenizer"
 """A tokenizer folder on the host (`data.tokenizer`) reaches the local target's containers as this channel."""
 PLAN_PATH = f"{CONTAINER_ROOT}/input/data/{PLAN_CHANNEL}/plan.json"

@@ -21,7 +21,7 @@ from typing import Any
 
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError
-from compiler.spec.records import Batch, Derived, Estimate, InstanceType, Layout
+from compiler.spec.records import Batch, DatasetTokens, Derived, Estimate, InstanceType, Layout
 
 SCHEMA_VERSION = 4
 """2: the runtime's values resolved into `derived`; the hash leaves out `estimate` and `warnings`.
@@ -29,7 +29,7 @@ SCHEMA_VERSION = 4
 4: `trainer.metrics` is `trainer.trackers`, with `trainer.mlflow` and `trainer.wandb`; `model.path`, `init`,
    `lora`, `architecture` and `head_dim` (model=hf); `data.format` and the document fields; the image's
    Hugging Face, document and tracker pins."""
-PREDICTIONS = ("estimate", "warnings")
+PREDICTIONS = ("estimate", "warnings", "dataset")
 """Fields that describe the planner's view of the run, not the run: outside the content hash."""
 
 
@@ -55,6 +55,9 @@ class Plan:
     estimate: Estimate | None
     """Predicted memory and speed per GPU; None on CPU instances."""
     warnings: tuple[str, ...]
+    dataset: DatasetTokens | None = None
+    """The training data's token count when the host knows it (`data.tokens`, or an earlier run's token cache
+    of the same data, tokenizer and options): the summary's epochs and time per epoch."""
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:

@@ -117,6 +117,15 @@ class Estimate:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DatasetTokens:
+    """The training data's token count, as far as the host knows it when planning, and where it comes from."""
+
+    tokens: int
+    source: str
+    """`data.tokens`, or the token cache folder (an earlier run's) that measured it."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Derived:
     """Values the runtime needs that the planner computes, resolved at compile time so the image does not
     carry the planner: one formula each, used by both the prediction and the run."""

@@ -40,7 +40,7 @@ from entrypoint.launcher.cluster import (
 )
 from entrypoint.launcher.comm import Detected, EnvRow, Interface, choose_interface, comm_env, detect
 from entrypoint.launcher.privileges import Account, PathError, check_writable, drop_to, find_account, hand_over
-from entrypoint.launcher.secrets import with_hub_token
+from entrypoint.launcher.secrets import with_secrets
 
 DEFAULT_PLAN = Path("/opt/dockyard/plan.json")
 """Where images bake the plan; --plan or DOCKYARD_PLAN point elsewhere."""
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         plan = Plan.from_json(read_plan(plan_path))
         # the plan's target.environment counts as the user's, also where the target did not pass it in
-        environ = with_hub_token({**plan.target.environment, **os.environ})
+        environ = with_secrets({**plan.target.environment, **os.environ})
         timeout = args.timeout or float(environ.get("DOCKYARD_TIMEOUT", DEFAULT_TIMEOUT_S))
         detected = detect(args.device_root)
         machine = toolkit.Machine(

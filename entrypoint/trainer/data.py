@@ -16,6 +16,7 @@ import torch
 from compiler.spec import Plan
 from compiler.spec.schema import DataSource
 from entrypoint.trainer.models.loss import IGNORE_INDEX
+from entrypoint.trainer.models.packed import packed
 
 TOKEN_SUFFIXES = (".bin", ".npy", ".tokens")
 
@@ -59,6 +60,10 @@ class ShuffledWindows:
 
     def window(self, index: int) -> tuple[np.ndarray, np.ndarray | None]: ...
 
+    def positions(self, index: int) -> np.ndarray | None:
+        """Each token's position in its document (packed windows with `data.packing_mask`), else None."""
+        return None
+
     def _order(self, epoch: int) -> torch.Tensor:
         if epoch not in self._orders:
             generator = torch.Generator().manual_seed(self.seed + epoch)
@@ -66,15 +71,23 @@ class ShuffledWindows:
         return self._orders[epoch]
 
     def __call__(self, indices: torch.Tensor) -> Pairs:
-        rows, flags = [], []
+        rows, flags, places = [], [], []
         for index in indices.tolist():
-            tokens, targets = self.window(int(self._order(index // self.windows)[index % self.windows]))
+            window = int(self._order(index // self.windows)[index % self.windows])
+            tokens, targets = self.window(window)
             rows.append(torch.from_numpy(tokens.astype(np.int64)))
             flags.append(None if targets is None else torch.from_numpy(targets.astype(bool)))
+            positions = self.positions(window)
+            places.append(None if positions is None else torch.from_numpy(positions.astype(np.int64)))
         inputs, targets = next_token_pairs(torch.stack(rows))
         if any(flag is not None for flag in flags):
             kept = torch.stack([torch.ones(self.seq_len + 1, dtype=torch.bool) if f is None else f for f in flags])
             targets = targets.masked_fill(~kept[:, 1:], IGNORE_INDEX)
+        if places[0] is not None:
+            positions = torch.stack(places)
+            # a document's first token is no target: its input is the end of the previous document
+            targets = targets.masked_fill(positions[:, 1:] == 0, IGNORE_INDEX)
+            inputs = packed(inputs, positions[:, :-1])
         return inputs, targets
 
 

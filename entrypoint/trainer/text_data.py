@@ -2,8 +2,9 @@
 missing, reused otherwise) and the windows every rank reads from it, with the lines the run reports.
 
 Packing (`data.packing=true`) cuts the stream of documents, each followed by the end-of-text token, into
-consecutive windows of seq_len + 1 tokens; without packing each document has a window of its own, padded
-with end-of-text tokens that are no targets and truncated (counted) when it is longer.
+consecutive windows of seq_len + 1 tokens (with `data.packing_mask`, each token's position in its document
+goes with it, so that attention stays inside documents); without packing each document has a window of its
+own, padded with end-of-text tokens that are no targets and truncated (counted) when it is longer.
 """
 
 import time
@@ -17,6 +18,7 @@ from compiler.spec import Plan
 from compiler.spec.contract import TOKENIZER_CHANNEL
 from compiler.spec.s3 import download_s3
 from compiler.spec.schema import DataFormat
+from compiler.spec.token_cache_key import TOKEN_CACHE_DIR, cache_key
 from compiler.spec.tokenizer import TokenizerFacts, tokenizer_location
 from entrypoint.launcher.cluster import Paths
 from entrypoint.trainer import documents, token_cache
@@ -26,15 +28,26 @@ POLL_S = 1.0
 
 
 class PackedDocuments(ShuffledWindows):
-    def __init__(self, split: Path, seq_len: int, seed: int) -> None:
+    def __init__(self, split: Path, seq_len: int, seed: int, mask_boundaries: bool = False) -> None:
         self.tokens = np.load(split / "tokens.npy", mmap_mode="r")
         self.targets = np.load(split / "targets.npy", mmap_mode="r")
+        self.starts = np.load(split / "starts.npy") if mask_boundaries else None
         super().__init__((len(self.tokens) - 1) // seq_len, seq_len, seed)
 
     def window(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         start = index * self.seq_len
         end = start + self.seq_len + 1
         return self.tokens[start:end], self.targets[start:end]
+
+    def positions(self, index: int) -> np.ndarray | None:
+        """With `data.packing_mask`: each token's distance from its document's first token or from the window's
+        start, whichever is nearer (the cache's `starts` are the document boundaries)."""
+        if self.starts is None:
+            return None
+        start = index * self.seq_len
+        slots = np.arange(start, start + self.seq_len + 1)
+        first = self.starts[np.searchsorted(self.starts, slots, side="right") - 1]
+        return slots - np.maximum(first, start)
 
 
 class SeparateDocuments(ShuffledWindows):
@@ -76,7 +89,7 @@ def tokenizer_folder(plan: Plan, paths: Paths, leader: bool) -> Path:
 
 
 def cache_root(plan: Plan, paths: Paths) -> Path:
-    return Path(plan.data.cache) if plan.data.cache else paths.checkpoints / "token-cache"
+    return Path(plan.data.cache) if plan.data.cache else paths.checkpoints / TOKEN_CACHE_DIR
 
 
 def ensure_cache(
@@ -89,7 +102,7 @@ def ensure_cache(
     train, validation = documents.split_sources(data_folder, held_out)
     if not train:
         raise FileNotFoundError(f"no documents (.jsonl[.gz|.zst], .txt, .parquet, datasets) under {data_folder}")
-    keys = [token_cache.cache_key(plan, tokenizer, data_folder, train, validation) if dist.get_rank() == 0 else ""]
+    keys = [cache_key(plan, tokenizer, data_folder, train, validation) if dist.get_rank() == 0 else ""]
     dist.broadcast_object_list(keys, src=0)
     folder = root / keys[0]
     if leader and not folder.is_dir():
@@ -115,7 +128,7 @@ def open_windows(plan: Plan, folder: Path, eos: int) -> tuple[ShuffledWindows, S
 
     def split(name: str) -> ShuffledWindows:
         if packing:
-            return PackedDocuments(folder / name, seq_len, seed)
+            return PackedDocuments(folder / name, seq_len, seed, plan.data.packing_mask)
         return SeparateDocuments(folder / name, seq_len, seed, eos)
 
     train = split("train")
@@ -148,7 +161,8 @@ def _packing_line(plan: Plan, split: Path) -> str:
     if plan.data.packing:
         windows = (int(starts[-1]) - 1) // plan.model.seq_len
         efficiency = (int(starts[-1]) - len(lengths)) / max(int(starts[-1]), 1)
-        return f"packing           {windows:,} windows of {window}, efficiency {efficiency:.1%}, 0 truncated"
+        masked = ", attention inside documents" if plan.data.packing_mask else ""
+        return f"packing           {windows:,} windows of {window}, efficiency {efficiency:.1%}, 0 truncated{masked}"
     used = np.minimum(lengths - 1, window)
     truncated = int((lengths > window).sum())
     efficiency = used.sum() / max(len(lengths) * window, 1)

@@ -11,7 +11,6 @@ holds the counts the trainer reports.
 The `tokenizers` library encodes a batch of documents on all the node's cores (`encode_batch`, in Rust).
 """
 
-import hashlib
 import json
 import shutil
 import time
@@ -24,11 +23,10 @@ import numpy as np
 
 from compiler.spec import Plan
 from compiler.spec.schema import DataFormat, LossOn
-from compiler.spec.tokenizer import CONFIG_FILE, TEMPLATE_FILE, TOKENIZER_FILE, TokenizerFacts
+from compiler.spec.token_cache_key import META_FILE
+from compiler.spec.tokenizer import TOKENIZER_FILE, TokenizerFacts
 from entrypoint.trainer import documents
 
-CACHE_VERSION = 1
-"""Raised when the cache's layout or the encoding changes, so that old folders are not read."""
 BATCH_DOCUMENTS = 1024
 PROGRESS_EVERY_S = 5.0
 SPLITS = ("train", "validation")
@@ -103,30 +101,8 @@ class CacheMeta:
 
     @classmethod
     def read(cls, folder: Path) -> "CacheMeta":
-        raw = json.loads((folder / "meta.json").read_text())
+        raw = json.loads((folder / META_FILE).read_text())
         return cls(raw["key"], {k: SplitCounts(**v) for k, v in raw["splits"].items()}, raw["tokenize_s"])
-
-
-def cache_key(plan: Plan, tokenizer: Path, data_folder: Path, train: list[Path], validation: list[Path]) -> str:
-    """What the arrays depend on: the data's names and bytes, the tokenizer's files, and the format options
-    (the seed only when it draws the validation documents)."""
-    data = plan.data
-    fraction = isinstance(data.validation, float)
-    options = {
-        "version": CACHE_VERSION,
-        "format": data.format.value,
-        "field": data.field,
-        "loss_on": data.loss_on.value if data.format is DataFormat.chat else None,
-        "validation": data.validation,
-        "seed": plan.trainer.seed if fraction else None,
-        "train": documents.content_hash(train, data_folder),
-        "validation_data": documents.content_hash(validation, data_folder),
-        "tokenizer": documents.content_hash(
-            [p for p in (tokenizer / n for n in (TOKENIZER_FILE, CONFIG_FILE, TEMPLATE_FILE)) if p.is_file()],
-            tokenizer,
-        ),
-    }
-    return hashlib.blake2b(json.dumps(options, sort_keys=True).encode(), digest_size=12).hexdigest()
 
 
 def build(
@@ -160,7 +136,7 @@ def build(
     partial.mkdir(parents=True)
     for split, docs in parts.items():
         _write_split(partial / split, docs)
-    (partial / "meta.json").write_text(json.dumps(asdict(meta)))
+    (partial / META_FILE).write_text(json.dumps(asdict(meta)))
     try:
         partial.rename(target)
     except OSError:

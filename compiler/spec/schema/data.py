@@ -66,7 +66,8 @@ class DataConfig:
     """text/chat: documents packed into seq_len windows with EOS between them; false gives each document a
     window of its own (padded, long ones truncated)."""
     packing_mask: bool = False
-    """Document-boundary attention masking inside packed windows (not built yet: refused)."""
+    """Document-boundary masking inside packed windows: attention does not cross documents and positions restart
+    at each one (the built-in decoder unpipelined, and transformers architectures dockyard knows)."""
     loss_on: LossOn = LossOn.assistant
     """chat: the tokens the loss is computed on: assistant (the replies only) or all."""
     validation: Any = None

@@ -64,6 +64,9 @@ class ImageConfig:
     """mlflow-skinny version (MLflow's client without the server), installed when `trainer.trackers` lists mlflow."""
     wandb: str = "0.31.0"
     """W&B's client version, installed when `trainer.trackers` lists wandb."""
+    sagemaker_mlflow: str = "0.5.0"
+    """The sagemaker-mlflow plugin's version, installed with mlflow-skinny when `trainer.mlflow.tracking_uri` is
+    a SageMaker managed MLflow server's ARN (it resolves the ARN and signs the requests with SigV4)."""
     wheelhouse: list[str] = field(default_factory=list)
     """Folders searched for the torch wheel of cpu_local; empty means the find-links of pip's configuration."""
     cuda: str | None = None

@@ -5,6 +5,7 @@
 from dataclasses import dataclass, field
 from enum import Enum
 
+from compiler.spec.contract import HUB_TOKEN
 from compiler.spec.schema.missing import MISSING
 
 
@@ -65,7 +66,12 @@ class SageMakerTargetConfig(TargetConfig):
     """VPC security group ids, with `subnets`."""
     hub_token_secret: str | None = None
     """model=hf with a gated Hub id: the ARN of a Secrets Manager secret holding a Hugging Face token, which
-    the entrypoint reads with the job's role and hands to the trainer as HF_TOKEN (never in the request)."""
+    the entrypoint reads with the job's role and hands to the trainer as HF_TOKEN (never in the request);
+    the same as `secrets: {HF_TOKEN: <arn>}`."""
+    secrets: dict[str, str] = field(default_factory=dict)
+    """Environment variables the nodes get from Secrets Manager (tracker credentials: MLFLOW_TRACKING_TOKEN,
+    MLFLOW_TRACKING_USERNAME/PASSWORD, WANDB_API_KEY): NAME → the secret's ARN, read by the entrypoint with
+    the job's role (which needs secretsmanager:GetSecretValue on it). Only the ARN is in the request."""
 
 
 class JobKind(Enum):
@@ -105,7 +111,18 @@ class KubernetesTargetConfig(TargetConfig):
     under `<run id>/`; without one they live in the pods and go with them."""
     hub_token_secret: str | None = None
     """model=hf with a gated Hub id: a Secret in the namespace whose key HF_TOKEN the pods get as the
-    environment variable HF_TOKEN (a secretKeyRef: the token never enters the manifest)."""
+    environment variable HF_TOKEN (a secretKeyRef: the token never enters the manifest); the same as
+    `secrets: {HF_TOKEN: <name>}`."""
+    secrets: dict[str, str] = field(default_factory=dict)
+    """Environment variables the pods get from Secrets in the namespace (tracker credentials:
+    MLFLOW_TRACKING_TOKEN, MLFLOW_TRACKING_USERNAME/PASSWORD, WANDB_API_KEY): NAME → `secret` (its key NAME)
+    or `secret/key`, each a secretKeyRef, so no value enters the manifest."""
+
+
+def secret_references(target: SageMakerTargetConfig | KubernetesTargetConfig) -> dict[str, str]:
+    """The variables a target fills from secrets: `target.secrets`, and HF_TOKEN from `hub_token_secret`."""
+    hub = {HUB_TOKEN: target.hub_token_secret} if target.hub_token_secret else {}
+    return hub | target.secrets
 
 
 class ContainerRuntime(Enum):

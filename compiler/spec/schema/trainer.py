@@ -1,8 +1,15 @@
 """The `trainer/` group: the built-in trainer's recipe, or the user's script."""
 
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+SAGEMAKER_MLFLOW_ARN = re.compile(
+    r"arn:aws(-us-gov)?:sagemaker:[a-z0-9-]+:[0-9]{12}:mlflow-tracking-server/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,255}"
+)
+"""A SageMaker managed MLflow tracking server's ARN (botocore's TrackingServerArn and TrackingServerName
+patterns, in the partitions the sagemaker-mlflow plugin signs for); ASCII only, one line (fullmatch)."""
 
 
 class Entry(Enum):
@@ -53,6 +60,12 @@ class MlflowConfig:
     """The MLflow experiment the run is logged under (created when missing)."""
     run_name: str | None = None
     """The MLflow run's name; the run id when unset."""
+
+
+def sagemaker_mlflow(uri: str | None) -> bool:
+    """Whether `uri` is a SageMaker managed MLflow server, reached through the sagemaker-mlflow plugin (the
+    image installs it; every request is SigV4-signed with the node's AWS credentials)."""
+    return uri is not None and SAGEMAKER_MLFLOW_ARN.fullmatch(uri) is not None
 
 
 @dataclass

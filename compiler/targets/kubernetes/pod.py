@@ -8,6 +8,7 @@ run's label says the same to the scheduler for instance types a pod would not fi
 
 from compiler.spec import DataSource, InstanceType, Plan
 from compiler.spec.contract import CONTAINER_ROOT, PLAN_CHANNEL, PLAN_PATH, TERMINATION_LOG
+from compiler.spec.schema.target import secret_references
 
 CONTAINER = "pytorch"
 """The container's name: Kubeflow's operator finds the PyTorchJob's container by it; every kind uses it."""
@@ -15,8 +16,6 @@ PORT_NAME, MASTER_PORT = "pytorchjob-port", 29500
 """The rendezvous port, named as Kubeflow's operator looks it up (it passes it on as PET_MASTER_PORT)."""
 RUN_LABEL = "dockyard/run-id"
 PLAN_ANNOTATION = "dockyard/plan"
-HUB_TOKEN = "HF_TOKEN"
-"""The variable huggingface_hub reads its token from, and the key of `target.hub_token_secret` holding it."""
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 HOST_SHARE = 0.9
 """Of the node's vCPUs and memory, what the pod requests; the rest stays allocatable to the node's daemons."""
@@ -133,9 +132,10 @@ def pod_template(plan: Plan, image: str, run_id: str, *, env: list[dict], restar
         {"name": "DOCKYARD_RUN_ID", "value": run_id},
         *env,
     ]
-    if target.hub_token_secret:
-        reference = {"name": target.hub_token_secret, "key": HUB_TOKEN}
-        environment.append({"name": HUB_TOKEN, "valueFrom": {"secretKeyRef": reference}})
+    for name, secret in secret_references(target).items():
+        secret_name, _, key = secret.partition("/")
+        reference = {"name": secret_name, "key": key or name}
+        environment.append({"name": name, "valueFrom": {"secretKeyRef": reference}})
     container = {
         "name": CONTAINER,
         "image": image,

@@ -17,6 +17,7 @@ import kubernetes_validate
 
 from compiler.spec import KubernetesTargetConfig, Plan, TargetConfig
 from compiler.spec.errors import ConfigError
+from compiler.targets.secrets import check_secret_names
 
 KUBERNETES_VERSION = "1.35.0"
 """The API version the core kinds are checked against (the `kubernetes` client's, kubernetes==35.*)."""
@@ -25,6 +26,7 @@ DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 MAX_LABEL, MAX_SUBDOMAIN = 63, 253
 
 
@@ -61,6 +63,10 @@ def check_config_names(target: KubernetesTargetConfig, data_claim: str | None) -
     for key in ("service_account", "priority_class", "scheduler_name", "claim", "hub_token_secret"):
         if getattr(target, key) is not None:
             _check(DNS_SUBDOMAIN, f"target.{key}", getattr(target, key), subdomain)
+    for name, reference in check_secret_names(target).items():
+        secret, _, key = reference.partition("/")
+        _check(DNS_SUBDOMAIN, f"target.secrets.{name}", secret, f"a Secret's name ({subdomain}), then /key")
+        _check(SECRET_KEY, f"target.secrets.{name}", key or name, "a Secret's key (letters, digits, '-', '_', '.')")
     if data_claim is not None:
         _check(DNS_SUBDOMAIN, "data.claim", data_claim, subdomain)
     for index, secret in enumerate(target.image_pull_secrets):

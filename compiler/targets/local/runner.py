@@ -134,7 +134,9 @@ def credentials(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def _create(client, spec: ContainerSpec, run_id: str, gateway: str):
-    volumes = {m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in spec.mounts}
+    # one bind per mount, not a map keyed by the host folder: one folder may be two channels (a checkpoint
+    # that is also the tokenizer of chat data)
+    volumes = [f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in spec.mounts]
     gpus = [DeviceRequest(count=-1, capabilities=[["gpu"]])] if spec.gpus else None
     return client.containers.create(
         spec.image,

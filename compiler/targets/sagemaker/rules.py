@@ -10,8 +10,10 @@ import botocore.session
 
 from compiler.core.grammar import ECR_REGISTRY, check_hours, check_s3_uri, shown
 from compiler.spec import DataSource, Plan, SageMakerTargetConfig
+from compiler.spec.contract import SECRET_PREFIX
 from compiler.spec.errors import ConfigError, UnknownNameError
 from compiler.targets.channels import CheckpointSource, checkpoint_source
+from compiler.targets.secrets import check_secret_names
 
 SUBNET, SECURITY_GROUP = re.compile(r"subnet-[0-9a-f]{8,17}"), re.compile(r"sg-[0-9a-f]{8,17}")
 MAX_RUN_HOURS = 28 * 24
@@ -127,10 +129,14 @@ def check(plan: Plan) -> list[str]:
         for value in ids:
             if not pattern.fullmatch(value):
                 raise ConfigError(f"target.{key}", f"{shown(value)} is not a {key[:-1].replace('_', ' ')} id")
-    _check_environment(target.environment)
+    _check_environment(target.environment, len(target.secrets))
     _check_hyperparameters(plan.trainer.hyperparameters)
     if target.hub_token_secret is not None:
         check_shape("target.hub_token_secret", "SecretArn", target.hub_token_secret)
+    for name, arn in check_secret_names(target).items():
+        if name in target.secrets:
+            check_shape(f"target.secrets.{name}", "SecretArn", arn)
+            check_shape(f"target.secrets.{name}", "TrainingEnvironmentKey", SECRET_PREFIX + name)
     if checkpoint_source(plan) is CheckpointSource.folder:
         return [
             f"model.path: {plan.model.path} is uploaded to the job's S3 prefix at every launch; upload it once "
@@ -146,10 +152,12 @@ def _check_groups(plan: Plan) -> None:
     check_shape("hardware.groups", "InstanceGroups", [plan.hardware.train_group, *plan.hardware.groups])
 
 
-def _check_environment(environment: dict[str, str]) -> None:
+def _check_environment(environment: dict[str, str], secrets: int) -> None:
     most = limit("EnvironmentMap", "max") - RESERVED_ENVIRONMENT
-    if len(environment) > most:
-        raise ConfigError("target.environment", f"SageMaker takes at most {most} variables from the config")
+    if len(environment) + secrets > most:
+        raise ConfigError(
+            "target.environment", f"SageMaker takes at most {most} variables from the config, secrets included"
+        )
     for name, value in environment.items():
         check_shape(f"target.environment.{name}", "TrainingEnvironmentKey", name)
         check_shape(f"target.environment.{name}", "TrainingEnvironmentValue", value)

@@ -15,17 +15,18 @@ from botocore.validate import validate_parameters
 from compiler.spec import Plan
 from compiler.spec.contract import (
     CONTAINER_ROOT,
-    HUB_TOKEN_SECRET,
     METRICS_SEPARATORS,
     OUTPUT_DATA_DIR,
     PLAN_CHANNEL,
     PLAN_PATH,
     PRETRAINED_CHANNEL,
     REPORTED_METRICS,
+    SECRET_PREFIX,
     TENSORBOARD_DIR,
 )
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import DataSource, Entry, SageMakerTargetConfig
+from compiler.spec.schema.target import secret_references
 from compiler.targets.channels import CheckpointSource, checkpoint_source
 
 FILE_SYSTEM_TYPES = {DataSource.fsx: "FSxLustre", DataSource.efs: "EFS"}
@@ -117,7 +118,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, job_prefix: str) -> SageM
             **target.environment,
             "DOCKYARD_PLAN": PLAN_PATH,
             "DOCKYARD_RUN_ID": run_id,
-            **({HUB_TOKEN_SECRET: target.hub_token_secret} if target.hub_token_secret else {}),
+            **{SECRET_PREFIX + name: arn for name, arn in secret_references(target).items()},
         },
         "HyperParameters": _hyperparameters(plan),
         "Tags": [{"Key": "dockyard:plan", "Value": plan.content_hash}, {"Key": "dockyard:name", "Value": plan.name}],

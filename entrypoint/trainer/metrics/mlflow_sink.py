@@ -3,13 +3,16 @@ hash as params and tags, and every record's values as metrics at its step.
 
 Credentials (MLFLOW_TRACKING_TOKEN, MLFLOW_TRACKING_USERNAME/PASSWORD) come from the node's environment,
 where the target puts them; DOCKYARD_MLFLOW_TRACKING_URI is the server's address as this node reaches it
-(the local target's containers reach a server on the host's loopback through the host).
+(the local target's containers reach a server on the host's loopback through the host). A SageMaker managed
+MLflow server's ARN goes through the sagemaker-mlflow plugin the image installs for it: it resolves the ARN to
+the server's URL and signs every request with SigV4 and the node's AWS credentials.
 """
 
 import os
 import time
 from typing import Any
 
+from compiler.spec.schema.trainer import sagemaker_mlflow
 from entrypoint.trainer.metrics.base import TrackedRun, numbers
 
 QUICK_FAILURE = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
@@ -21,11 +24,15 @@ class MlflowSink:
     def __init__(self, run: TrackedRun) -> None:
         for name, value in QUICK_FAILURE.items():
             os.environ.setdefault(name, value)
+        import mlflow
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
         settings = run.plan.trainer.mlflow
-        self.client = MlflowClient(os.environ.get("DOCKYARD_MLFLOW_TRACKING_URI") or settings.tracking_uri)
+        uri = os.environ.get("DOCKYARD_MLFLOW_TRACKING_URI") or settings.tracking_uri
+        if uri and sagemaker_mlflow(uri):
+            mlflow.set_tracking_uri(uri)  # the plugin signs and routes by the process's tracking URI
+        self.client = MlflowClient(uri)
         experiment = self.client.get_experiment_by_name(settings.experiment)
         experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(settings.experiment)
         params = run.params()

@@ -21,8 +21,12 @@ from torch.utils.checkpoint import checkpoint
 from compiler.spec.schema import Activation, Checkpointing, ModelConfig, Norm, Position
 from entrypoint.trainer.models.decoder_hf import DecoderWeights
 from entrypoint.trainer.models.loss import mean_cross_entropy
+from entrypoint.trainer.models.packed import document_mask, unpacked
 from entrypoint.trainer.models.weights import WeightsFormat
 from entrypoint.trainer.offload import ActivationOffload
+
+Rope = tuple[torch.Tensor, torch.Tensor]
+"""cos and sin of the rotary angles at the tokens' positions, broadcastable to (batch, heads, seq, head_dim / 2)."""
 
 
 def _norm(model: ModelConfig) -> nn.Module:
@@ -58,21 +62,33 @@ class Attention(nn.Module):
         self.checkpoint_core = False
         """Selective activation checkpointing: recompute only softmax(QKᵀ)V in the backward pass."""
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: Rope | None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """`rope`: the rotary tables at the tokens' positions; `mask`: a packed window's document mask."""
         batch, seq, _ = x.shape
         q, k, v = (proj(x).view(batch, seq, -1, self.head_dim).transpose(1, 2) for proj in (self.q, self.k, self.v))
         if rope is not None:
-            cos, sin = (table[:seq] for table in rope)
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         if self.checkpoint_core and self.training:
-            out = checkpoint(_attend, q, k, v, use_reentrant=False)
+            out = checkpoint(_attend, q, k, v, mask, use_reentrant=False)
         else:
-            out = _attend(q, k, v)
+            out = _attend(q, k, v, mask)
         return self.o(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Causal attention, or the block-diagonal causal `mask` of a packed window (which SDPA runs with its
+    memory-efficient or math kernel rather than flash attention)."""
+    gqa = k.shape[1] != q.shape[1]
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+
+
+def rope_at(cos: torch.Tensor, sin: torch.Tensor, seq: int, positions: torch.Tensor | None) -> Rope:
+    """The rotary tables for tokens at 0..seq-1, or at each packed token's `positions` (batch, seq)."""
+    if positions is None:
+        return cos[:seq], sin[:seq]
+    return cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
 
 
 class MLP(nn.Module):
@@ -97,8 +113,8 @@ class Block(nn.Module):
         self.mlp_norm = _norm(model)
         self.mlp = MLP(model)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        x = x + self.attention(self.attention_norm(x), rope)
+    def forward(self, x: torch.Tensor, rope: Rope | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x), rope, mask)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -141,19 +157,22 @@ class Decoder(nn.Module):
         """Also run after a model built on the meta device is materialised, shard by shard."""
         _initialise(self, self.positions is None)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Logits (batch, seq, vocab) for tokens (batch, seq)."""
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Logits (batch, seq, vocab) for tokens (batch, seq) or a packed window (`models.packed`)."""
+        tokens, positions = unpacked(inputs)
         x = self.embed(tokens)
+        seq = tokens.shape[1]
+        mask = None if positions is None else document_mask(positions)
         if self.positions is not None:
-            x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
-        rope = (self.rope_cos, self.rope_sin) if self.positions is None else None
+            x = x + self.positions(torch.arange(seq, device=tokens.device) if positions is None else positions)
+        rope = None if self.positions is not None else rope_at(self.rope_cos, self.rope_sin, seq, positions)
         offload = self.offload if self.training else None
         for index, block in enumerate(self.blocks):
             with offload.saving(index) if offload else nullcontext():
                 if self.full_checkpointing and self.training:
-                    x = checkpoint(block, x, rope, use_reentrant=False)
+                    x = checkpoint(block, x, rope, mask, use_reentrant=False)
                 else:
-                    x = block(x, rope)
+                    x = block(x, rope, mask)
             if offload:
                 x = offload.prefetch_from(x, index)
         x = self.norm(x)
@@ -214,7 +233,7 @@ class Stage(nn.Module):
             x = self.embed(tokens)
             if self.positions is not None:
                 x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
-        rope = (self.rope_cos, self.rope_sin) if self.rope else None
+        rope = rope_at(self.rope_cos, self.rope_sin, x.shape[1], None) if self.rope else None
         for block in self.blocks.values():
             if self.full_checkpointing and self.training:
                 x = checkpoint(block, x, rope, use_reentrant=False)

@@ -28,6 +28,7 @@ from entrypoint.trainer.models.hf_files import (
     read_tensor,
 )
 from entrypoint.trainer.models.loss import mean_cross_entropy
+from entrypoint.trainer.models.packed import unpacked
 from entrypoint.trainer.models.weights import WeightsFormat
 from entrypoint.trainer.offload import ActivationOffload
 
@@ -55,6 +56,7 @@ class PretrainedSpec:
         if config.lora.rank:
             model = with_lora(model, config)
         model.dockyard_config = config
+        model.register_forward_pre_hook(_packed_arguments, with_kwargs=True)
         return model
 
     def init_weights(self, module: nn.Module) -> None:
@@ -136,6 +138,15 @@ class PretrainedSpec:
 
 def _adapted(linear: str, config: ModelConfig) -> bool:
     return any(linear.endswith(target) for target in config.lora.targets)
+
+
+def _packed_arguments(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    """A packed window (`models.packed`) becomes input_ids and position_ids: with no attention mask,
+    transformers' causal mask then keeps attention inside each document (`find_packed_sequence_indices`)."""
+    tokens, positions = unpacked(args[0]) if args else (None, None)
+    if positions is None:
+        return None
+    return (tokens, *args[1:]), {**kwargs, "position_ids": positions}
 
 
 def with_lora(model: nn.Module, config: ModelConfig) -> nn.Module:
