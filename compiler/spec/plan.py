@@ -23,7 +23,7 @@ from compiler.spec import schema
 from compiler.spec.errors import ConfigError
 from compiler.spec.records import Batch, DatasetTokens, Derived, Estimate, InstanceType, Layout
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """2: the runtime's values resolved into `derived`; the hash leaves out `estimate` and `warnings`.
 3: `model.family` and `trainer.metrics` name the model and the metrics sinks from the trainer's registries.
 4: `trainer.metrics` is `trainer.trackers`, with `trainer.mlflow` and `trainer.wandb`; `model.path`, `init`,
