@@ -136,7 +136,9 @@ TOOLKIT_KEYS = (
     "output_intermediate_dir",
 )
 """The keys of the training toolkit's `Environment.to_env_vars`, each set as SM_<KEY> on every job (`topology`
-only on GB200 UltraServers)."""
+only on GB200 UltraServers). No copy of the toolkit can be installed offline to read them from, so they were
+compared by hand with aws/sagemaker-training-toolkit's src/sagemaker_training/environment.py at commit
+02f62b379b05: its 30 keys are all here; `num_neurons` is set by releases after that commit."""
 
 
 def test_every_variable_the_toolkit_sets_is_set_on_a_cluster_of_one_group(tmp_path):
