@@ -64,7 +64,8 @@ def test_compile_true_is_the_blocks_it_meant_before_the_scopes():
 @pytest.mark.torchrun
 def test_compiler_ab_cpu_runs_locally_and_writes_the_comparison(tmp_path, engine):
     result = subprocess.run(
-        [DOCKYARD, "launch", "-m", "experiment=compiler-ab-cpu", "hydra.sweep.dir=sweep", "trainer.steps=6"],
+        [DOCKYARD, "launch", "-m", "experiment=compiler-ab-cpu", "hydra.sweep.dir=sweep", "trainer.steps=6",
+         "parallelism.micro_batch=4"],  # one micro batch of the experiment's two: the A/B is compile against eager
         cwd=tmp_path, capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
     (tmp_path / "output.log").write_text(result.stdout + result.stderr)
@@ -72,17 +73,14 @@ def test_compiler_ab_cpu_runs_locally_and_writes_the_comparison(tmp_path, engine
     folder = tmp_path / "sweep"
     with (folder / "summary.csv").open() as file:
         rows = {(r["overrides"].split()[0], r["overrides"].split()[1]): r for r in csv.DictReader(file)}
-    assert set(rows) == {
-        (f"trainer.compile={c}", f"parallelism.micro_batch={m}") for c in ("False", "blocks") for m in (4, 8)
-    }
+    assert set(rows) == {(f"trainer.compile={c}", "parallelism.micro_batch=4") for c in ("False", "blocks")}
     assert {r["status"] for r in rows.values()} == {"completed"}
     for row in rows.values():
         assert float(row["tokens_per_s"]) > 0 and float(row["memory_gib"]) > 0 and row["time_to_loss_s"]
-    for micro in (4, 8):
-        eager = rows["trainer.compile=False", f"parallelism.micro_batch={micro}"]
-        compiled = rows["trainer.compile=blocks", f"parallelism.micro_batch={micro}"]
-        assert float(compiled["final_loss"]) == pytest.approx(float(eager["final_loss"]), abs=COMPILE_TOLERANCE + 1e-4)
-        assert float(compiled["compile_s"]) > float(eager["compile_s"]) + 1.0  # inductor's first step
+    eager = rows["trainer.compile=False", "parallelism.micro_batch=4"]
+    compiled = rows["trainer.compile=blocks", "parallelism.micro_batch=4"]
+    assert float(compiled["final_loss"]) == pytest.approx(float(eager["final_loss"]), abs=COMPILE_TOLERANCE + 1e-4)
+    assert float(compiled["compile_s"]) > float(eager["compile_s"]) + 1.0  # inductor's first step
     markdown = (folder / "summary.md").read_text()
     assert "time_to_loss_s: seconds of training to loss" in markdown
     header = "| job | overrides | status | final_loss | val_loss | tokens_per_s | time_to_loss_s | compile_s |"

@@ -43,7 +43,7 @@ SECRET_NAME = re.compile(
 RESERVED_PREFIXES = ("DOCKYARD_", "SM_", "SLURM_")
 """Variables the requests and the platforms set for the entrypoint (the plan, the hosts, the job's id): on
 Slurm a user's export would win, and the containers would read another plan or requeue another job."""
-USER_SWITCHES = frozenset(("DOCKYARD_DEBUG", "DOCKYARD_VERBOSE", "DOCKYARD_STOP_AT_STEP"))
+USER_SWITCHES = frozenset(("DOCKYARD_DEBUG", "DOCKYARD_VERBOSE", "DOCKYARD_STOP_AT_STEP", "DOCKYARD_FAULT"))
 """The entrypoint's own switches, which only the user sets (README: `DOCKYARD_VERBOSE=1`)."""
 RESERVED_NAMES = frozenset(
     ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK")
