@@ -8,8 +8,9 @@ from transformers import AutoModelForCausalLM
 from compiler.spec import ModelConfig
 from entrypoint.trainer.models import MODELS
 
-ATOL = 1e-5
-"""fp32 logits of about 2.5: GPT-2's are equal, Llama's within 2e-6 (RoPE's products summed in another order)."""
+ATOL = 1e-4
+"""fp32 logits of about 2.5: GPT-2's are equal, Llama's usually within 2e-6 (RoPE's products summed in another
+order), once 6.4e-5 in a CI run (the kernels' summation order follows the threads); a wrong layout is 0.4 off."""
 
 
 def assert_transformers_logits(module: torch.nn.Module, folder: Path) -> None:
