@@ -9,10 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from compiler.spec.contract import MAX_ARG_STRLEN
 from entrypoint.launcher.cluster import Paths
 from entrypoint.launcher.comm import Detected
 from entrypoint.launcher.main import child_environment, explain, prepare
-from entrypoint.launcher.toolkit import MAX_ARG_STRLEN, Machine, cpus_online
+from entrypoint.launcher.toolkit import Machine, cpus_online
 from tests.entrypoint_support import (
     CLUSTER_ENVIRONMENTS,
     REPO,

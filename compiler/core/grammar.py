@@ -20,6 +20,11 @@ from compiler.spec.errors import ConfigError
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 DOMAIN = re.compile(rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]{{1,5}})?")
 MAX_PORT = 65535
+INT32_MAX = 2**31 - 1
+"""Counts the platforms store as 32-bit integers: SageMaker's InstanceCount, Kubernetes' backoffLimit and
+JobSet's maxRestarts, Slurm's node counts and requeues."""
+CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+"""Control characters but the tab: a NUL ends a C string early, CR and LF split a script's line."""
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 REPOSITORY = re.compile(rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*")
 TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"

@@ -22,6 +22,7 @@ from compiler.core.catalog import INSTANCE_TYPES, LOCAL_CPU
 from compiler.planner import models
 from compiler.planner.data_rules import check_format, check_packing_mask
 from compiler.planner.image_rules import check_image
+from compiler.planner.target_rules import SECRET_NAME, check_target
 from compiler.planner.tracker_rules import check_trackers
 from compiler.spec import InstanceType, schema
 from compiler.spec.contract import PLAN_CHANNEL
@@ -35,28 +36,6 @@ CHANNEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.\-_]{0,63}")
 """SageMaker's channel names, less '.' and '..', which would escape /opt/ml/input/data."""
 FILE_SYSTEM_ID = re.compile(r"fs-(?:[0-9a-f]{8}|[0-9a-f]{17})")
 """FSx and EFS ids: `fs-` and 8 hexadecimal digits (older file systems) or 17 (AWS's long resource ids)."""
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-SECRET_NAME = re.compile(
-    r"SECRET|PASSW(?:O?R)?D|PASSPHRASE|TOKEN(?![A-Z])|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL", re.IGNORECASE
-)
-"""A name that says its value is a secret (`OPENAI_APIKEY`, `DB_PASSWD`, `HF_TOKEN`; not `TOKENIZERS_...`)."""
-RESERVED_PREFIXES = ("DOCKYARD_", "SM_", "SLURM_")
-"""Variables the requests and the platforms set for the entrypoint (the plan, the hosts, the job's id): on
-Slurm a user's export would win, and the containers would read another plan or requeue another job."""
-USER_SWITCHES = frozenset(("DOCKYARD_DEBUG", "DOCKYARD_VERBOSE", "DOCKYARD_STOP_AT_STEP", "DOCKYARD_FAULT"))
-"""The entrypoint's own switches, which only the user sets (README: `DOCKYARD_VERBOSE=1`)."""
-RESERVED_NAMES = frozenset(
-    ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK")
-)
-"""torchrun's rendezvous, which the entrypoint sets for every process."""
-MAX_ARG_STRLEN = 128 * 1024
-"""Linux's limit on one `NAME=value` string of a process's environment (with its NUL): a longer one fails
-the container's exec with E2BIG."""
-INT32_MAX = 2**31 - 1
-"""Counts the platforms store as 32-bit integers: SageMaker's InstanceCount, Kubernetes' backoffLimit and
-JobSet's maxRestarts, Slurm's node counts and requeues."""
-CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-"""Control characters but the tab: a NUL ends a C string early, CR and LF split a script's line."""
 ABSOLUTE_PATH = re.compile(r"/[\x21-\x7e]*")
 """An absolute path of printable ASCII characters: no spaces, newlines or other control characters."""
 RELATIVE_PATH = re.compile(r"[A-Za-z0-9_.+@=,-][A-Za-z0-9_./+@=,-]*")
@@ -67,7 +46,7 @@ def check_hardware(config: schema.Config, instance: InstanceType, targets: Targe
     hardware = config.hardware
     if hardware.nodes < 1:
         raise ConfigError("hardware.nodes", f"must be at least 1 (got {hardware.nodes})")
-    if hardware.nodes > INT32_MAX:
+    if hardware.nodes > grammar.INT32_MAX:
         raise ConfigError(
             "hardware.nodes", f"{hardware.nodes} is past what any target counts (2^31-1)", "use fewer nodes"
         )
@@ -261,44 +240,6 @@ def _check_file_system(config: schema.Config, targets: TargetCapabilities) -> No
         )
 
 
-def check_target(
-    config: schema.Config, instance: InstanceType, layout: Layout, targets: TargetCapabilities
-) -> Iterator[str]:
-    target = config.target
-    if target.max_retries < 0:
-        raise ConfigError("target.max_retries", f"cannot be negative (got {target.max_retries})")
-    if target.max_retries > INT32_MAX:
-        raise ConfigError("target.max_retries", f"{target.max_retries} is past what any target stores (2^31-1)")
-    if target.max_run_hours <= 0:
-        raise ConfigError("target.max_run_hours", "must be positive")
-    grammar.check_hours("target.max_run_hours", target.max_run_hours)
-    for name, value in target.environment.items():
-        _check_environment(name, value)
-    yield from ()
-
-
-def _check_environment(name: str, value: str) -> None:
-    key = f"target.environment.{name}"
-    if not ENV_NAME.fullmatch(name):
-        raise ConfigError(
-            key, "is not an environment variable name", "use letters, digits and _, not starting with a digit"
-        )
-    if SECRET_NAME.search(name):
-        raise ConfigError(
-            key,
-            "looks like a secret, and plans are stored and shared",
-            "pass secrets through the target's own mechanism (an IAM role, a Kubernetes secret)",
-        )
-    if (name.startswith(RESERVED_PREFIXES) and name not in USER_SWITCHES) or name in RESERVED_NAMES:
-        raise ConfigError(key, "is set by dockyard or the platform for the entrypoint", "use another name")
-    if CONTROL.search(str(value)):
-        raise ConfigError(key, f"{grammar.shown(value)} holds control characters", "give a value on one line")
-    if len(f"{name}={value}".encode()) + 1 > MAX_ARG_STRLEN:
-        raise ConfigError(
-            key, f"is longer than Linux's {MAX_ARG_STRLEN // 1024} KiB for one variable", "pass it in a file"
-        )
-
-
 def check_recovery(config: schema.Config) -> Iterator[str]:
     """In-job restarts, the checkpoint clock and background checkpoints."""
     trainer = config.trainer
@@ -455,7 +396,7 @@ def check_groups(
                           "give the other group another name")  # fmt: skip
     for name, group in hardware.groups.items():
         catalog.instance_type(group.instance_type, key=f"hardware.groups.{name}.instance_type")
-        if not 1 <= group.count <= INT32_MAX:
+        if not 1 <= group.count <= grammar.INT32_MAX:
             raise ConfigError(f"hardware.groups.{name}.count", f"must be from 1 to 2^31-1 (got {group.count})")
         if not commands.get(name, "").strip():
             raise ConfigError(f"trainer.group_commands.{name}", "is missing: the group has nothing to run",
@@ -468,7 +409,7 @@ def check_groups(
 
 def _check_command(key: str, command: str) -> None:
     """A group's command is split into words on the node as a shell would: it must split here too."""
-    if CONTROL.search(command):
+    if grammar.CONTROL.search(command):
         raise ConfigError(key, f"{grammar.shown(command)} holds control characters", "give the command on one line")
     try:
         shlex.split(command)

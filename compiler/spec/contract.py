@@ -61,3 +61,6 @@ line; Slurm's retry leaves those nodes out (`scontrol update ExcNodeList`)."""
 TERMINATION_LOG = "/dev/termination-log"
 """Where Kubernetes reads a container's termination message (the pod spec's terminationMessagePath): the
 entrypoint writes the failure's reason there too."""
+MAX_ARG_STRLEN = 128 * 1024
+"""Linux's limit on one `NAME=value` string of a process's environment (with its NUL): a longer one fails
+the container's exec with E2BIG."""

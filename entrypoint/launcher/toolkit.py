@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compiler.spec import Plan
+from compiler.spec.contract import MAX_ARG_STRLEN
 from compiler.spec.schema import Entry
 from entrypoint.launcher.cluster import Node, Paths
 from entrypoint.launcher.comm import EnvRow, env_row
@@ -245,11 +246,6 @@ def toolkit_env(
         ("SM_TRAINING_ENV", env, "all of the above as the toolkit's Environment"),
     ]
     return [_passable(env_row(name, encode(value), reason, environ), node) for name, value, reason in values]
-
-
-MAX_ARG_STRLEN = 128 * 1024
-"""Linux's limit on one `NAME=value` string in a new process's environment (bytes, with its NUL): execve
-fails with E2BIG past it, whatever the total."""
 
 
 def _passable(row: EnvRow, node: Node) -> EnvRow:
