@@ -6,9 +6,15 @@ apart from the steady steps; the compile cache lies under the checkpoints folder
 its kernels there and does not compile from scratch.
 """
 
+import functools
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
-from tests.entrypoint_support import losses, tiny_plan, train
+from compiler.spec import Plan
+from tests.entrypoint_support import losses, metrics, tiny_plan, train
 
 pytestmark = pytest.mark.torchrun
 
@@ -23,31 +29,50 @@ def first_and_steady(records: list[dict]) -> tuple[float, float]:
     return records[0]["step_s"], max(record["step_s"] for record in records[1:])
 
 
-@pytest.mark.parametrize(
-    ("overrides", "scope"),
-    [
-        (("parallelism=ddp",), "blocks"),
-        (("parallelism=fsdp", "parallelism.activation_checkpointing=full"), "model"),
-    ],
-    ids=["ddp-blocks", "fsdp-full-checkpointing-model"],
-)
-def test_compiled_and_eager_losses_agree(tmp_path, overrides, scope):
+CASES = {
+    "ddp-blocks": (("parallelism=ddp",), "blocks"),
+    "fsdp-full-checkpointing-model": (("parallelism=fsdp", "parallelism.activation_checkpointing=full"), "model"),
+}
+
+
+def compiled_plan(case: str) -> Plan:
+    overrides, scope = CASES[case]
+    return tiny_plan(*overrides, *STEPS, f"trainer.compile={scope}")
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> Callable[[str], Path]:
+    """Each case's compiled run, trained once in this module: compared with eager, and restarted on its cache."""
+
+    @functools.cache
+    def run(case: str) -> Path:
+        root = tmp_path_factory.mktemp(case)
+        train(compiled_plan(case), root)
+        return root
+
+    return run
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_compiled_and_eager_losses_agree(tmp_path, compiled, case):
+    overrides, _ = CASES[case]
     eager = train(tiny_plan(*overrides, *STEPS), tmp_path / "eager")
-    compiled = train(tiny_plan(*overrides, *STEPS, f"trainer.compile={scope}"), tmp_path / "compiled")
-    assert [r["step"] for r in compiled] == [1, 2, 3, 4]
+    folder = compiled(case)
+    records = metrics(folder)
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
     for step, loss in losses(eager).items():
-        assert losses(compiled)[step] == pytest.approx(loss, abs=COMPILE_TOLERANCE), step
-    first, steady = first_and_steady(compiled)
-    assert first > 10 * steady, compiled  # compiling takes seconds, a tiny step milliseconds
-    assert any((tmp_path / "compiled/checkpoints/compile-cache/inductor").rglob("*.py"))
+        assert losses(records)[step] == pytest.approx(loss, abs=COMPILE_TOLERANCE), step
+    first, steady = first_and_steady(records)
+    assert first > 10 * steady, records  # compiling takes seconds, a tiny step milliseconds
+    assert any((folder / "checkpoints/compile-cache/inductor").rglob("*.py"))
     assert not (tmp_path / "eager/checkpoints/compile-cache").exists()
 
 
-def test_a_restarted_job_compiles_from_the_warm_cache(tmp_path):
-    plan = tiny_plan("parallelism=ddp", *STEPS, "trainer.compile=blocks")
-    cold = train(plan, tmp_path)
+def test_a_restarted_job_compiles_from_the_warm_cache(tmp_path, compiled):
+    shutil.copytree(compiled("ddp-blocks"), tmp_path, dirs_exist_ok=True)
+    cold = metrics(tmp_path)
     (tmp_path / "output/data/metrics.jsonl").unlink()
-    warm = train(plan, tmp_path)  # the same checkpoints folder, as a restarted job gets it back
+    warm = train(compiled_plan("ddp-blocks"), tmp_path)  # the same checkpoints folder, as a restarted job gets it back
     assert losses(warm) == losses(cold)
     cold_compile, warm_compile = cold[0]["step_s"] - cold[1]["step_s"], warm[0]["step_s"] - warm[1]["step_s"]
     assert warm_compile < cold_compile / 2, (cold_compile, warm_compile)
