@@ -32,13 +32,16 @@ test-services:
 	@scripts/ensure-docker || [ "$${CI:-}" != true ]
 	@scripts/ensure-slurm || [ "$${CI:-}" != true ]
 
+# The quick lane first, on both cores (pytest-xdist: its tests are independent CPU work), then the tests that
+# start torchrun, containers or Slurm jobs, one at a time: they share one engine, one base image and one
+# Slurm cluster, and some time what they measure.
 test: $(STAMP) test-services
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 -m "not slow" && $(BIN)/pytest -q -m slow
 
 # The quick lane: every test that starts no torchrun, no container, no Slurm job and no CPU-minutes of
 # training work (marked in tests/conftest.py), so it needs neither the Docker engine nor the Slurm cluster.
 test-quick: $(STAMP)
-	$(BIN)/pytest -q -m "not slow"
+	$(BIN)/pytest -q -n 2 -m "not slow"
 
 # The tests that start torchrun, N passes in a row (stops at the first failure): a teardown race or a
 # timeout that fails one run in twenty shows here, not in CI.
