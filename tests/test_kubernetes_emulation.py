@@ -18,7 +18,7 @@ from tests.kubelet_emulation import LABEL, Emulation
 
 pytestmark = pytest.mark.torchrun
 
-SHORT = ("trainer.steps=20", "trainer.log_interval=2", "trainer.checkpoint_interval=10", "trainer.warmup_steps=2")
+SHORT = ("trainer.steps=6", "trainer.log_interval=1", "trainer.checkpoint_interval=5", "trainer.warmup_steps=2")
 
 
 @pytest.mark.parametrize("kind", ["jobset", "pytorchjob", "indexed_job"])
@@ -43,5 +43,5 @@ def test_smoke_plan_trains_through_emulated_pods(kind, engine, tmp_path):
     losses = [json.loads(line.split(" | ", 1)[1])["loss"] for line in log.splitlines() if '"loss"' in line]
     assert losses[-1] < losses[0]
     assert (claim / run_id / "model" / "model.safetensors").exists()
-    assert (claim / run_id / "checkpoints" / "step-00000010" / "dockyard.json").exists()
+    assert (claim / run_id / "checkpoints" / "step-00000005" / "dockyard.json").exists()
     assert engine.containers.list(all=True, filters={"label": f"{LABEL}={run_id}"}) == []
