@@ -99,9 +99,12 @@ class ComputeClock:
         """(start, end) of each timed forward since the last window: CUDA events on GPUs, else seconds."""
 
     def attach(self, modules: Iterable[nn.Module]) -> None:
+        """Hooks that a compiled module runs outside its graph (made here: `torch.compiler.disable` imports
+        dynamo, which must not happen before `compiled.use_warm_cache` has set inductor's folders)."""
+        enter, leave = torch.compiler.disable(self._enter), torch.compiler.disable(self._leave)
         for module in modules:
-            module.register_forward_pre_hook(self._enter)  # after FSDP's, which waits for the gather
-            module.register_forward_hook(self._leave, prepend=True)  # before FSDP's reshard
+            module.register_forward_pre_hook(enter)  # after FSDP's, which waits for the gather
+            module.register_forward_hook(leave, prepend=True)  # before FSDP's reshard
 
     def _now(self) -> float | torch.cuda.Event:
         if not self.on_gpu:
@@ -110,11 +113,9 @@ class ComputeClock:
         event.record()
         return event
 
-    @torch.compiler.disable
     def _enter(self, module: nn.Module, args: tuple) -> None:
         self.started = self._now()
 
-    @torch.compiler.disable
     def _leave(self, module: nn.Module, args: tuple, output: object) -> None:
         if self.started is not None:
             self.spans.append((self.started, self._now()))
