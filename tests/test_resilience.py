@@ -28,6 +28,7 @@ from compiler.targets.slurm import jobs as slurm_jobs
 from entrypoint.launcher import main as launcher
 from entrypoint.trainer.faults import Faults
 from entrypoint.trainer.health import FAIL_BELOW, WARN_BELOW, bandwidth_finding, expected_gbps, parse_smi
+from entrypoint.trainer.models import model_spec
 from entrypoint.trainer.stragglers import ComputeClock, Detector, per_call, ratios, timed_modules
 from tests.entrypoint_support import entrypoint_env, free_port, start_entrypoint, tiny_plan, write_plan
 from tests.helpers import plan_for
@@ -80,10 +81,12 @@ def test_the_clock_times_a_blocks_compute_and_not_the_gather_fsdp_waits_for_in_i
     assert clock.window() == 0.0  # a new window
 
 
-def test_the_timed_modules_are_the_blocks_unless_compiled_whole():
-    parts, blocks = [Sleeper(0)], [Sleeper(0), Sleeper(0)]
-    assert timed_modules(parts, blocks, compiled_whole=False) == blocks
-    assert timed_modules(parts, blocks, compiled_whole=True) == parts
+def test_the_timed_modules_are_the_blocks_unless_the_model_is_compiled_whole():
+    plan = plan_for("experiment=smoke")
+    model = model_spec(plan.model).build(plan.model)
+    assert timed_modules(plan, [model]) == list(model.blocks)
+    assert timed_modules(plan_for("experiment=smoke", "trainer.compile=blocks"), [model]) == list(model.blocks)
+    assert timed_modules(plan_for("experiment=smoke", "trainer.compile=model"), [model]) == [model]
 
 
 def test_expected_bandwidth_comes_from_the_catalog_link_the_all_reduce_crosses():

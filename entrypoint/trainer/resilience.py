@@ -9,14 +9,12 @@ import torch
 import torch.distributed as dist
 
 from compiler.spec import Plan
-from compiler.spec.schema import Compile
 from entrypoint.launcher.cluster import Paths
 from entrypoint.trainer import health
 from entrypoint.trainer.engines.base import Engine
 from entrypoint.trainer.faults import Faults, injected
 from entrypoint.trainer.hangs import Watchdog, is_timeout
 from entrypoint.trainer.metrics import MetricsSink
-from entrypoint.trainer.models import model_spec
 from entrypoint.trainer.stragglers import Stragglers, timed_modules
 
 _active: Watchdog | None = None
@@ -54,11 +52,7 @@ class Guards:
 
     def time_compute(self, plan: Plan, engine: Engine) -> None:
         """The straggler detector times the forward passes of the engine's blocks (`stragglers`)."""
-        spec = model_spec(plan.model)
-        blocks = [block for part in engine.parts for block in spec.blocks(part)]
-        # the pipeline engine compiles nothing
-        compiled_whole = Compile(plan.trainer.compile) is Compile.model and plan.layout.pp == 1
-        self.stragglers.attach(timed_modules(engine.parts, blocks, compiled_whole))
+        self.stragglers.attach(timed_modules(plan, engine.parts))
 
     def before_step(self, step: int) -> None:
         self.faults.before_step(self.rank, step)

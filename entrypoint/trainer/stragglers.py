@@ -39,6 +39,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from compiler.spec import Plan
+from compiler.spec.schema import Compile
+from entrypoint.trainer.models import model_spec
+
 
 @dataclass(frozen=True)
 class Straggler:
@@ -83,10 +87,14 @@ class Detector:
         return named
 
 
-def timed_modules(parts: Sequence[nn.Module], blocks: Iterable[nn.Module], compiled_whole: bool) -> list[nn.Module]:
-    """The modules whose forward passes are timed: the blocks, or the parts themselves when torch.compile
-    compiled them whole (a hook stays out of the graph: one per block would cut it at every block)."""
-    return list(parts) if compiled_whole else list(blocks)
+def timed_modules(plan: Plan, parts: Sequence[nn.Module]) -> list[nn.Module]:
+    """The modules whose forward passes are timed: the blocks of an engine's `parts`, or the parts themselves
+    when torch.compile compiled them whole (a hook stays out of the graph: one per block would cut it at
+    every block; the pipeline engine compiles nothing)."""
+    if Compile(plan.trainer.compile) is Compile.model and plan.layout.pp == 1:
+        return list(parts)
+    spec = model_spec(plan.model)
+    return [block for part in parts for block in spec.blocks(part)]
 
 
 class ComputeClock:
