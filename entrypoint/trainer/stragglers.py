@@ -18,6 +18,7 @@ Where that time is the rank's own (a waiting rank does not look slow):
   The gather itself is not timed, only the compute on the gathered weights.
 - Pipelines: the stages' sends and receives happen between the stages' forwards, outside the blocks.
 - Per block, not per rank: pipeline stages of unequal layer counts compare evenly.
+- `trainer.compile=blocks`: the hooks run outside each block's graph (`torch.compiler.disable`).
 
 Where it is not:
 - Tensor parallelism: a block's forward holds the tensor-parallel group's all-reduces, so a slow rank's
