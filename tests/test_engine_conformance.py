@@ -2,7 +2,8 @@
 steps), holds to the `Engine` interface: its losses are finite, fall, and match DDP's (same seed, same
 global batch); `evaluate` gives the loss the next forward gives and leaves every module in train mode; a
 fresh engine loading a checkpoint gives the next step's loss exactly; `full_state_dict` names every
-parameter of the model. All engines run in one torchrun (one process group), to keep this quick."""
+parameter of the model; its `parts` hold the blocks that run (the straggler detector times them). All
+engines run in one torchrun (one process group), to keep this quick."""
 
 import json
 
@@ -33,6 +34,7 @@ from entrypoint.trainer import checkpoint
 from entrypoint.trainer.data import Batches, make_source
 from entrypoint.trainer.engines import make_engine
 from entrypoint.trainer.models import model_spec
+from entrypoint.trainer.stragglers import ComputeClock, timed_modules
 
 PLANS = json.loads(Path(sys.argv[1]).with_name("plans.json").read_text())
 cpu = torch.device("cpu")
@@ -57,10 +59,15 @@ for name, path in PLANS.items():
     batches = Batches(make_source(plan, None), plan, plan.layout.coordinates(rank).dp)
     step = lambda number: [batches.micro_batch(number, micro) for micro in range(plan.batch.grad_accum)]
     engine = make_engine(plan, cpu)
+    clock, blocks = ComputeClock(cpu), timed_modules(plan, engine.parts)
+    clock.attach(blocks)
     losses = []
     for number in range(2):
         losses.append(mean(engine.forward_backward(step(number)), plan))
         engine.step(plan.trainer.lr)
+    shape_inference = int(plan.layout.pp > 1)  # a pipeline's stages first run once on meta tensors
+    timed = len(clock.spans) / (len(blocks) * (plan.batch.grad_accum * 2 + shape_inference))
+    timed_s = clock.window()
     evaluated = engine.evaluate(step(2))
     training = all(module.training for module in gc.get_objects() if isinstance(module, torch.nn.Module))
     trained = engine.forward_backward(step(2))
@@ -80,6 +87,8 @@ for name, path in PLANS.items():
         "training": most(training, dist.ReduceOp.MIN) == 1,
         "resumed": resumed,
         "missing": [n for n in names if n not in full],
+        "timed": most(timed, dist.ReduceOp.MIN),
+        "timed_s": most(timed_s, dist.ReduceOp.MIN),
     }
     if rank == 0:
         print("RESULT", name, json.dumps(result), flush=True)
@@ -119,3 +128,5 @@ def test_every_engine_meets_the_interface(tmp_path):
         assert result["training"], name
         assert result["resumed"] == pytest.approx(losses[3], abs=1e-6), name
         assert result["missing"] == [], name
+        # the straggler detector's hooks run once per block and micro batch on every rank
+        assert result["timed"] == 1 and result["timed_s"] > 0, (name, result["timed"])

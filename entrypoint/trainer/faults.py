@@ -3,8 +3,6 @@ on a real run. Comma-separated items:
 
 - `stall:RANK@STEP`: rank RANK stops before its forward/backward of step STEP (counted from 0) and never
   calls another collective, like a rank stuck in its data loader: the others time out (a hang).
-- `slow:RANK=SECONDS`: rank RANK sleeps SECONDS at the start of every step, like a slow input pipeline
-  or a throttled node (a straggler).
 - `unhealthy:HOST`: the health check on node HOST expects one GPU more than the plan says, like a node that
   lost a device.
 """
@@ -15,40 +13,34 @@ import time
 from dataclasses import dataclass, field
 
 VARIABLE = "DOCKYARD_FAULT"
-ITEM = re.compile(r"stall:(?P<stall>\d+)@(?P<step>\d+)|slow:(?P<slow>\d+)=(?P<seconds>[0-9.]+)|unhealthy:(?P<host>\S+)")
+ITEM = re.compile(r"stall:(?P<stall>\d+)@(?P<step>\d+)|unhealthy:(?P<host>\S+)")
 
 
 @dataclass(frozen=True)
 class Faults:
     stalls: dict[int, int] = field(default_factory=dict)
     """Rank -> the step it stops at."""
-    delays: dict[int, float] = field(default_factory=dict)
-    """Rank -> seconds it sleeps at the start of each step."""
     unhealthy: frozenset[str] = frozenset()
 
     @classmethod
     def parse(cls, text: str) -> "Faults":
-        stalls, delays, hosts = {}, {}, set()
+        stalls, hosts = {}, set()
         for item in filter(None, (part.strip() for part in text.split(","))):
             match = ITEM.fullmatch(item)
             if match is None:
-                raise ValueError(f"{VARIABLE}: '{item}' is not stall:RANK@STEP, slow:RANK=SECONDS or unhealthy:HOST")
+                raise ValueError(f"{VARIABLE}: '{item}' is not stall:RANK@STEP or unhealthy:HOST")
             if match["stall"] is not None:
                 stalls[int(match["stall"])] = int(match["step"])
-            elif match["slow"] is not None:
-                delays[int(match["slow"])] = float(match["seconds"])
             else:
                 hosts.add(match["host"])
-        return cls(stalls, delays, frozenset(hosts))
+        return cls(stalls, frozenset(hosts))
 
     def before_step(self, rank: int, step: int) -> None:
-        """Where the injected stall and delay happen: before the step's first collective."""
+        """Where the injected stall happens: before the step's first collective."""
         if self.stalls.get(rank, -1) == step:
             print(f"{VARIABLE}: rank {rank} stops before step {step}", flush=True)
             while True:
                 time.sleep(60)
-        if rank in self.delays:
-            time.sleep(self.delays[rank])
 
 
 def injected() -> Faults:

@@ -1,6 +1,6 @@
 """What the trainer's loop calls to find a bad node, a slow rank and a hang: the health check before
 training (`health`), the injected faults of a test (`faults`), the hang watchdog (`hangs`) and the straggler
-detector (`stragglers`), behind four calls: `Guards.start`, `before_step`, `reduced` and `after_step`."""
+detector (`stragglers`), behind four calls: `Guards.start`, `time_compute`, `before_step` and `after_step`."""
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -11,10 +11,11 @@ import torch.distributed as dist
 from compiler.spec import Plan
 from entrypoint.launcher.cluster import Paths
 from entrypoint.trainer import health
+from entrypoint.trainer.engines.base import Engine
 from entrypoint.trainer.faults import Faults, injected
 from entrypoint.trainer.hangs import Watchdog, is_timeout
 from entrypoint.trainer.metrics import MetricsSink
-from entrypoint.trainer.stragglers import Stragglers
+from entrypoint.trainer.stragglers import Stragglers, timed_modules
 
 _active: Watchdog | None = None
 """This process's watchdog, for `named_hangs` (one trainer per process)."""
@@ -30,12 +31,12 @@ def node_hosts(plan: Plan) -> list[str]:
 class Guards:
     def __init__(self, plan: Plan, device: torch.device, timeout_s: float, faults: Faults, hosts: list[str]) -> None:
         global _active
-        self.device, self.faults, self.rank = device, faults, dist.get_rank()
+        self.faults, self.rank = faults, dist.get_rank()
         trainer = plan.trainer
         self.watchdog = _active = Watchdog(plan, hosts, timeout_s)
         per_node = plan.layout.processes_per_node
         self.stragglers = Stragglers(
-            trainer.straggler_every, trainer.straggler_factor, trainer.straggler_windows, hosts, per_node
+            trainer.straggler_every, trainer.straggler_factor, trainer.straggler_windows, hosts, per_node, device
         )
         self.every = trainer.straggler_every
 
@@ -49,20 +50,18 @@ class Guards:
                 print("\n".join(lines), flush=True)
         return cls(plan, device, timeout_s, faults, node_hosts(plan))
 
+    def time_compute(self, plan: Plan, engine: Engine) -> None:
+        """The straggler detector times the forward passes of the engine's blocks (`stragglers`)."""
+        self.stragglers.attach(timed_modules(plan, engine.parts))
+
     def before_step(self, step: int) -> None:
-        self.stragglers.resume()
         self.faults.before_step(self.rank, step)
         self.watchdog.reached(step)
-        self.stragglers.pause()  # the forward/backward, where every rank waits for the slowest
-
-    def reduced(self) -> None:
-        """The gradients are reduced: the optimizer's update is this rank's own time again."""
-        self.stragglers.resume()
 
     def after_step(self, done_steps: int, sinks: Sequence[MetricsSink]) -> None:
         """Every `straggler_every` steps (a collective): name the stragglers in the log and the metrics when they
         change."""
-        named = self.stragglers.end(done_steps, self.device)
+        named = self.stragglers.end(done_steps)
         if named is None or self.rank != 0:
             return
         text = "; ".join(map(str, named)) or "none any more"

@@ -194,6 +194,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
     guards = Guards.start(plan, paths, device, timeout_s)  # the health check, stragglers, hangs
     plan = with_local_checkpoint(plan, paths)
     engine = make_engine(plan, device)
+    guards.time_compute(plan, engine)
     data = prepare_data(plan, paths, leader)
     start = 0
     done = checkpoint.complete(paths.checkpoints)
@@ -217,7 +218,6 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
     for step in range(start, trainer.steps):
         guards.before_step(step)
         loss = engine.forward_backward([data.train.micro_batch(step, micro) for micro in range(accum)])
-        guards.reduced()
         lr = lr_at(step, trainer, plan.derived.lr)
         norm = engine.step(lr)
         done_steps = step + 1

@@ -158,7 +158,8 @@ class TrainerConfig:
     instance type (between nodes its network, within one node its GPU link; none for CPU types). Below half
     of it warns, below a tenth fails."""
     straggler_every: int = 10
-    """Steps between the ranks' comparisons of their step times; 0 turns straggler detection off."""
+    """Steps between the ranks' comparisons of their compute times (their blocks' forward passes); 0 turns
+    straggler detection off."""
     straggler_factor: float = 1.5
     """A rank whose compute time is this many times the median of all ranks' is slow."""
     straggler_windows: int = 3

@@ -22,6 +22,10 @@ MicroBatches = Sequence[tuple[torch.Tensor, torch.Tensor]]
 
 
 class Engine(Protocol):
+    parts: list[nn.Module]
+    """This rank's model, or its pipeline stages, without the strategy's wrapper: the straggler detector
+    times their blocks."""
+
     def __init__(self, plan: Plan, spec: ModelSpec, device: torch.device) -> None: ...
 
     def forward_backward(self, micro_batches: MicroBatches) -> torch.Tensor:

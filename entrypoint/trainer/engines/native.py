@@ -92,6 +92,7 @@ class TorchEngine:
             self.model = fully_shard(model, **options)
             self.autocast_dtype = None  # FSDP casts parameters itself
             materialise(spec, model, device)
+        self.parts = [model]
         self.optimizer = adamw(self.model, plan.trainer)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
 

@@ -87,6 +87,7 @@ class DeepSpeedEngine:
             model=model, optimizer=adamw(model, plan.trainer), config=config
         )
         self.model = self.engine
+        self.parts = [model]
 
     def forward_backward(self, micro_batches: MicroBatches) -> torch.Tensor:
         """The sum of the step's micro batches' losses; DeepSpeed scales by 1/grad_accum and reduces at the
