@@ -158,15 +158,17 @@ def _with_plain_overrides(base: bytes, parsed: list[Override], plain: list[Overr
     cfg = pickle.loads(base)
     ConfigLoaderImpl._apply_overrides_to_config(plain, cfg)
     task = [o for o in parsed if not o.is_hydra_override()]
-    with open_dict(cfg.hydra):
-        cfg.hydra.overrides.hydra = [o.input_line for o in parsed if o.is_hydra_override()]
-        cfg.hydra.overrides.task = [o.input_line for o in task]
-        for key in cfg.hydra.job.env_copy:
-            cfg.hydra.job.env_set[key] = os.environ[key]
-        cfg.hydra.runtime.version_base = version.getbase()
-        cfg.hydra.runtime.cwd = os.getcwd()
-        dirname = cfg.hydra.job.config.override_dirname
-        cfg.hydra.job.override_dirname = get_overrides_dirname(
+    hydra = cfg.hydra
+    with open_dict(hydra):
+        hydra.overrides.hydra = [o.input_line for o in parsed if o.is_hydra_override()]
+        hydra.overrides.task = [o.input_line for o in task]
+        job = hydra.job
+        for key in job.env_copy:
+            job.env_set[key] = os.environ[key]
+        hydra.runtime.version_base = version.getbase()
+        hydra.runtime.cwd = os.getcwd()
+        dirname = job.config.override_dirname
+        job.override_dirname = get_overrides_dirname(
             overrides=task, kv_sep=dirname.kv_sep, item_sep=dirname.item_sep, exclude_keys=dirname.exclude_keys
         )
     return cfg
