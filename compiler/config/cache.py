@@ -24,7 +24,6 @@ import functools
 import os
 import pickle
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from hydra import version
@@ -88,11 +87,11 @@ def _load_configuration(
             return hydras_own()
         if validate_sweep_overrides:
             self.validate_sweep_overrides_legal(overrides=parsed, run_mode=run_mode, from_shell=from_shell)
-        choices = [o for o in parsed if _chooses_a_group(self, o)]
-        base = _base(self, config_name, [o.input_line for o in choices])
+        chooses = [_chooses_a_group(self, o) for o in parsed]
+        base = _base(self, config_name, [o.input_line for o, choice in zip(parsed, chooses, strict=True) if choice])
         if base is None:
             return hydras_own()
-        return _with_plain_overrides(base, parsed, [o for o in parsed if not _chooses_a_group(self, o)])
+        return _with_plain_overrides(base, parsed, [o for o, choice in zip(parsed, chooses, strict=True) if not choice])
     except Exception:  # whatever the cache's path raises, Hydra's own composition raises (or succeeds)
         return hydras_own()
 
@@ -191,6 +190,7 @@ def _files_fingerprint(loader: ConfigLoaderImpl) -> tuple[tuple[str, int, int], 
             root = element.path.removeprefix("file://")
             for folder, _, names in os.walk(root):
                 for name in names:
-                    stat = Path(folder, name).stat()
-                    files.append((os.path.join(folder, name), stat.st_mtime_ns, stat.st_size))
+                    path = os.path.join(folder, name)
+                    stat = os.stat(path)
+                    files.append((path, stat.st_mtime_ns, stat.st_size))
     return tuple(files)
