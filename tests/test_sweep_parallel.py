@@ -98,3 +98,13 @@ def test_a_small_batch_or_one_core_stays_in_the_sweeps_process(monkeypatch):
     assert parallel.workers_for(10_000) == 1
     monkeypatch.setattr(parallel, "cores", lambda: 8)
     assert parallel.workers_for(parallel.PER_WORKER * 3) == 3
+
+
+def test_a_points_return_unpickles_its_configs_when_read():
+    cfg, hydra_cfg = OmegaConf.create({"trainer": {"seed": 1}}), OmegaConf.create({"hydra": {"job": {"num": 0}}})
+    point = launcher.Point(0, ("trainer.seed=1",), cfg=cfg, hydra_cfg=hydra_cfg).pack()
+    returned = launcher.PointReturn(point, overrides=["trainer.seed=1"])
+    assert point.packed is not None  # nothing read yet
+    assert returned.cfg == cfg and returned.hydra_cfg == hydra_cfg and point.packed is None
+    returned.cfg = OmegaConf.create({"trainer": {"seed": 2}})
+    assert returned.cfg.trainer.seed == 2 and returned.hydra_cfg == hydra_cfg
