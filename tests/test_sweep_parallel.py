@@ -3,6 +3,8 @@ preparing them prints and the sweep's own errors are exactly the serial path's."
 
 import contextlib
 import io
+import os
+from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 from hydra import initialize_config_dir
@@ -108,3 +110,18 @@ def test_a_points_return_unpickles_its_configs_when_read():
     assert returned.cfg == cfg and returned.hydra_cfg == hydra_cfg and point.packed is None
     returned.cfg = OmegaConf.create({"trainer": {"seed": 2}})
     assert returned.cfg.trainer.seed == 2 and returned.hydra_cfg == hydra_cfg
+
+
+def test_a_worker_that_dies_fails_the_sweep_instead_of_hanging_it():
+    def prepare(overrides, num, out):
+        if num == 5:
+            os._exit(1)  # as the kernel's out-of-memory killer would end it
+        print(f"point {num}", file=out)
+        return num
+
+    numbered = [((), num) for num in range(8)]
+    out = io.StringIO()
+    assert parallel.prepare_all(numbered[:4], prepare, lambda point: point, out, workers=2) == [0, 1, 2, 3]
+    assert out.getvalue() == "point 0\npoint 1\npoint 2\npoint 3\n"
+    with pytest.raises(BrokenProcessPool):
+        parallel.prepare_all(numbered, prepare, lambda point: point, out, workers=2)

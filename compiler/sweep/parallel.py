@@ -13,6 +13,7 @@ import io
 import multiprocessing
 import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from typing import IO, Any
 
 PER_WORKER = 32
@@ -51,8 +52,9 @@ def prepare_all(
     chunks = [numbered[i : i + size] for i in range(0, len(numbered), size)]
     points = []
     context = multiprocessing.get_context("fork")  # the workers inherit the loader and the warm cache
-    with context.Pool(workers, initializer=_start, initargs=(prepare, pack)) as pool:
-        for chunk in pool.imap(_prepare_chunk, chunks):
+    # a worker that dies (killed, out of memory) fails the sweep here (BrokenProcessPool), never hangs it
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start, initargs=(prepare, pack)) as pool:
+        for chunk in pool.map(_prepare_chunk, chunks):
             for point, printed in chunk:
                 out.write(printed)
                 points.append(point)
