@@ -16,11 +16,13 @@ import dataclasses
 import difflib
 import functools
 import math
+import os
 import re
 import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 import yaml
@@ -245,14 +247,21 @@ def reject_numbers_in_files(hydra_cfg: DictConfig, cfg: DictConfig) -> None:
     for name, group in [(hydra_cfg.job.config_name, ""), *chosen]:
         if name is None or group.startswith("hydra/"):
             continue
-        path = next((f / f"{name}.yaml" for f in folders if (f / f"{name}.yaml").is_file()), None)
-        if path is not None:
-            _reject_numbers_in_file(path, path.read_text(), group)
+        for folder in folders:
+            path = os.path.join(folder, f"{name}.yaml")
+            try:
+                stat = os.stat(path)
+            except OSError:
+                continue
+            if S_ISREG(stat.st_mode):
+                _reject_numbers_in_file(Path(path), stat.st_mtime_ns, stat.st_size, group)
+                break
 
 
 @functools.lru_cache(maxsize=512)
-def _reject_numbers_in_file(path: Path, text: str, group: str) -> None:
-    """One file's check, done once per content (every point of a sweep reads the same files)."""
+def _reject_numbers_in_file(path: Path, mtime_ns: int, size: int, group: str) -> None:
+    """One file's check, done once per version of the file (every point of a sweep reads the same files)."""
+    text = path.read_text()
     package = "" if GLOBAL_PACKAGE.search(text) else group.replace("/", ".")
     values = yaml.load(text, Loader=get_yaml_loader())  # what OmegaConf.create(text) holds, without its nodes
     _reject_floats_for_strings(values, package, path)
