@@ -289,33 +289,32 @@ class Sweep:
         return result
 
 
+class _PointsConfig:
+    """`cfg` (index 0) or `hydra_cfg` (1) of a PointReturn: the point's own, unpickled when first read."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __get__(self, result: "PointReturn | None", owner: type | None = None) -> Any:
+        return self if result is None else result.point.configs()[self.index]
+
+    def __set__(self, result: "PointReturn", value: DictConfig | None) -> None:
+        if value is not None:  # JobReturn's __init__ sets None, which leaves the point's
+            configs = list(result.point.configs())
+            configs[self.index] = value
+            result.point.cfg, result.point.hydra_cfg = configs
+
+
 class PointReturn(JobReturn):
     """A point's JobReturn. Its `cfg` and `hydra_cfg` are the point's, unpickled when first read where a worker
     prepared the point: nothing reads them in a dry run, and unpickling 1,000 points' takes a second."""
 
+    cfg = _PointsConfig(0)  # type: ignore[assignment]
+    hydra_cfg = _PointsConfig(1)  # type: ignore[assignment]
+
     def __init__(self, point: Point, **fields: Any) -> None:
         self.point = point
-        super().__init__(**fields)  # sets cfg and hydra_cfg to None, which leaves the point's
-
-    @property  # type: ignore[override]
-    def cfg(self) -> DictConfig | None:
-        return self.point.configs()[0]
-
-    @cfg.setter
-    def cfg(self, value: DictConfig | None) -> None:
-        if value is not None:
-            self.point.configs()  # unpickled first, or they would replace the value later
-            self.point.cfg = value
-
-    @property  # type: ignore[override]
-    def hydra_cfg(self) -> DictConfig | None:
-        return self.point.configs()[1]
-
-    @hydra_cfg.setter
-    def hydra_cfg(self, value: DictConfig | None) -> None:
-        if value is not None:
-            self.point.configs()  # unpickled first, or they would replace the value later
-            self.point.hydra_cfg = value
+        super().__init__(**fields)
 
 
 def split_hydra_node(cfg: DictConfig) -> tuple[DictConfig, DictConfig]:
