@@ -37,9 +37,8 @@ test: $(STAMP) test-services
 
 # The quick lane: every test that starts no torchrun, no container, no Slurm job and no CPU-minutes of
 # training work (marked in tests/conftest.py), so it needs neither the Docker engine nor the Slurm cluster.
-# Its tests are CPU-bound and share nothing, so they run on every core (pytest-xdist).
 test-quick: $(STAMP)
-	$(BIN)/pytest -q -m "not slow" -n auto
+	$(BIN)/pytest -q -m "not slow"
 
 # The tests that start torchrun, N passes in a row (stops at the first failure): a teardown race or a
 # timeout that fails one run in twenty shows here, not in CI.
