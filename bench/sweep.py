@@ -3,9 +3,10 @@
 In one process, over the same points (a 4 strategies × N/4 seeds grid of the smoke experiment):
 (1) `dockyard launch --dry-run -m hydra/launcher=dockyard ...` end to end through Hydra's multirun, as the
 CLI runs it: every point composed, validated, planned, its image reference hashed and its request rendered
-and written, then the summary; (2) Hydra's basic launcher running a task that does nothing, so all it pays
-for is composing each point (and Hydra's per-job bookkeeping); it is driven directly, so the basic
-sweeper's second compose of every point is left out of the baseline.
+(by one forked worker per core, `compiler/sweep/parallel.py`), then written, then the summary; (2) Hydra's
+basic launcher running a task that does nothing, so all it pays for is composing each point (and Hydra's
+per-job bookkeeping); it is driven directly, so the basic sweeper's second compose of every point is left
+out of the baseline.
 
     python bench/sweep.py [--points 1000]
 """
@@ -33,6 +34,7 @@ from compiler.cli import main as cli
 from compiler.cli import tasks
 from compiler.config import cache
 from compiler.config.compose import CONF_DIR, CONFIG_NAME
+from compiler.sweep import parallel
 from compiler.targets import records
 
 STRATEGIES = ["ddp", "fsdp", "zero1", "zero2"]
@@ -86,6 +88,8 @@ def main() -> None:
     args = parser.parse_args()
     arguments = sweep_arguments(args.points)
     print(f"points                 {args.points}  ({' '.join(arguments)})")
+    workers = parallel.workers_for(args.points)
+    print(f"workers                {workers} (of {parallel.cores()} cores; load average {os.getloadavg()[0]:.1f})")
     with tempfile.TemporaryDirectory() as scratch:
         os.chdir(scratch)
         ours, ours_s = timed(dockyard_dry_run, arguments, Path(scratch, "dockyard"))

@@ -3,29 +3,33 @@
 A task writes into this invocation's staging folder and its results move into the run folder only when
 it succeeds (`compiler.cli.folders`), so a user's mistake leaves nothing half-written and removes nothing
 that another command, or the user, put there.
+
+What only `launch` needs (run records, the targets' I/O, progress, resumption) is imported by the launch
+tasks themselves, so `dockyard plan` starts without it.
 """
+
+from __future__ import annotations
 
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from compiler.cli import folders
 from compiler.config.compose import to_config
-from compiler.launch import modes, runs
+from compiler.launch import modes
 from compiler.launch.plan import PLAN_FILE, REPORT_FILE, checked_plan, with_account_defaults, write_plan
-from compiler.launch.prepare import prepare
-from compiler.launch.progress import for_people
-from compiler.launch.resume import Resume, check_reshard, keep_attempt, resumed_record
 from compiler.planner.summary import report_markdown, summary_lines
 from compiler.spec import Plan
 from compiler.spec.errors import ConfigError, PlatformError
 from compiler.spec.schema import Config
-from compiler.targets import records
-from compiler.targets.base import COMPLETED
+
+if TYPE_CHECKING:
+    from compiler.launch.resume import Resume
 
 
 def run_folder() -> Path:
@@ -77,6 +81,11 @@ def resume_task(resuming: Resume) -> Callable[[DictConfig], None]:
 def _launch(cfg: DictConfig, resuming: Resume | None) -> None:
     from compiler.images.build import planned_reference
     from compiler.images.workflow import build_and_record
+    from compiler.launch import runs
+    from compiler.launch.progress import for_people
+    from compiler.launch.resume import check_reshard, keep_attempt, resumed_record
+    from compiler.targets import records
+    from compiler.targets.base import COMPLETED
 
     run_dir = run_folder()
     with folders.results_in(run_dir) as stage:
@@ -113,6 +122,8 @@ def dry_run_task(cfg: DictConfig) -> None:
     """Print the plan's summary and warnings, and what the target would do besides (stderr), then exactly
     the request `launch` would submit (stdout); build nothing, start nothing, keep no run folder."""
     from compiler.images.build import planned_reference
+    from compiler.launch import runs
+    from compiler.launch.prepare import prepare
 
     run_dir = run_folder()
     with folders.results_in(run_dir, keep=False):

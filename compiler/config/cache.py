@@ -20,10 +20,10 @@ config folders or an entry of the ConfigStore changes.
 
 import collections
 import contextlib
+import functools
 import os
 import pickle
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from hydra import version
@@ -82,18 +82,45 @@ def _load_configuration(
     if not _enabled:
         return hydras_own()
     try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-        if any(o.is_sweep_override() or o.get_key_element() == "hydra.searchpath" for o in parsed):
+        parsed = [_parsed(word) for word in overrides]
+        if not _cacheable(parsed):
             return hydras_own()
         if validate_sweep_overrides:
             self.validate_sweep_overrides_legal(overrides=parsed, run_mode=run_mode, from_shell=from_shell)
-        choices = [o for o in parsed if _chooses_a_group(self, o)]
-        base = _base(self, config_name, [o.input_line for o in choices])
+        chooses = [_chooses_a_group(self, o) for o in parsed]
+        base = _base(self, config_name, [o.input_line for o, choice in zip(parsed, chooses, strict=True) if choice])
         if base is None:
             return hydras_own()
-        return _with_plain_overrides(base, parsed, [o for o in parsed if not _chooses_a_group(self, o)])
+        return _with_plain_overrides(base, parsed, [o for o, choice in zip(parsed, chooses, strict=True) if not choice])
     except Exception:  # whatever the cache's path raises, Hydra's own composition raises (or succeeds)
         return hydras_own()
+
+
+def warm(loader: ConfigLoaderImpl, config_name: str | None, points: list[list[str]]) -> None:
+    """Compose the base of every distinct set of group choices among `points` now (up to MAX_BASES), so that
+    processes forked afterwards find them cached (`compiler.sweep.parallel`). A point the cache would hand
+    to Hydra, or that fails, is left to compose as it would."""
+    seen: set[tuple[str, ...]] = set()
+    for overrides in points:
+        try:
+            parsed = [_parsed(word) for word in overrides]
+            choices = tuple(o.input_line for o in parsed if _chooses_a_group(loader, o))
+            if _cacheable(parsed) and choices not in seen and len(seen) < MAX_BASES:
+                seen.add(choices)
+                _base(loader, config_name, list(choices))
+        except Exception:  # reported when the point itself is composed
+            continue
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(word: str) -> Override:
+    """One override parsed once per process (a sweep's points repeat the same words; parsing is ~0.1 ms
+    each). Hydra reads an Override and never changes it."""
+    return OverridesParser.create().parse_overrides([word])[0]
+
+
+def _cacheable(parsed: list[Override]) -> bool:
+    return not any(o.is_sweep_override() or o.get_key_element() == "hydra.searchpath" for o in parsed)
 
 
 def _chooses_a_group(loader: ConfigLoaderImpl, override: Override) -> bool:
@@ -130,15 +157,17 @@ def _with_plain_overrides(base: bytes, parsed: list[Override], plain: list[Overr
     cfg = pickle.loads(base)
     ConfigLoaderImpl._apply_overrides_to_config(plain, cfg)
     task = [o for o in parsed if not o.is_hydra_override()]
-    with open_dict(cfg.hydra):
-        cfg.hydra.overrides.hydra = [o.input_line for o in parsed if o.is_hydra_override()]
-        cfg.hydra.overrides.task = [o.input_line for o in task]
-        for key in cfg.hydra.job.env_copy:
-            cfg.hydra.job.env_set[key] = os.environ[key]
-        cfg.hydra.runtime.version_base = version.getbase()
-        cfg.hydra.runtime.cwd = os.getcwd()
-        dirname = cfg.hydra.job.config.override_dirname
-        cfg.hydra.job.override_dirname = get_overrides_dirname(
+    hydra = cfg.hydra
+    with open_dict(hydra):
+        hydra.overrides.hydra = [o.input_line for o in parsed if o.is_hydra_override()]
+        hydra.overrides.task = [o.input_line for o in task]
+        job = hydra.job
+        for key in job.env_copy:
+            job.env_set[key] = os.environ[key]
+        hydra.runtime.version_base = version.getbase()
+        hydra.runtime.cwd = os.getcwd()
+        dirname = job.config.override_dirname
+        job.override_dirname = get_overrides_dirname(
             overrides=task, kv_sep=dirname.kv_sep, item_sep=dirname.item_sep, exclude_keys=dirname.exclude_keys
         )
     return cfg
@@ -161,6 +190,7 @@ def _files_fingerprint(loader: ConfigLoaderImpl) -> tuple[tuple[str, int, int], 
             root = element.path.removeprefix("file://")
             for folder, _, names in os.walk(root):
                 for name in names:
-                    stat = Path(folder, name).stat()
-                    files.append((os.path.join(folder, name), stat.st_mtime_ns, stat.st_size))
+                    path = os.path.join(folder, name)
+                    stat = os.stat(path)
+                    files.append((path, stat.st_mtime_ns, stat.st_size))
     return tuple(files)

@@ -16,11 +16,13 @@ import dataclasses
 import difflib
 import functools
 import math
+import os
 import re
 import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 import yaml
@@ -32,6 +34,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException, Ove
 from hydra.grammar.gen.OverrideLexer import OverrideLexer
 from hydra.grammar.gen.OverrideParser import OverrideParser
 from omegaconf import DictConfig, OmegaConf
+from omegaconf._utils import get_yaml_loader
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
 from compiler.config import cache, pretrained, store
@@ -81,7 +84,7 @@ def _reject_scalars_for_collections(value: object, key: str = "") -> None:
     a list field an int. Every list and map field must hold a list or a map."""
     if not dataclasses.is_dataclass(value):
         return
-    hints = typing.get_type_hints(type(value))
+    hints = _type_hints(type(value))
     for field in dataclasses.fields(value):
         item, full_key = getattr(value, field.name), f"{key}{field.name}"
         hint = hints[field.name]
@@ -173,7 +176,7 @@ def open_maps(overrides: Sequence[str]) -> list[str]:
 
 def _is_map_field(path: list[str]) -> bool:
     return any(
-        typing.get_origin(typing.get_type_hints(cls).get(path[-1])) is dict
+        typing.get_origin(_type_hints(cls).get(path[-1])) is dict
         for cls in _classes_holding(path)
         if dataclasses.is_dataclass(cls)
     )
@@ -244,16 +247,24 @@ def reject_numbers_in_files(hydra_cfg: DictConfig, cfg: DictConfig) -> None:
     for name, group in [(hydra_cfg.job.config_name, ""), *chosen]:
         if name is None or group.startswith("hydra/"):
             continue
-        path = next((f / f"{name}.yaml" for f in folders if (f / f"{name}.yaml").is_file()), None)
-        if path is not None:
-            _reject_numbers_in_file(path, path.read_text(), group)
+        for folder in folders:
+            path = os.path.join(folder, f"{name}.yaml")
+            try:
+                stat = os.stat(path)
+            except OSError:
+                continue
+            if S_ISREG(stat.st_mode):
+                _reject_numbers_in_file(Path(path), stat.st_mtime_ns, stat.st_size, group)
+                break
 
 
 @functools.lru_cache(maxsize=512)
-def _reject_numbers_in_file(path: Path, text: str, group: str) -> None:
-    """One file's check, done once per content (every point of a sweep reads the same files)."""
+def _reject_numbers_in_file(path: Path, mtime_ns: int, size: int, group: str) -> None:
+    """One file's check, done once per version of the file (every point of a sweep reads the same files)."""
+    text = path.read_text()
     package = "" if GLOBAL_PACKAGE.search(text) else group.replace("/", ".")
-    _reject_floats_for_strings(OmegaConf.to_container(OmegaConf.create(text)), package, path)
+    values = yaml.load(text, Loader=get_yaml_loader())  # what OmegaConf.create(text) holds, without its nodes
+    _reject_floats_for_strings(values, package, path)
 
 
 def _reject_floats_for_strings(value: object, key: str, path: Path) -> None:
@@ -273,7 +284,7 @@ def _field_types(path: list[str]) -> set[type]:
     """The types a dotted config key may hold (several below `target`, whose schema the option picks)."""
     types: set[type] = set()
     for cls in _classes_holding(path):
-        hint = typing.get_type_hints(cls).get(path[-1]) if dataclasses.is_dataclass(cls) else cls
+        hint = _type_hints(cls).get(path[-1]) if dataclasses.is_dataclass(cls) else cls
         types.update(typing.get_args(hint) or (hint,))
     return types
 
@@ -284,7 +295,7 @@ def _classes_holding(path: list[str]) -> list[type]:
     for name in path[:-1]:
         next_classes = []
         for cls in classes:
-            hint = typing.get_type_hints(cls).get(name) if dataclasses.is_dataclass(cls) else None
+            hint = _type_hints(cls).get(name) if dataclasses.is_dataclass(cls) else None
             if hint is Any and name == "target":
                 next_classes += [cls for cls in _subclasses(schema.TargetConfig)]
             elif dataclasses.is_dataclass(hint):
@@ -293,6 +304,12 @@ def _classes_holding(path: list[str]) -> list[type]:
                 next_classes.append(typing.get_args(hint)[1])
         classes = next_classes
     return classes
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """A schema class's field types (`typing.get_type_hints` evaluates every annotation again on each call)."""
+    return typing.get_type_hints(cls)
 
 
 def _subclasses(cls: type) -> list[type]:

@@ -26,8 +26,8 @@ from compiler.spec.plan import TARGETS_BY_KIND
 def register() -> None:
     store = ConfigStore.instance()
     store.store(name="base_config", node=schema.Config)
-    for name, node in TARGETS_BY_KIND.items():
-        store.store(group="schema/target", name=name, node=node)
+    for name, node in TARGETS_BY_KIND.items():  # a command composes one target's schema, not all four
+        _store_lazily(store, "schema/target", name, node)
     for instance in INSTANCE_TYPES.values():
         image = "cuda" if instance.has_gpus else "cpu-local"
         names = [instance.name] if instance is LOCAL_CPU else [instance.name, SAGEMAKER_PREFIX + instance.name]
@@ -37,16 +37,19 @@ def register() -> None:
             _store_lazily(store, "image_for_hardware", f"auto-{name}", {"defaults": [f"/image/{image}@_here_"]})
 
 
-def _store_lazily(store: ConfigStore, group: str, name: str, content: dict[str, Any]) -> None:
+def _store_lazily(store: ConfigStore, group: str, name: str, content: Any) -> None:
     """What `store.store(group=group, name=name, node=content)` stores, with the node made on first use."""
-    store.repo.setdefault(group, {})[f"{name}.yaml"] = CatalogNode(f"{name}.yaml", content, group)
+    folder = store.repo
+    for part in group.split("/"):
+        folder = folder.setdefault(part, {})
+    folder[f"{name}.yaml"] = CatalogNode(f"{name}.yaml", content, group)
 
 
 class CatalogNode(ConfigNode):
-    """A ConfigStore entry whose OmegaConf node is made from `content` when read (Hydra reads `node` from a
-    copy of the entry and deep-copies it, so the entry itself stays as stored)."""
+    """A ConfigStore entry whose OmegaConf node is made from `content` (a map or a schema class) when read
+    (Hydra reads `node` from a copy of the entry and deep-copies it, so the entry itself stays as stored)."""
 
-    def __init__(self, name: str, content: dict[str, Any], group: str) -> None:
+    def __init__(self, name: str, content: Any, group: str) -> None:
         self.name, self.group, self.package, self.provider = name, group, None, None
         self.content = content
         self._node: DictConfig | None = None
@@ -54,7 +57,7 @@ class CatalogNode(ConfigNode):
     @property  # type: ignore[override]
     def node(self) -> DictConfig:
         if self._node is None:
-            self._node = OmegaConf.create(self.content)
+            self._node = OmegaConf.structured(self.content)
         return self._node
 
     @node.setter

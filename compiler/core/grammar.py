@@ -12,9 +12,6 @@ or request takes. A value is shown in a message with any `user:password@` in it 
 import math
 import re
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.version import InvalidVersion, Version
-
 from compiler.spec.errors import ConfigError
 
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
@@ -125,6 +122,9 @@ def check_debian_version(key: str, value: str) -> None:
 
 def check_pinned_requirement(key: str, line: str) -> None:
     """A PEP 508 requirement pinned to one version (`name[extras]==version`), no URL and no markers."""
+    from packaging.requirements import InvalidRequirement, Requirement  # 13 ms, paid only by a config with pins
+    from packaging.version import InvalidVersion, Version
+
     try:
         requirement = Requirement(line)
     except InvalidRequirement:

@@ -11,9 +11,6 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
-
 from compiler.core import grammar
 from compiler.core.catalog import InstanceType
 from compiler.spec import schema
@@ -89,6 +86,11 @@ def _check_one_pin_each(image: schema.ImageConfig) -> None:
     """A package pinned twice (`numpy==1.0` and `numpy==2.0`), or in python_packages and by its own field
     (`torch==2.0.0` beside image.torch), would leave pip to pick one or fail the build: each is pinned once.
     A field the family leaves unset (deepspeed on the DLC image) does not pin its package."""
+    if not image.python_packages:
+        return
+    from packaging.requirements import Requirement  # 13 ms to import, paid only by a config that adds packages
+    from packaging.utils import canonicalize_name
+
     fields = ("torch", "deepspeed", "boto3", *HUGGING_FACE_PACKAGES, *schema.DOCUMENT_PACKAGES,
               *schema.TRACKER_PINS.values())  # fmt: skip
     pinned_by_field = {canonicalize_name(name): name for name in fields if getattr(image, name) is not None}

@@ -9,7 +9,9 @@ override_dirname, job number) included.
 from collections.abc import Sequence
 
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from compiler.config import cache
 
 
 class PointComposer:
@@ -24,3 +26,10 @@ class PointComposer:
             cfg.hydra.job.id = num
             cfg.hydra.job.num = num
         return cfg
+
+    def warm(self, points: Sequence[Sequence[str]]) -> None:
+        """Compose now what the points' compositions share (see `cache.warm`), as `compose` would ask for it."""
+        hydra_overrides = OmegaConf.to_container(self.master.hydra.overrides.hydra)
+        assert isinstance(hydra_overrides, list)
+        config_name = self.master.hydra.job.config_name
+        cache.warm(self.loader, config_name, [[*hydra_overrides, *overrides] for overrides in points])

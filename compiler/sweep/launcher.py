@@ -10,6 +10,7 @@ and writes each point's request instead of submitting it.
 """
 
 import dataclasses
+import pickle
 import shutil
 import sys
 import threading
@@ -32,6 +33,7 @@ from compiler.launch.plan import write_plan
 from compiler.launch.prepare import prepare
 from compiler.spec import Plan
 from compiler.spec.errors import ConfigError
+from compiler.sweep import parallel
 from compiler.sweep.compose import PointComposer
 from compiler.targets import records, registry
 from compiler.targets.base import CANCELLED, COMPLETED, FAILED, STOPPED
@@ -61,6 +63,22 @@ class Point:
     request: Any = None
     error: str = ""
     record: RunRecord | None = None
+    job_name: str | None = None
+    packed: bytes | None = None
+    """`cfg` and `hydra_cfg` pickled, as a worker process sends them (see `configs`)."""
+
+    def configs(self) -> tuple[DictConfig | None, DictConfig | None]:
+        """The point's config and `{"hydra": ...}`, unpickled on first use where a worker prepared it."""
+        if self.packed is not None:
+            self.cfg, self.hydra_cfg = pickle.loads(self.packed)
+            self.packed = None
+        return self.cfg, self.hydra_cfg
+
+    def pack(self) -> "Point":
+        """The point with its configs pickled (in a worker: the sweep unpickles them only if read)."""
+        self.packed = pickle.dumps((self.cfg, self.hydra_cfg), protocol=pickle.HIGHEST_PROTOCOL)
+        self.cfg = self.hydra_cfg = None
+        return self
 
 
 class Sweep:
@@ -84,7 +102,7 @@ class Sweep:
         """Set on Ctrl-C: queued points are cancelled, local jobs stopped, remote ones left running."""
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
-        points = [self._prepare(tuple(o), initial_job_idx + i) for i, o in enumerate(job_overrides)]
+        points = self._prepare_all([(tuple(o), initial_job_idx + i) for i, o in enumerate(job_overrides)])
         invalid = [p for p in points if p.error]
         if invalid and not self.options.skip_invalid:
             self._discard_if_empty()
@@ -110,20 +128,30 @@ class Sweep:
         print(f"summary   {self.sweep_dir / summary.SUMMARY_MD}", file=self.out)
         return [self._job_return(point) for point in points]
 
-    def _prepare(self, overrides: tuple[str, ...], num: int) -> Point:
+    def _prepare_all(self, numbered: list[tuple[tuple[str, ...], int]]) -> list[Point]:
+        """Every point prepared, in order: in this process, or by one worker per core for a large batch."""
+        workers = parallel.workers_for(len(numbered))
+        if workers == 1:
+            return [self._prepare(overrides, num) for overrides, num in numbered]
+        self.composer.warm([overrides for overrides, _ in numbered])
+        first = self._prepare(*numbered[0])  # what every point loads once (imports, schemas) loaded before the fork
+        return [first, *parallel.prepare_all(numbered[1:], self._prepare, Point.pack, self.out, workers)]
+
+    def _prepare(self, overrides: tuple[str, ...], num: int, out: IO[str] | None = None) -> Point:
         """Compose, compile and translate one point; a user's mistake becomes the point's error."""
         point = Point(num, overrides)
         try:
             cfg = self.composer.compose(overrides, num)
             point.run_dir = Path(str(cfg.hydra.sweep.dir), str(cfg.hydra.sweep.subdir)).resolve()
             point.cfg, point.hydra_cfg = split_hydra_node(cfg)
+            point.job_name = str(point.hydra_cfg.hydra.job.name)
             reject_numbers_in_files(point.hydra_cfg.hydra, point.cfg)
             prepared = prepare(
                 to_config(cfg),
                 point.run_dir,
                 run_id=lambda plan: f"{runs.run_id_for(plan, self.started)}-{num}",
                 planned=self._expected_image,
-                out=self.out,
+                out=self.out if out is None else out,
             )
             point.plan, point.run_id, point.request = prepared.plan, prepared.run_id, prepared.request
             if not self.options.dry_run:
@@ -204,9 +232,10 @@ class Sweep:
 
     def _write_job_files(self, point: Point) -> None:
         """What Hydra's own launchers leave in a job's folder (.hydra/) and what `dockyard launch` writes."""
-        output = point.run_dir / str(point.hydra_cfg.hydra.output_subdir)
-        _save_config(point.cfg, "config.yaml", output)
-        _save_config(point.hydra_cfg, "hydra.yaml", output)
+        cfg, hydra_cfg = point.configs()
+        output = point.run_dir / str(hydra_cfg.hydra.output_subdir)
+        _save_config(cfg, "config.yaml", output)
+        _save_config(hydra_cfg, "hydra.yaml", output)
         _save_config(OmegaConf.create(list(point.overrides)), "overrides.yaml", output)
         write_plan(point.plan, point.run_dir)
 
@@ -234,12 +263,11 @@ class Sweep:
 
     def _job_return(self, point: Point) -> JobReturn:
         record = point.record
-        result = JobReturn(
+        result = PointReturn(
+            point,
             overrides=list(point.overrides),
-            cfg=point.cfg,
-            hydra_cfg=point.hydra_cfg,
             working_dir=str(point.run_dir) if point.run_dir else None,
-            task_name=str(point.hydra_cfg.hydra.job.name) if point.hydra_cfg else None,
+            task_name=point.job_name,
             status=JobStatus.COMPLETED,
         )
         where = f"; see {point.run_dir}" if point.run_dir and point.run_dir.exists() else ""
@@ -259,6 +287,34 @@ class Sweep:
                 f"job {point.num} reported no metric '{self.options.objective}' (hydra.launcher.objective){where}"
             )
         return result
+
+
+class _PointsConfig:
+    """`cfg` (index 0) or `hydra_cfg` (1) of a PointReturn: the point's own, unpickled when first read."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __get__(self, result: "PointReturn | None", owner: type | None = None) -> Any:
+        return self if result is None else result.point.configs()[self.index]
+
+    def __set__(self, result: "PointReturn", value: DictConfig | None) -> None:
+        if value is not None:  # JobReturn's __init__ sets None, which leaves the point's
+            configs = list(result.point.configs())
+            configs[self.index] = value
+            result.point.cfg, result.point.hydra_cfg = configs
+
+
+class PointReturn(JobReturn):
+    """A point's JobReturn. Its `cfg` and `hydra_cfg` are the point's, unpickled when first read where a worker
+    prepared the point: nothing reads them in a dry run, and unpickling 1,000 points' takes a second."""
+
+    cfg = _PointsConfig(0)  # type: ignore[assignment]
+    hydra_cfg = _PointsConfig(1)  # type: ignore[assignment]
+
+    def __init__(self, point: Point, **fields: Any) -> None:
+        self.point = point
+        super().__init__(**fields)
 
 
 def split_hydra_node(cfg: DictConfig) -> tuple[DictConfig, DictConfig]:
