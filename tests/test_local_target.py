@@ -2,6 +2,7 @@
 two containers × two processes, a killed node failing the job quickly, and a retry resuming from the
 last checkpoint."""
 
+import contextlib
 import io
 import json
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from compiler.cli import runs as cli_runs
 from compiler.images.build import build_image, ensure_base_image
 from compiler.launch import runs
 from compiler.spec.errors import ConfigError
@@ -303,6 +305,13 @@ def test_a_killed_rank_recovers_inside_the_job(engine, smoke_image, tmp_path):
     (written,) = run_dir.glob("nodes/*/output/data/restarts.jsonl")  # by the node of rank 0
     events = [json.loads(line) for line in written.read_text().splitlines()]
     assert [event["resumed_step"] for event in events] == [5]
+    (event,) = events
+    assert event["cause"].startswith("local rank ") and event["cause"].endswith("(algo-2): killed by SIGKILL")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        cli_runs.status(result[0])
+    lost = event["steps_lost"]
+    assert f"restart   1 of 1: {event['cause']}; resumed from step 5, {lost} steps lost" in printed.getvalue()
     rows = metrics(run_dir)
     twice = {row["step"] for row in rows if [r["step"] for r in rows].count(row["step"]) == 2}
     assert twice, "no step ran before and after the restart"

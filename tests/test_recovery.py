@@ -88,6 +88,12 @@ def test_a_killed_rank_restarts_in_job_and_the_losses_match_the_uninterrupted_ru
     resumed_step, reached = events[0]["resumed_step"], events[0]["reached_step"]
     assert resumed_step in (3, 6, 9) and reached >= 4 and events[0]["steps_lost"] == reached - resumed_step
     assert "restart 1 of 1: local rank 0 on node 1 (node-1) failed: killed by SIGKILL" in outputs[1]
+    # the cause, as node 1's entrypoint noted it, is in the record; node 0's ranks lost their peer after it
+    assert events[0]["cause"] == "local rank 0 on node 1 (node-1): killed by SIGKILL", events[0]
+    first, *after = events[0]["failures"]
+    assert (first["host"], first["local_rank"], first["exit_code"]) == ("node-1", 0, -signal.SIGKILL)
+    assert all(failure["host"] == "node-0" and failure["exit_code"] == 1 for failure in after), after
+    assert "health check      skipped: in-job restart 1 on the nodes that passed it" in outputs[0]
     steps = [record["step"] for record in metrics(root)]
     assert steps.count(resumed_step + 1) == 2, steps  # that step ran before the kill and again after the restart
     resumed = losses(metrics(root))  # the last line of each step: after the restart
