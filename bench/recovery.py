@@ -43,8 +43,10 @@ def recovery_seconds(engine, image: str, overrides: list[str], run_id: str, kill
     job.start()
     wait_for_step(run_dir, kill_at)
     before = lines(run_dir)
-    engine.containers.get(f"dockyard-{run_id}-algo-2").exec_run(["python3", "-c", KILL_A_RANK])
+    killed_pid = engine.containers.get(f"dockyard-{run_id}-algo-2").exec_run(["python3", "-c", KILL_A_RANK]).output
     killed = time.monotonic()
+    if not killed_pid.strip():
+        raise SystemExit(f"{run_id}: no trainer process was found to kill in algo-2")
     while lines(run_dir) == before:
         time.sleep(0.05)
     seconds = time.monotonic() - killed

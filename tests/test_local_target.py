@@ -265,17 +265,23 @@ def test_s3_channel_is_downloaded_and_the_trainer_reads_it(engine, smoke_image, 
 
 KILL_A_RANK = (
     "import os, signal\n"
+    "def argv(pid):\n"
+    "    return open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')\n"
+    "def parent(pid):\n"
+    "    return open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1]\n"
     "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
     "    try:\n"
-    "        argv = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')\n"
+    "        started = argv(pid)[1:4] == [b'-u', b'-m', b'entrypoint.trainer']\n"
+    "        forked = b'multiprocessing.forkserver' in b' '.join(argv(parent(pid)))\n"
     "    except OSError:\n"
     "        continue\n"
-    "    if argv[1:4] == [b'-u', b'-m', b'entrypoint.trainer']:\n"
+    "    if started or forked:\n"
     "        os.kill(int(pid), signal.SIGKILL)\n"
     "        print(pid)\n"
     "        break\n"
 )
-"""SIGKILL one trainer process (a worker torchrun started, not torchrun) inside a node's container."""
+"""SIGKILL one trainer process inside a node's container: a worker torchrun started (not torchrun), or under
+`trainer.restarts` one that its agent forked from its forkserver (`entrypoint.trainer.workers`)."""
 
 
 def wait_for_step(run_dir: Path, step: int, timeout: float = 300) -> None:

@@ -184,7 +184,7 @@ def launch_command(plan: Plan, node: Node, paths: Paths, plan_path: Path, argume
     launcher = (
         "python",
         "-m",
-        "torch.distributed.run",
+        WARM_WORKERS if trainer.entry is Entry.builtin and trainer.restarts else "torch.distributed.run",
         f"--nnodes={node.nnodes}",
         f"--nproc-per-node={plan.layout.processes_per_node}",
         *rendezvous_arguments(node, trainer.restarts),
@@ -193,6 +193,10 @@ def launch_command(plan: Plan, node: Node, paths: Paths, plan_path: Path, argume
         return (*launcher, "-m", "entrypoint.trainer", f"--plan={plan_path}")
     return (*launcher, str(paths.code / trainer.script), *arguments)
 
+
+WARM_WORKERS = "entrypoint.trainer.workers"
+"""torchrun for the built-in trainer under in-job restarts: its workers, restarted ones too, fork from an
+interpreter that imported the trainer once, instead of each importing torch again."""
 
 RENDEZVOUS_ID = "dockyard"
 """The c10d rendezvous' run id: one job per rendezvous endpoint, so any fixed name will do."""

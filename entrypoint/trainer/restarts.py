@@ -11,6 +11,7 @@ and the steps lost, to the job's output folder (`RESTARTS_FILE`), which the run'
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def health_check_skipped(count: int, notes: Path, local_leader: bool, device: to
 
 
 def failures(notes: Path, local_leader: bool) -> list[dict]:
-    """Every node's worker failures since the last attempt, the earliest (the cause) first: each node's local
+    """Every node's worker failures since the last attempt, the cause first (`precedence`): each node's local
     leader takes its node's notes, and the ranks gather them."""
     taken: list[dict] = []
     if local_leader:
@@ -74,7 +75,18 @@ def failures(notes: Path, local_leader: bool) -> list[dict]:
             path.unlink()
     gathered: list[list[dict] | None] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, taken)
-    return sorted((failure for found in gathered for failure in found or []), key=lambda failure: failure["at"])
+    return sorted((failure for found in gathered for failure in found or []), key=precedence)
+
+
+LOST_PEER = re.compile(r"closed by peer|reset by peer|broken pipe|remote process exited|communicator was aborted", re.I)
+"""What a rank says when another rank died under it (gloo, NCCL): a consequence, not the cause."""
+
+
+def precedence(failure: dict) -> tuple[bool, bool, float]:
+    """The cause first: a rank killed by a signal, then one that failed by itself, then the ranks that only
+    lost a peer; each in the order the nodes noted them (the nodes notice a death about as fast as its peers'
+    errors follow it, so the time alone does not tell)."""
+    return failure["exit_code"] >= 0, bool(LOST_PEER.search(failure["cause"])), failure["at"]
 
 
 def note_reached(checkpoints: Path, step: int) -> None:
@@ -92,9 +104,8 @@ def reached(checkpoints: Path) -> int | None:
 
 
 def record_restart(checkpoints: Path, output: Path, count: int, resumed: int, restarts: int, failed: list[dict]) -> str:
-    """Log and record this attempt's restart (the `count`th): its cause (the earliest worker failure; the
-    others, a healthy node's ranks losing their peers, follow from it), from which checkpoint it resumes and
-    the steps lost."""
+    """Log and record this attempt's restart (the `count`th): its cause (the first of `failed`; the others,
+    ranks losing their peers, follow from it), from which checkpoint it resumes and the steps lost."""
     last = reached(checkpoints)
     lost = None if last is None else max(0, last - resumed)
     cause = f"{failed[0]['where']}: {failed[0]['cause']}" if failed else None
