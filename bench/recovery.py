@@ -6,10 +6,14 @@ Each run kills one trainer process in the second node after step `--kill-at` and
 first metrics line written after it (the metrics are logged every step). Goal: in-job under a third of the
 retry's time.
 
-    python bench/recovery.py [--kill-at 8] [--steps 14]
+On a shared machine the figures vary from run to run with the load: `--repeat N` runs the pair N times,
+in-job then retry each time, and prints each pair and the medians.
+
+    python bench/recovery.py [--kill-at 8] [--steps 14] [--repeat 3]
 """
 
 import argparse
+import statistics
 import sys
 import tempfile
 import threading
@@ -59,21 +63,38 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kill-at", type=int, default=8)
     parser.add_argument("--steps", type=int, default=14)
+    parser.add_argument("--repeat", type=int, default=1, help="run both this many times, one after the other")
     args = parser.parse_args()
     engine = docker.from_env()
     plan = plan_for(*SHORT)
     ensure_base_image(engine, plan.image, sys.stdout)
     image = build_image(plan, engine, cwd=Path.cwd()).reference
     steps = f"trainer.steps={args.steps}"
-    with tempfile.TemporaryDirectory() as folder:
-        in_job = recovery_seconds(
-            engine, image, [steps, "trainer.restarts=1"], "bench-recovery-injob", args.kill_at, Path(folder)
-        )
-        retry = recovery_seconds(
-            engine, image, [steps, "target.max_retries=1"], "bench-recovery-retry", args.kill_at, Path(folder)
-        )
-    print(f"in-job restart  {in_job:.1f} s from the kill to the next step (trainer.restarts=1)")
-    print(f"job retry       {retry:.1f} s (target.max_retries=1): the baseline")
+    pairs = []
+    for repeat in range(args.repeat):
+        with tempfile.TemporaryDirectory() as folder:
+            in_job = recovery_seconds(
+                engine,
+                image,
+                [steps, "trainer.restarts=1"],
+                f"bench-recovery-injob{repeat}",
+                args.kill_at,
+                Path(folder),
+            )
+            retry = recovery_seconds(
+                engine,
+                image,
+                [steps, "target.max_retries=1"],
+                f"bench-recovery-retry{repeat}",
+                args.kill_at,
+                Path(folder),
+            )
+        pairs.append((in_job, retry))
+        print(f"run {repeat + 1}: in-job {in_job:.1f} s, retry {retry:.1f} s, ratio {in_job / retry:.2f}", flush=True)
+    in_job, retry = (statistics.median(figures) for figures in zip(*pairs, strict=True))
+    middle = "" if args.repeat == 1 else f" (the median of {args.repeat} runs)"
+    print(f"in-job restart  {in_job:.1f} s from the kill to the next step (trainer.restarts=1){middle}")
+    print(f"job retry       {retry:.1f} s (target.max_retries=1): the baseline{middle}")
     print(f"ratio           in-job / retry = {in_job / retry:.2f} (goal: under 0.33)")
 
 
