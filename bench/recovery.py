@@ -7,9 +7,10 @@ first metrics line written after it (the metrics are logged every step). Goal: i
 retry's time.
 
 On a shared machine the figures vary from run to run with the load: `--repeat N` runs the pair N times,
-in-job then retry each time, and prints each pair and the medians.
+in-job then retry each time, and prints each pair and the medians; `--keep DIR` keeps the runs' folders
+(each node's log, with the time of every line) to see where the time went.
 
-    python bench/recovery.py [--kill-at 8] [--steps 14] [--repeat 3]
+    python bench/recovery.py [--kill-at 8] [--steps 14] [--repeat 3] [--keep DIR]
 """
 
 import argparse
@@ -28,6 +29,7 @@ from compiler.targets.local import translate as local
 from tests.helpers import plan_for
 from tests.test_local_target import KILL_A_RANK, wait_for_step
 
+IN_JOB, RETRY = "trainer.restarts=1", "target.max_retries=1"
 SHORT = ["experiment=smoke", "trainer.warmup_steps=2", "trainer.log_interval=1", "trainer.checkpoint_interval=5"]
 
 
@@ -64,31 +66,21 @@ def main() -> None:
     parser.add_argument("--kill-at", type=int, default=8)
     parser.add_argument("--steps", type=int, default=14)
     parser.add_argument("--repeat", type=int, default=1, help="run both this many times, one after the other")
+    parser.add_argument("--keep", type=Path, help="a new folder to keep the runs (their nodes' logs) in")
     args = parser.parse_args()
+    if args.keep:
+        args.keep.mkdir(parents=True)
     engine = docker.from_env()
     plan = plan_for(*SHORT)
     ensure_base_image(engine, plan.image, sys.stdout)
     image = build_image(plan, engine, cwd=Path.cwd()).reference
-    steps = f"trainer.steps={args.steps}"
+    steps, kill_at = f"trainer.steps={args.steps}", args.kill_at
     pairs = []
     for repeat in range(args.repeat):
-        with tempfile.TemporaryDirectory() as folder:
-            in_job = recovery_seconds(
-                engine,
-                image,
-                [steps, "trainer.restarts=1"],
-                f"bench-recovery-injob{repeat}",
-                args.kill_at,
-                Path(folder),
-            )
-            retry = recovery_seconds(
-                engine,
-                image,
-                [steps, "target.max_retries=1"],
-                f"bench-recovery-retry{repeat}",
-                args.kill_at,
-                Path(folder),
-            )
+        with tempfile.TemporaryDirectory() as scratch:
+            folder = args.keep or Path(scratch)
+            in_job = recovery_seconds(engine, image, [steps, IN_JOB], f"bench-recovery-injob{repeat}", kill_at, folder)
+            retry = recovery_seconds(engine, image, [steps, RETRY], f"bench-recovery-retry{repeat}", kill_at, folder)
         pairs.append((in_job, retry))
         print(f"run {repeat + 1}: in-job {in_job:.1f} s, retry {retry:.1f} s, ratio {in_job / retry:.2f}", flush=True)
     in_job, retry = (statistics.median(figures) for figures in zip(*pairs, strict=True))
