@@ -5,6 +5,8 @@ same losses (same seed, same global batch); a run stopped after a checkpoint and
 uninterrupted run ends.
 """
 
+import shutil
+
 import pytest
 import torch
 
@@ -48,7 +50,17 @@ def test_reference_strategies_train(reference_runs, strategy):
     exported = {path.name for path in (root / "model").iterdir()}
     assert exported == {"model.safetensors", "config.json", "generation_config.json"}
     checkpoints = sorted(p.name for p in (root / "checkpoints").iterdir() if p.name.startswith("step-"))
-    assert checkpoints == ["step-00000003"]  # every 3 steps, not at the end (the final model is in model/)
+    assert checkpoints == ["step-00000003", "step-00000006"]  # every 3 steps and after the last
+
+
+def test_a_completed_run_resumes_after_its_last_step(reference_runs, tmp_path):
+    """A completed run checkpoints after its last step, so `launch --resume` with more steps goes on from
+    there with the trained weights (its first loss is the trained model's, not a fresh one's)."""
+    root, records = reference_runs["ddp"]
+    shutil.copytree(root / "checkpoints", tmp_path / "checkpoints")
+    resumed = train(tiny_plan("parallelism=ddp", "trainer.steps=8"), tmp_path)
+    assert [record["step"] for record in resumed] == [7, 8]
+    assert resumed[0]["loss"] < losses(records)[1] - 0.1
 
 
 def test_ddp_fsdp_and_zero_give_the_same_losses(reference_runs):

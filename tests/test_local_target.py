@@ -2,6 +2,7 @@
 two containers × two processes, a killed node failing the job quickly, and a retry resuming from the
 last checkpoint."""
 
+import contextlib
 import io
 import json
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from compiler.cli import runs as cli_runs
 from compiler.images.build import build_image, ensure_base_image
 from compiler.launch import runs
 from compiler.spec.errors import ConfigError
@@ -263,17 +265,23 @@ def test_s3_channel_is_downloaded_and_the_trainer_reads_it(engine, smoke_image, 
 
 KILL_A_RANK = (
     "import os, signal\n"
+    "def argv(pid):\n"
+    "    return open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')\n"
+    "def parent(pid):\n"
+    "    return open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1]\n"
     "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
     "    try:\n"
-    "        argv = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')\n"
+    "        started = argv(pid)[1:4] == [b'-u', b'-m', b'entrypoint.trainer']\n"
+    "        forked = b'multiprocessing.forkserver' in b' '.join(argv(parent(pid)))\n"
     "    except OSError:\n"
     "        continue\n"
-    "    if argv[1:4] == [b'-u', b'-m', b'entrypoint.trainer']:\n"
+    "    if started or forked:\n"
     "        os.kill(int(pid), signal.SIGKILL)\n"
     "        print(pid)\n"
     "        break\n"
 )
-"""SIGKILL one trainer process (a worker torchrun started, not torchrun) inside a node's container."""
+"""SIGKILL one trainer process inside a node's container: a worker torchrun started (not torchrun), or under
+`trainer.restarts` one that its agent forked from its forkserver (`entrypoint.trainer.workers`)."""
 
 
 def wait_for_step(run_dir: Path, step: int, timeout: float = 300) -> None:
@@ -303,6 +311,13 @@ def test_a_killed_rank_recovers_inside_the_job(engine, smoke_image, tmp_path):
     (written,) = run_dir.glob("nodes/*/output/data/restarts.jsonl")  # by the node of rank 0
     events = [json.loads(line) for line in written.read_text().splitlines()]
     assert [event["resumed_step"] for event in events] == [5]
+    (event,) = events
+    assert event["cause"].startswith("local rank ") and event["cause"].endswith("(algo-2): killed by SIGKILL")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        cli_runs.status(result[0])
+    lost = event["steps_lost"]
+    assert f"restart   1 of 1: {event['cause']}; resumed from step 5, {lost} steps lost" in printed.getvalue()
     rows = metrics(run_dir)
     twice = {row["step"] for row in rows if [r["step"] for r in rows].count(row["step"]) == 2}
     assert twice, "no step ran before and after the restart"

@@ -5,13 +5,13 @@ The two nodes are two entrypoints on this host, described to each other as a Kub
 one root as the local target's nodes share the run folder."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
@@ -20,8 +20,9 @@ from compiler.launch.resume import check_reshard
 from compiler.spec.contract import RESTARTS_FILE
 from compiler.spec.errors import ConfigError
 from compiler.targets import records
-from entrypoint.launcher.cluster import discover
-from entrypoint.launcher.main import rendezvous_arguments, restart_env
+from entrypoint.launcher.cluster import Paths, discover
+from entrypoint.launcher.main import launch_command, rendezvous_arguments, restart_env
+from entrypoint.trainer.restarts import precedence
 from tests.entrypoint_support import (
     CLUSTER_ENVIRONMENTS,
     entrypoint_env,
@@ -57,16 +58,15 @@ def wait_for_step(root: Path, step: int, timeout: float = 180) -> None:
     raise AssertionError(f"no step {step} within {timeout} s")
 
 
-def children(pid: int) -> list[int]:
-    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
-    return [int(child) for child in found.stdout.split()]
-
-
 def kill_one_rank(node: subprocess.Popen) -> None:
-    """SIGKILL the node's worker: the trainer process its torchrun started (entrypoint → torchrun → worker)."""
-    (torchrun,) = children(node.pid)
-    (worker,) = children(torchrun)
-    os.kill(worker, signal.SIGKILL)
+    """SIGKILL the node's worker: the trainer process torchrun's agent forked from its forkserver
+    (entrypoint → torchrun → forkserver → worker; `entrypoint.trainer.workers`)."""
+    (worker,) = [
+        process
+        for process in psutil.Process(node.pid).children(recursive=True)
+        if "multiprocessing.forkserver" in " ".join(process.parent().cmdline())
+    ]
+    worker.send_signal(signal.SIGKILL)
 
 
 @pytest.mark.torchrun
@@ -88,12 +88,26 @@ def test_a_killed_rank_restarts_in_job_and_the_losses_match_the_uninterrupted_ru
     resumed_step, reached = events[0]["resumed_step"], events[0]["reached_step"]
     assert resumed_step in (3, 6, 9) and reached >= 4 and events[0]["steps_lost"] == reached - resumed_step
     assert "restart 1 of 1: local rank 0 on node 1 (node-1) failed: killed by SIGKILL" in outputs[1]
+    # the cause, as node 1's entrypoint noted it, is in the record; node 0's ranks lost their peer after it
+    assert events[0]["cause"] == "local rank 0 on node 1 (node-1): killed by SIGKILL", events[0]
+    first, *after = events[0]["failures"]
+    assert (first["host"], first["local_rank"], first["exit_code"]) == ("node-1", 0, -signal.SIGKILL)
+    assert all(failure["host"] == "node-0" and failure["exit_code"] == 1 for failure in after), after
+    assert "health check      skipped: in-job restart 1 on the nodes that passed it" in outputs[0]
     steps = [record["step"] for record in metrics(root)]
     assert steps.count(resumed_step + 1) == 2, steps  # that step ran before the kill and again after the restart
     resumed = losses(metrics(root))  # the last line of each step: after the restart
     assert max(resumed) == 12
     for step in range(resumed_step + 1, 13):
         assert resumed[step] == pytest.approx(uninterrupted[step], abs=TOLERANCE), step
+
+
+def test_a_restart_is_put_down_to_the_rank_that_died_not_to_the_peers_that_lost_it():
+    lost = {"exit_code": 1, "cause": "RuntimeError: [pair.cc:553] Connection closed by peer [172.17.0.3]:8110", "at": 1}
+    killed = {"exit_code": -9, "cause": "killed by SIGKILL", "at": 2}
+    failed = {"exit_code": 1, "cause": "OSError: [Errno 28] No space left on device", "at": 3}
+    assert sorted([lost, failed, killed], key=precedence) == [killed, failed, lost]
+    assert sorted([lost, failed], key=precedence) == [failed, lost]
 
 
 def saved_state(folder: Path, scratch: Path) -> dict:
@@ -201,6 +215,10 @@ def test_restarts_start_torchrun_under_the_c10d_rendezvous_with_a_fresh_store(tm
         "--rdzv-conf=is_host=false",
         "--max-restarts=2",
     )
+    # the built-in trainer's workers fork from a warm interpreter under restarts (entrypoint.trainer.workers)
+    for restarts, launcher in ((0, "torch.distributed.run"), (1, "entrypoint.trainer.workers")):
+        command = launch_command(tiny_plan(f"trainer.restarts={restarts}"), node, Paths(tmp_path), tmp_path, [])
+        assert command[:3] == ("python", "-m", launcher) and command[-3:-1] == ("-m", "entrypoint.trainer")
     assert [row.name for row in restart_env(2, {})] == ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"]
     assert restart_env(2, {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}) == []  # the user's setting stands
     assert restart_env(0, {}) == []

@@ -49,7 +49,8 @@ def status(record: RunRecord, output: str = TABLE) -> None:
     if output == JSON:
         fields = {"image": record.image, "detail": record.detail, "exit_status": record.exit_status}
         counts = {"attempts": record.attempts, "restarts": record.restarts, "resumed": record.resumed}
-        print(json.dumps({**now.to_json(), **fields, **counts, "results": results}, indent=2))
+        events = {"restart_events": runs.restart_events(Path(record.run_dir))}
+        print(json.dumps({**now.to_json(), **fields, **counts, **events, "results": results}, indent=2))
         return
     print(f"run       {record.run_id} ({record.target})")
     print(f"folder    {record.run_dir}")
@@ -58,6 +59,8 @@ def status(record: RunRecord, output: str = TABLE) -> None:
     exit_text = "" if record.exit_status is None else f", exit status {record.exit_status}"
     restarts = f", {record.restarts} in-job restart(s)" if record.restarts else ""
     print(f"status    {record.status}{detail} after {record.attempts} attempt(s){restarts}{exit_text}")
+    for event in runs.restart_events(Path(record.run_dir)):
+        print(f"restart   {runs.restart_text(event)}")
     for label, text in show.status_lines(now):
         print(f"{label:<9} {text}")
     if record.warm_pool:

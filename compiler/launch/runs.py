@@ -149,8 +149,21 @@ outputs land in the run folder: one folder per node (the local target) or one th
 def restarts_in(run_dir: Path) -> int:
     """The in-job restarts the trainer recorded where the nodes' outputs land in the run folder (0 where the
     output stays on the job's platform)."""
+    return len(restart_events(run_dir))
+
+
+def restart_events(run_dir: Path) -> list[dict]:
+    """What the trainer recorded of each in-job restart (its cause, the checkpoint it resumed from, the steps
+    lost), in the order they happened, where the nodes' outputs land in the run folder."""
     found = {path for pattern in METRICS_GLOBS for path in run_dir.glob(pattern.replace(METRICS_FILE, RESTARTS_FILE))}
-    return sum(len(path.read_text().splitlines()) for path in found)
+    return [json.loads(line) for path in sorted(found) for line in path.read_text().splitlines() if line.strip()]
+
+
+def restart_text(event: dict) -> str:
+    """`1 of 2: local rank 0 on node 1 (algo-2): killed by SIGKILL; resumed from step 5, 3 steps lost`."""
+    lost = "?" if event.get("steps_lost") is None else event["steps_lost"]
+    cause = event.get("cause") or "cause unknown"
+    return f"{event['restart']} of {event['of']}: {cause}; resumed from step {event['resumed_step']}, {lost} steps lost"
 
 
 def metrics_file(run_dir: Path) -> Path | None:

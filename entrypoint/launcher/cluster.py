@@ -75,6 +75,12 @@ class Paths:
     def failure(self) -> Path:
         return self.root / "output" / "failure"
 
+    def restart_notes(self, host: str) -> Path:
+        """What one node's in-job restarts need to know (`trainer.restarts`): the trainer makes the folder
+        when the job starts, the entrypoint notes each worker failure there (the cause of a restart), and the
+        restarted trainer reads it. One folder per host, as the nodes may share the output folder (Slurm)."""
+        return self.root / "output" / "restarts" / host
+
     def channel(self, name: str) -> Path:
         return self.root / "input" / "data" / name
 

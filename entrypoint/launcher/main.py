@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,7 +184,7 @@ def launch_command(plan: Plan, node: Node, paths: Paths, plan_path: Path, argume
     launcher = (
         "python",
         "-m",
-        "torch.distributed.run",
+        WARM_WORKERS if trainer.entry is Entry.builtin and trainer.restarts else "torch.distributed.run",
         f"--nnodes={node.nnodes}",
         f"--nproc-per-node={plan.layout.processes_per_node}",
         *rendezvous_arguments(node, trainer.restarts),
@@ -192,6 +193,10 @@ def launch_command(plan: Plan, node: Node, paths: Paths, plan_path: Path, argume
         return (*launcher, "-m", "entrypoint.trainer", f"--plan={plan_path}")
     return (*launcher, str(paths.code / trainer.script), *arguments)
 
+
+WARM_WORKERS = "entrypoint.trainer.workers"
+"""torchrun for the built-in trainer under in-job restarts: its workers, restarted ones too, fork from an
+interpreter that imported the trainer once, instead of each importing torch again."""
 
 RENDEZVOUS_ID = "dockyard"
 """The c10d rendezvous' run id: one job per rendezvous endpoint, so any fixed name will do."""
@@ -291,7 +296,9 @@ def run(launch: Launch, env: dict[str, str]) -> int:
         if match := WORKER_FAILED.search(line):
             failures += 1
             if failures <= launch.plan.trainer.restarts:
-                print(restart_line(launch, failures, match, list(tail)), file=sys.stderr, flush=True)
+                failure = worker_failure(launch.node, match, list(tail))
+                note_failure(launch.paths, launch.node, failure)
+                print(restart_line(launch, failures, failure), file=sys.stderr, flush=True)
     status = process.wait()
     if status != 0:
         write_failure(launch, failure_reason(status, list(tail)), f"torchrun exit status {status}", list(tail))
@@ -302,15 +309,33 @@ WORKER_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
 """What torchrun's agent logs when one of its workers has failed, before it restarts them or gives up."""
 
 
-def restart_line(launch: Launch, count: int, failed: re.Match, tail: list[str]) -> str:
-    """The cause of an in-job restart, as the node whose worker died sees it."""
-    code, local_rank = int(failed[1]), failed[2]
+FAILURES_FILE = "failures.jsonl"
+"""In a node's restart notes (`Paths.restart_notes`): one JSON object per worker failure of that node."""
+
+
+def worker_failure(node: Node, failed: re.Match, tail: list[str]) -> dict:
+    """A worker failure as the node whose worker died sees it: where, the exit code (negative: the signal)
+    and the cause in words."""
+    code, local_rank = int(failed[1]), int(failed[2])
     cause = f"killed by {signal.Signals(-code).name}" if code < 0 else failure_reason(code, tail[:-1])
-    node = launch.node
+    where = f"local rank {local_rank} on node {node.node_rank} ({node.current_host})"
+    return {"where": where, "host": node.current_host, "local_rank": local_rank, "exit_code": code, "cause": cause}
+
+
+def note_failure(paths: Paths, node: Node, failure: dict) -> None:
+    """Note the failure where the restarted trainer reads it, if the trainer made the folder (it does when
+    the job starts; a failure before that goes without a note)."""
+    folder = paths.restart_notes(node.current_host)
+    if folder.is_dir():
+        with (folder / FAILURES_FILE).open("a") as notes:
+            notes.write(json.dumps({**failure, "at": time.time()}) + "\n")
+
+
+def restart_line(launch: Launch, count: int, failure: dict) -> str:
+    """The cause of an in-job restart, as the node whose worker died sees it."""
     return (
-        f"dockyard-entrypoint: restart {count} of {launch.plan.trainer.restarts}: local rank {local_rank} on node "
-        f"{node.node_rank} ({node.current_host}) failed: {cause}; torchrun restarts the workers, which resume "
-        "from the newest checkpoint"
+        f"dockyard-entrypoint: restart {count} of {launch.plan.trainer.restarts}: {failure['where']} failed: "
+        f"{failure['cause']}; torchrun restarts the workers, which resume from the newest checkpoint"
     )
 
 

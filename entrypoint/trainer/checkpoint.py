@@ -6,10 +6,10 @@ while it was writing. The engine decides the format inside (torch.distributed.ch
 DDP/FSDP/TP, DeepSpeed's own files for ZeRO). The newest `KEEP` complete checkpoints are kept.
 
 `Checkpoints` decides when (every `trainer.checkpoint_interval` steps, or every `checkpoint_minutes` on
-rank 0's clock) and how: in the foreground, or with `trainer.checkpoint_async` in the background, where the
-state is copied to host memory, training goes on, and the marker and rename follow once every rank's write
-has finished. One write at a time: a checkpoint that falls due while the last one is still being written
-waits for it.
+rank 0's clock, and after the last step) and how: in the foreground, or with `trainer.checkpoint_async` in
+the background, where the state is copied to host memory, training goes on, and the marker and rename follow
+once every rank's write has finished. One write at a time: a checkpoint that falls due while the last one is
+still being written waits for it.
 """
 
 import contextlib
@@ -123,7 +123,10 @@ class Checkpoints:
 
     def due(self, done_steps: int) -> bool:
         """Whether a checkpoint falls due after `done_steps` steps, the same answer on every rank: by the
-        step count, or by rank 0's clock, broadcast (one scalar) so that no rank decides alone."""
+        step count, or by rank 0's clock, broadcast (one scalar) so that no rank decides alone; and after the
+        last step when checkpoints are on, so that a completed run resumes where it ended (`launch --resume`)."""
+        if done_steps == self.trainer.steps:
+            return bool(self.trainer.checkpoint_interval or self.trainer.checkpoint_minutes)
         if self.trainer.checkpoint_interval:
             return done_steps % self.trainer.checkpoint_interval == 0
         if not self.trainer.checkpoint_minutes:

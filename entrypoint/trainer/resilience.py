@@ -41,11 +41,18 @@ class Guards:
         self.every = trainer.straggler_every
 
     @classmethod
-    def start(cls, plan: Plan, paths: Paths, device: torch.device, timeout_s: float) -> "Guards":
-        """The health check (when `trainer.health_check`; rank 0 prints its lines), then the guards."""
+    def start(
+        cls, plan: Plan, paths: Paths, device: torch.device, timeout_s: float, skip_check: str | None = None
+    ) -> "Guards":
+        """The health check (when `trainer.health_check`, unless `skip_check` says why not; rank 0 prints its
+        lines), then the guards."""
         faults = injected()
         if plan.trainer.health_check:
-            lines = health.check(plan, paths, device, faults)
+            lines = (
+                [f"health check      skipped: {skip_check}"]
+                if skip_check
+                else health.check(plan, paths, device, faults)
+            )
             if dist.get_rank() == 0:
                 print("\n".join(lines), flush=True)
         return cls(plan, device, timeout_s, faults, node_hosts(plan))

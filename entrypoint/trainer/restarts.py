@@ -2,22 +2,29 @@
 rank died, and this attempt resumes from the newest complete checkpoint.
 
 Rank 0 notes the step it has reached (a file beside the checkpoints, replaced after each step), so that the
-attempt after a restart can say how many steps were lost, and appends one JSON line per restart to the job's
-output folder (`RESTARTS_FILE`), which the run's record counts. The cause is in the log of the node whose rank
-died, where the entrypoint names it as torchrun restarts (`entrypoint.launcher.main`).
+attempt after a restart can say how many steps were lost. Each node keeps restart notes (`Paths.restart_notes`):
+its local leader makes the folder when the job starts and marks there that the node passed the health check;
+the node's entrypoint adds each worker failure it sees (`entrypoint.launcher.main.note_failure`). After a
+restart the ranks gather every node's failures, and rank 0 appends one JSON line per restart, with its cause
+and the steps lost, to the job's output folder (`RESTARTS_FILE`), which the run's record counts.
 """
 
 import json
 import os
+import re
+import shutil
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from compiler.spec.contract import RESTARTS_FILE
+from entrypoint.launcher.main import FAILURES_FILE
 
 REACHED = "reached-step"
 """The file beside the checkpoints that holds the last step rank 0 finished."""
+HEALTHY = "health-passed"
+"""In a node's restart notes: the node passed the health check when this job started."""
 
 
 def attempt(device: torch.device) -> int:
@@ -27,6 +34,59 @@ def attempt(device: torch.device) -> int:
     count = torch.tensor(float(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), device=device)
     dist.all_reduce(count, op=dist.ReduceOp.MAX)
     return int(count.item())
+
+
+def begin(restarts: int, notes: Path, local_leader: bool, device: torch.device) -> int:
+    """This attempt's restart count (0 without `trainer.restarts`). In the job's first attempt each node's
+    notes start empty, whatever an earlier job of the run left there."""
+    if not restarts:
+        return 0
+    count = attempt(device)
+    if local_leader and not count:
+        shutil.rmtree(notes, ignore_errors=True)
+        notes.mkdir(parents=True)
+    return count
+
+
+def note_healthy(notes: Path) -> None:
+    """This node passed the health check (or has none) in the job's first attempt."""
+    (notes / HEALTHY).touch()
+
+
+def health_check_skipped(count: int, notes: Path, local_leader: bool, device: torch.device) -> str | None:
+    """Why an in-job restart skips the health check: the same nodes passed it when the job started (every
+    node's mark, one scalar all-reduce). A node that failed it has no mark, so the restart its failure
+    caused checks again."""
+    if not count:
+        return None
+    healthy = torch.tensor(float(not local_leader or (notes / HEALTHY).is_file()), device=device)
+    dist.all_reduce(healthy, op=dist.ReduceOp.MIN)
+    return f"in-job restart {count} on the nodes that passed it when the job started" if healthy.item() else None
+
+
+def failures(notes: Path, local_leader: bool) -> list[dict]:
+    """Every node's worker failures since the last attempt, the cause first (`precedence`): each node's local
+    leader takes its node's notes, and the ranks gather them."""
+    taken: list[dict] = []
+    if local_leader:
+        path = notes / FAILURES_FILE
+        if path.is_file():
+            taken = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            path.unlink()
+    gathered: list[list[dict] | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, taken)
+    return sorted((failure for found in gathered for failure in found or []), key=precedence)
+
+
+LOST_PEER = re.compile(r"closed by peer|reset by peer|broken pipe|remote process exited|communicator was aborted", re.I)
+"""What a rank says when another rank died under it (gloo, NCCL): a consequence, not the cause."""
+
+
+def precedence(failure: dict) -> tuple[bool, bool, float]:
+    """The cause first: a rank killed by a signal, then one that failed by itself, then the ranks that only
+    lost a peer; each in the order the nodes noted them (the nodes notice a death about as fast as its peers'
+    errors follow it, so the time alone does not tell)."""
+    return failure["exit_code"] >= 0, bool(LOST_PEER.search(failure["cause"])), failure["at"]
 
 
 def note_reached(checkpoints: Path, step: int) -> None:
@@ -43,17 +103,26 @@ def reached(checkpoints: Path) -> int | None:
         return None
 
 
-def record_restart(checkpoints: Path, output: Path, count: int, resumed: int, restarts: int) -> str:
-    """Log and record this attempt's restart (the `count`th): from which checkpoint it resumes and what it
-    lost."""
+def record_restart(checkpoints: Path, output: Path, count: int, resumed: int, restarts: int, failed: list[dict]) -> str:
+    """Log and record this attempt's restart (the `count`th): its cause (the first of `failed`; the others,
+    ranks losing their peers, follow from it), from which checkpoint it resumes and the steps lost."""
     last = reached(checkpoints)
     lost = None if last is None else max(0, last - resumed)
-    event = {"restart": count, "of": restarts, "resumed_step": resumed, "reached_step": last, "steps_lost": lost}
+    cause = f"{failed[0]['where']}: {failed[0]['cause']}" if failed else None
+    event = {
+        "restart": count,
+        "of": restarts,
+        "cause": cause,
+        "resumed_step": resumed,
+        "reached_step": last,
+        "steps_lost": lost,
+        "failures": failed,
+    }
     output.mkdir(parents=True, exist_ok=True)
     with (output / RESTARTS_FILE).open("a") as file:
         file.write(json.dumps(event) + "\n")
     lost_text = "unknown" if lost is None else str(lost)
     return (
-        f"restart {count} of {restarts}: resumed from step {resumed} "
-        f"(rank 0 had reached step {last if last is not None else '?'}); steps lost: {lost_text}"
+        f"restart {count} of {restarts}: {cause or 'cause unknown (no node noted a worker failure)'}; resumed from "
+        f"step {resumed} (rank 0 had reached step {last if last is not None else '?'}); steps lost: {lost_text}"
     )

@@ -10,17 +10,20 @@ finished its work. So a rank synchronises (every collective is complete on every
 process groups while the interpreter is alive, flushes its output, and ends without finalizing.
 """
 
+import multiprocessing
 import os
 import sys
-from typing import NoReturn
 
 import torch.distributed as dist
 
 
-def leave(status: int = 0) -> NoReturn:
+def leave(status: int = 0) -> None:
+    """Returns only in a worker that torchrun's agent forked (`entrypoint.trainer.workers`): the agent waits
+    for the function's result, and multiprocessing then ends the process without finalizing."""
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(status)
+    if multiprocessing.parent_process() is None:
+        os._exit(status)

@@ -29,6 +29,7 @@ from entrypoint.trainer import checkpoint, restarts, text_data
 from entrypoint.trainer.compiled import use_warm_cache
 from entrypoint.trainer.data import Batches, data_folder, make_source
 from entrypoint.trainer.engines import Engine, make_engine
+from entrypoint.trainer.health import this_node
 from entrypoint.trainer.metrics import TrackedRun, open_sinks
 from entrypoint.trainer.metrics.measure import memory_gib, mfu
 from entrypoint.trainer.models import model_spec
@@ -191,7 +192,12 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         use_warm_cache(paths.checkpoints)
     device = init_distributed(plan, timeout_s)
     rank, leader = dist.get_rank(), int(os.environ.get("LOCAL_RANK", "0")) == 0
-    guards = Guards.start(plan, paths, device, timeout_s)  # the health check, stragglers, hangs
+    notes = paths.restart_notes(this_node(plan).host)
+    restarted = restarts.begin(plan.trainer.restarts, notes, leader, device)
+    skip_check = restarts.health_check_skipped(restarted, notes, leader, device)
+    guards = Guards.start(plan, paths, device, timeout_s, skip_check)  # the health check, stragglers, hangs
+    if leader and plan.trainer.restarts and not restarted:
+        restarts.note_healthy(notes)
     plan = with_local_checkpoint(plan, paths)
     engine = make_engine(plan, device)
     guards.time_compute(plan, engine)
@@ -202,13 +208,13 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         start, folder = done[-1]
         engine.load(folder)
     sinks = open_sinks(plan.trainer.trackers, tracked_run(plan, paths)) if rank == 0 else []
-    restarted = restarts.attempt(device) if plan.trainer.restarts else 0
+    failed = restarts.failures(notes, leader) if restarted else []
     if rank == 0:
         backend = dist.get_backend()
         print("\n".join([*derived_lines(plan, backend, start), *data.lines]), flush=True)
         if restarted:
-            line = restarts.record_restart(paths.checkpoints, paths.output, restarted, start, plan.trainer.restarts)
-            print(line, flush=True)
+            count, limit = restarted, plan.trainer.restarts
+            print(restarts.record_restart(paths.checkpoints, paths.output, count, start, limit, failed), flush=True)
     trainer, accum = plan.trainer, plan.batch.grad_accum
     saver = checkpoint.Checkpoints(
         engine, paths.checkpoints, trainer, leader, {"plan": plan.content_hash}, plan.instance.has_gpus
@@ -238,7 +244,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
             restarts.note_reached(paths.checkpoints, done_steps)
         saver.poll()
         stopped = stop.agreed(device)
-        if done_steps < trainer.steps and (stopped or saver.due(done_steps)):
+        if (stopped and done_steps < trainer.steps) or saver.due(done_steps):
             saver.save(done_steps)
         if stopped:
             saver.close()
