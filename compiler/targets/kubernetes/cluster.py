@@ -344,6 +344,14 @@ def follow(
     interrupted = interrupted or threading.Event()
     phases: dict[str, str] = {}
     streams: dict[str, threading.Thread] = {}
+
+    def stream_started(pods: list[k8s.V1Pod]) -> None:
+        for pod in pods:
+            name = pod.metadata.name
+            if pod.status.phase != "Pending" and name not in streams:
+                streams[name] = threading.Thread(target=_stream, args=(api, handle, pod, out), daemon=True)
+                streams[name].start()
+
     while not interrupted.is_set():
         pods = run_pods(api, handle)
         for pod in pods:
@@ -351,11 +359,10 @@ def follow(
             if phases.get(name) != phase:
                 print(f"dockyard: pod {name} {phase}", file=out, flush=True)
                 phases[name] = phase
-            if phase != "Pending" and name not in streams:
-                streams[name] = threading.Thread(target=_stream, args=(api, handle, pod, out), daemon=True)
-                streams[name].start()
+        stream_started(pods)
         state = job_state(read_job(api, handle), pods)
         if state.status in (COMPLETED, FAILED, STOPPED, CANCELLED):
+            stream_started(run_pods(api, handle))  # pods that started after this poll's listing: their logs too
             for stream in streams.values():
                 stream.join(timeout=poll_s)
             return state
