@@ -5,6 +5,12 @@ every target, and `dockyard status` of a run folder. Baseline: `python -c "impor
 the least any Hydra app pays before it composes. The commands and the baseline are timed in turns (a
 round runs each once), so a busy machine slows them alike; the figures are medians over the rounds.
 
+The commands share one `$DOCKYARD_HOME`, so they find the bases earlier commands composed on disk
+(`compiler/config/stored.py`), as a user's second command does; `plan` is also timed cold, with an empty
+`$DOCKYARD_HOME` each time, as a user's very first command (or the first after editing a config file)
+runs. Python writes its bytecode caches, as it does by default (a `PYTHONDONTWRITEBYTECODE` in this
+environment is dropped for the children, or dockyard's own modules would compile from source each time).
+
     python bench/cli.py [--rounds 7]
 """
 
@@ -37,11 +43,13 @@ COMMANDS = {
     "status RUN_FOLDER": ["status", "sweep/0"],
 }
 BASELINE = [sys.executable, "-c", "import hydra, omegaconf"]
+COLD = "plan experiment=smoke (cold: empty cache)"
+HOME_VARIABLE = "DOCKYARD_HOME"
 
 
-def wall(command: list[str], cwd: str) -> float:
+def wall(command: list[str], cwd: str, home: str) -> float:
     start = time.perf_counter()
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env={**os.environ, HOME_VARIABLE: home})
     elapsed = time.perf_counter() - start
     if result.returncode != 0:
         sys.exit(f"bench: {' '.join(command)} failed:\n{result.stderr}")
@@ -52,15 +60,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     rounds = parser.parse_args().rounds
-    times: dict[str, list[float]] = {name: [] for name in ["baseline", *COMMANDS]}
+    times: dict[str, list[float]] = {name: [] for name in ["baseline", COLD, *COMMANDS]}
     with tempfile.TemporaryDirectory() as scratch:
         os.environ.pop("AWS_PROFILE", None)
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        home = os.path.join(scratch, "home")
         # a run folder for `status`: a two-point dry-run sweep writes one record per point
-        wall([DOCKYARD, "launch", "--dry-run", "-m", "trainer.seed=1,2", "hydra.sweep.dir=sweep"], scratch)
-        for _ in range(rounds):
-            times["baseline"].append(wall(BASELINE, scratch))
+        wall([DOCKYARD, "launch", "--dry-run", "-m", "trainer.seed=1,2", "hydra.sweep.dir=sweep"], scratch, home)
+        for round in range(rounds):
+            times["baseline"].append(wall(BASELINE, scratch, home))
+            times[COLD].append(wall([DOCKYARD, *COMMANDS["plan experiment=smoke"]], scratch, f"{home}-{round}"))
             for name, arguments in COMMANDS.items():
-                times[name].append(wall([DOCKYARD, *arguments], scratch))
+                times[name].append(wall([DOCKYARD, *arguments], scratch, home))
     baseline = statistics.median(times.pop("baseline"))
     label = 'python -c "import hydra, omegaconf"'
     print(f"{label:46} {baseline:6.3f} s  (baseline, median of {rounds})")

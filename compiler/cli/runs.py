@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO
 
 from compiler.cli import show
+from compiler.core import home
 from compiler.launch import runs, summary
 from compiler.launch.progress import Progress, for_people, progress
 from compiler.spec.errors import ConfigError
@@ -32,7 +33,7 @@ def find_record(run: str) -> RunRecord:
     if folder is None:
         raise ConfigError(
             "run",
-            f"no run '{run}' in {index.home() / index.RUNS} (set by ${index.HOME_VARIABLE})",
+            f"no run '{run}' in {home.home() / index.RUNS} (set by ${home.VARIABLE})",
             "give a run id `dockyard runs` lists, or the run's folder",
         )
     return records.load(folder)

@@ -15,7 +15,8 @@ result equals Hydra's own composition.
 A composition the cache cannot reproduce exactly goes to Hydra unchanged: sweep overrides (`a=1,2`),
 a `hydra.searchpath` override, a config that copies environment variables (`hydra.job.env_copy`), and
 any composition that fails (so the error is Hydra's own). A cached base is dropped when a file of the
-config folders or an entry of the ConfigStore changes.
+config folders or an entry of the ConfigStore changes. Bases are also kept on disk (`compiler.config.stored`),
+so a fresh process, each `dockyard plan`, finds the base an earlier command composed.
 """
 
 import collections
@@ -34,6 +35,8 @@ from hydra.core.override_parser.types import Override
 from hydra.core.utils import JobRuntime
 from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
+
+from compiler.config import stored
 
 MAX_BASES = 64
 """Distinct sets of group choices kept (an Optuna search over models and strategies stays well below)."""
@@ -142,10 +145,16 @@ def _base(loader: ConfigLoaderImpl, config_name: str | None, choices: list[str])
     )
     base = _bases.get(key)
     if base is None:
-        composed = _hydra_load(loader, config_name, choices, RunMode.RUN, validate_sweep_overrides=False)
-        if composed.hydra.job.env_copy:  # values read from the environment at compose time
-            return None
-        base = _bases[key] = pickle.dumps(composed)
+        file_name = stored.name(loader, key[:4])
+        base = stored.load(file_name) if file_name else None
+        if base is None:
+            composed = _hydra_load(loader, config_name, choices, RunMode.RUN, validate_sweep_overrides=False)
+            if composed.hydra.job.env_copy:  # values read from the environment at compose time
+                return None
+            base = pickle.dumps(composed)
+            if file_name:
+                stored.save(file_name, base)
+        _bases[key] = base
         if len(_bases) > MAX_BASES:
             _bases.popitem(last=False)
     _bases.move_to_end(key)

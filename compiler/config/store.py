@@ -22,10 +22,14 @@ from compiler.core.catalog import INSTANCE_TYPES, LOCAL_CPU, SAGEMAKER_PREFIX
 from compiler.spec import schema
 from compiler.spec.plan import TARGETS_BY_KIND
 
+PROVIDER = "dockyard"
+"""Names dockyard as the entries' source (`compiler.config.stored` keeps bases on disk only when every
+entry has one)."""
+
 
 def register() -> None:
     store = ConfigStore.instance()
-    store.store(name="base_config", node=schema.Config)
+    store.store(name="base_config", node=schema.Config, provider=PROVIDER)
     for name, node in TARGETS_BY_KIND.items():  # a command composes one target's schema, not all four
         _store_lazily(store, "schema/target", name, node)
     for instance in INSTANCE_TYPES.values():
@@ -50,7 +54,7 @@ class CatalogNode(ConfigNode):
     (Hydra reads `node` from a copy of the entry and deep-copies it, so the entry itself stays as stored)."""
 
     def __init__(self, name: str, content: Any, group: str) -> None:
-        self.name, self.group, self.package, self.provider = name, group, None, None
+        self.name, self.group, self.package, self.provider = name, group, None, PROVIDER
         self.content = content
         self._node: DictConfig | None = None
 

@@ -10,14 +10,11 @@ dockyard processes at the same time, without a lock. The run's record stays in i
 import os
 from pathlib import Path
 
-HOME_VARIABLE = "DOCKYARD_HOME"
+from compiler.core.home import home
+
 RUNS = "runs"
 NAME_MAX = 255
 """The longest file name; a longer id is no run's (run ids are at most 63 characters)."""
-
-
-def home() -> Path:
-    return Path(os.environ.get(HOME_VARIABLE) or Path.home() / ".dockyard")
 
 
 def register(run_id: str, run_dir: Path) -> None:
