@@ -27,7 +27,7 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.config_store import ConfigStore
 
 import hydra_plugins
-from compiler.core.home import home
+from compiler.core.home import home, keep_newest, write_whole
 
 FORMAT = 1
 """Part of every name: a change to what a file holds makes the old files unreachable."""
@@ -79,25 +79,15 @@ def load(file_name: str) -> bytes | None:
 
 def save(file_name: str, base: bytes) -> None:
     """Write `base` (a failure to write only costs the next process the composition)."""
-    target = folder()
     try:
-        target.mkdir(parents=True, exist_ok=True, mode=0o700)
-        temporary = target / f".{file_name}.{os.getpid()}.tmp"
-        temporary.write_bytes(_checksum(base) + base)
-        temporary.replace(target / file_name)
-        _remove_the_oldest(target)
+        write_whole(folder() / file_name, _checksum(base) + base)
+        keep_newest(folder(), f"*{SUFFIX}", MAX_FILES)
     except OSError:
         return
 
 
 def _checksum(base: bytes) -> bytes:
     return hashlib.blake2b(base, digest_size=CHECKSUM_BYTES).digest()
-
-
-def _remove_the_oldest(target: Path) -> None:
-    files = sorted(target.glob(f"*{SUFFIX}"), key=lambda path: path.stat().st_mtime_ns)
-    for path in files[: max(0, len(files) - MAX_FILES)]:
-        path.unlink(missing_ok=True)
 
 
 def _store_entries() -> list[tuple[str, str]] | None:

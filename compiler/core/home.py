@@ -1,6 +1,6 @@
 """Where dockyard keeps what outlives one command: `$DOCKYARD_HOME` (default `~/.dockyard`). It holds the
-runs index (`runs/`, `compiler.targets.index`) and the compose cache's files (`cache/compose/`,
-`compiler.config.stored`)."""
+runs index (`runs/`, `compiler.targets.index`) and caches (`cache/`): composed configs
+(`compiler.config.stored`) and large files' digests (`compiler.images.digests`)."""
 
 import os
 from pathlib import Path
@@ -10,3 +10,18 @@ VARIABLE = "DOCKYARD_HOME"
 
 def home() -> Path:
     return Path(os.environ.get(VARIABLE) or Path.home() / ".dockyard")
+
+
+def write_whole(path: Path, content: bytes) -> None:
+    """Write `content` through a rename, so another process reads all of it or none (folders made 0700)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_bytes(content)
+    temporary.replace(path)
+
+
+def keep_newest(folder: Path, pattern: str, count: int) -> None:
+    """Remove all but the `count` most recently written files of `folder` that match `pattern`."""
+    files = sorted(folder.glob(pattern), key=lambda path: path.stat().st_mtime_ns)
+    for path in files[: max(0, len(files) - count)]:
+        path.unlink(missing_ok=True)

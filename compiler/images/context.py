@@ -23,6 +23,7 @@ from typing import IO
 from docker.utils.build import exclude_paths
 
 from compiler.images import DOCKYARD_ROOT
+from compiler.images.digests import file_sha256
 from compiler.images.render import CONSTRAINTS, has_user_code, render_dockerfile, uses_constraints
 from compiler.spec import Plan, schema
 from compiler.spec.errors import ConfigError
@@ -51,7 +52,7 @@ class BuildContext:
         digest = hashlib.sha256(f"{self.base_id}\0Dockerfile\0{self.dockerfile}\0".encode())
         for name in sorted(self.files):
             source = self.files[name]
-            digest.update(f"{name}\0{_mode(source):o}\0{_file_sha256(source)}\0".encode())
+            digest.update(f"{name}\0{_mode(source):o}\0{file_sha256(source)}\0".encode())
         return digest.hexdigest()
 
     @property
@@ -169,11 +170,6 @@ def code_commit(source_dir: Path) -> str | None:
 
 def _mode(path: Path) -> int:
     return 0o755 if os.access(path, os.X_OK) else 0o644
-
-
-def _file_sha256(path: Path) -> str:
-    with path.open("rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 def _add(tar: tarfile.TarFile, name: str, file: IO[bytes], size: int, mode: int) -> None:

@@ -7,10 +7,9 @@ dockyard processes at the same time, without a lock. The run's record stays in i
 (`compiler.targets.records`); an entry whose folder was removed is passed over, not deleted.
 """
 
-import os
 from pathlib import Path
 
-from compiler.core.home import home
+from compiler.core.home import home, write_whole
 
 RUNS = "runs"
 NAME_MAX = 255
@@ -23,10 +22,7 @@ def register(run_id: str, run_dir: Path) -> None:
     folder = str(run_dir.resolve())
     if entry.is_file() and entry.read_text() == folder:
         return
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    temporary = entry.with_name(f".{run_id}.{os.getpid()}.tmp")
-    temporary.write_text(folder)
-    temporary.replace(entry)
+    write_whole(entry, folder.encode())
 
 
 def folder_of(run_id: str) -> Path | None:
