@@ -8,7 +8,6 @@ through DOCKYARD_PLAN, exactly as in the local target.
 import json
 from dataclasses import dataclass, field
 
-import botocore.session
 from botocore.exceptions import ParamValidationError
 from botocore.validate import validate_parameters
 
@@ -28,6 +27,7 @@ from compiler.spec.errors import ConfigError
 from compiler.spec.schema import DataSource, Entry, SageMakerTargetConfig
 from compiler.spec.schema.target import secret_references
 from compiler.targets.channels import CheckpointSource, checkpoint_source
+from compiler.targets.sagemaker import rules
 
 FILE_SYSTEM_TYPES = {DataSource.fsx: "FSxLustre", DataSource.efs: "EFS"}
 NUMBER = r"(-?[0-9.]+(?:[eE][-+]?[0-9]+)?)"
@@ -203,9 +203,8 @@ def _hyperparameters(plan: Plan) -> dict[str, str]:
 
 def check_with_botocore(parameters: dict) -> None:
     """Validate against botocore's own model of CreateTrainingJob: shapes, required members, ranges."""
-    model = botocore.session.get_session().get_service_model("sagemaker")
     try:
-        validate_parameters(parameters, model.operation_model("CreateTrainingJob").input_shape)
+        validate_parameters(parameters, rules.model().operation_model("CreateTrainingJob").input_shape)
     except ParamValidationError as error:
         report = error.kwargs["report"]
         key = next((key for field, key in REQUEST_KEYS.items() if f"parameter {field}" in report), "target")
