@@ -101,6 +101,20 @@ def test_a_changed_byte_of_a_config_file_names_another_file(tmp_path, hydra_call
     assert len(hydra_calls) == 2 and len(files()) == 2
 
 
+def test_a_primary_configs_own_search_path_keeps_its_bases_off_disk(tmp_path, hydra_calls):
+    """Its folders join the search path while Hydra composes, after the file's name was hashed."""
+    conf = shutil.copytree(CONF_DIR, tmp_path / "conf")
+    (tmp_path / "extra" / "model").mkdir(parents=True)
+    (tmp_path / "extra" / "model" / "mine.yaml").write_text("defaults:\n  - tiny\n  - _self_\nseq_len: 64\n")
+    primary = conf / "config.yaml"
+    primary.write_text(
+        primary.read_text().replace("\nhydra:\n", f"\nhydra:\n  searchpath: [file://{tmp_path}/extra]\n")
+    )
+    with loader_for(conf):
+        assert compose(GlobalHydra.instance().config_loader(), ["model=mine"]).model.seq_len == 64
+    assert len(hydra_calls) == 1 and files() == []
+
+
 def test_a_changed_module_names_another_file(loader, monkeypatch, tmp_path):
     code = tmp_path / "compiler"
     code.mkdir()

@@ -152,7 +152,7 @@ def _base(loader: ConfigLoaderImpl, config_name: str | None, choices: list[str])
             if composed.hydra.job.env_copy:  # values read from the environment at compose time
                 return None
             base = pickle.dumps(composed)
-            if file_name:
+            if file_name and stored.covers(loader, composed):
                 stored.save(file_name, base)
         _bases[key] = base
         if len(_bases) > MAX_BASES:

@@ -25,6 +25,7 @@ import hydra
 import omegaconf
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig
 
 import hydra_plugins
 from compiler.core.home import home, keep_newest, write_whole
@@ -65,6 +66,13 @@ def name(loader: ConfigLoaderImpl, composition: tuple) -> str | None:
             except OSError:  # a file Hydra cannot read either: its composition reports it
                 return None
     return digest.hexdigest() + SUFFIX
+
+
+def covers(loader: ConfigLoaderImpl, composed: DictConfig) -> bool:
+    """Whether `composed` read only folders of the search path its name hashed (a primary config's own
+    `hydra.searchpath` adds folders while it composes; such a base is kept in memory only)."""
+    hashed = {element.provider for element in loader.config_search_path.get_path()}
+    return all(source.provider in hashed for source in composed.hydra.runtime.config_sources)
 
 
 def load(file_name: str) -> bytes | None:
