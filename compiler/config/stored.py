@@ -7,7 +7,8 @@ the config name, the group choices, the job's name, the config search path, the 
 folders (file:// and pkg://), every ConfigStore entry by name and provider, and the modification time and
 size of every module of dockyard and of the installed Hydra plug-ins (the code that stores those entries).
 An entry stored without a provider is code this hash does not cover (a user's own `ConfigStore.store`), so
-then nothing is read from or written to disk.
+then nothing is read from or written to disk; nor is a base whose primary config adds its own
+`hydra.searchpath` (`covers`).
 
 Files are written whole (a rename) and start with a checksum: a file cut short or overwritten is composed
 again, so a damaged cache costs time, never a wrong config. The oldest files go past MAX_FILES. The folder,
