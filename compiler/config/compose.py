@@ -37,7 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf._utils import get_yaml_loader
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
-from compiler.config import cache, pretrained, store
+from compiler.config import cache, interpolations, pretrained, store
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError, UnknownNameError
 
@@ -46,6 +46,7 @@ CONFIG_NAME = "config"
 
 store.register()
 cache.install()
+interpolations.install()
 MAX_INT = 2**63 - 1
 GLOBAL_PACKAGE = re.compile(r"^#\s*@package\s+_global_\s*$", re.MULTILINE)
 
