@@ -63,6 +63,9 @@ class Point:
     request: Any = None
     error: str = ""
     record: RunRecord | None = None
+    """A dry run's is made where the point is prepared and saved by `_dry_run`."""
+    request_text: str = ""
+    """A dry run's request as written to its file, rendered where the point is prepared (a worker, in parallel)."""
     job_name: str | None = None
     packed: bytes | None = None
     """`cfg` and `hydra_cfg` pickled, as a worker process sends them (see `configs`)."""
@@ -154,7 +157,9 @@ class Sweep:
                 out=self.out if out is None else out,
             )
             point.plan, point.run_id, point.request = prepared.plan, prepared.run_id, prepared.request
-            if not self.options.dry_run:
+            if self.options.dry_run:
+                point.request_text, point.record = point.request.to_json(), self._record(point, DRY_RUN)
+            else:
                 runs.preflight(point.plan, point.request)  # the target's refusals before anything is built
         except (ConfigError, HydraException, OmegaConfBaseException, ValueError) as exc:
             point.error = as_config_error(exc).one_line()
@@ -182,8 +187,8 @@ class Sweep:
         for point in points:
             point.run_dir.mkdir(parents=True, exist_ok=True)
             path = point.run_dir / REQUEST_FILE
-            path.write_text(point.request.to_json())
-            point.record = records.save(self._record(point, DRY_RUN))
+            path.write_text(point.request_text)
+            point.record = records.save(point.record)
             target = point.plan.target.kind.value
             print(f"#{point.num:<4} {' '.join(point.overrides)}  -> {target} request {path}", file=self.out)
 
