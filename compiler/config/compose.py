@@ -85,17 +85,27 @@ def _reject_scalars_for_collections(value: object, key: str = "") -> None:
     a list field an int. Every list and map field must hold a list or a map."""
     if not dataclasses.is_dataclass(value):
         return
-    hints = _type_hints(type(value))
-    for field in dataclasses.fields(value):
-        item, full_key = getattr(value, field.name), f"{key}{field.name}"
-        hint = hints[field.name]
-        union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-        origins = {typing.get_origin(h) for h in (typing.get_args(hint) if union else [hint])}
+    for name, origins in _field_origins(type(value)):
+        item, full_key = getattr(value, name), f"{key}{name}"
         for collection, wanted, example in ((list, "a list", "[]"), (dict, "a map", "{}")):
             if collection in origins and item is not None and not isinstance(item, collection):
                 raise ConfigError(full_key, f"is {item!r}, not {wanted}", f"give {wanted}, e.g. {full_key}={example}")
         for child in item.values() if isinstance(item, dict) else [item]:
             _reject_scalars_for_collections(child, f"{full_key}.")
+
+
+@functools.cache
+def _field_origins(cls: type) -> list[tuple[str, frozenset]]:
+    """Each field of a schema class with the generic types its hint allows (`list` for `list[str] | None`)."""
+    hints = _type_hints(cls)
+    fields = []
+    for field in dataclasses.fields(cls):
+        hint = hints[field.name]
+        union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+        fields.append(
+            (field.name, frozenset(typing.get_origin(h) for h in (typing.get_args(hint) if union else [hint])))
+        )
+    return fields
 
 
 def _reject_unrepresentable_numbers(value: object, key: str = "") -> None:
@@ -121,16 +131,21 @@ def _reject_unrepresentable_numbers(value: object, key: str = "") -> None:
 def _reject_added_keys(node: DictConfig, path: str = "") -> None:
     """Keys added with `+key=value` to a schema node would be dropped silently; refuse them instead."""
     node_type = OmegaConf.get_type(node)
-    known = {f.name for f in dataclasses.fields(node_type)} if dataclasses.is_dataclass(node_type) else None
+    known = _field_names(node_type) if dataclasses.is_dataclass(node_type) else None
     for key in node:
         full_key = f"{path}{key}"
         if known is not None and key not in known:
             nearest = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
             fix = f"did you mean {path}{nearest[0]}?" if nearest else "remove it"
             raise ConfigError(full_key, f"is not a key of {node_type.__name__}", fix)
-        child = node._get_node(key)
+        child = node._get_node(key, validate_access=False)  # a key of the node's own: nothing to validate
         if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
             _reject_added_keys(child, f"{full_key}.")
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(field.name for field in dataclasses.fields(cls))
 
 
 def compose_config(overrides: Sequence[str] = (), config_dir: Path = CONF_DIR) -> schema.Config:
