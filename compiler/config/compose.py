@@ -257,8 +257,10 @@ def reject_numbers_in_files(hydra_cfg: DictConfig, cfg: DictConfig) -> None:
     `image/x.yaml`): each chosen option's file, and the primary config, found as Hydra found them.
     `image=auto` reads its family's file through an entry Hydra does not list among the choices."""
     folders = [Path(s.path) for s in hydra_cfg.runtime.config_sources if s.schema == "file"]
-    chosen = [(f"{group}/{option}", group) for group, option in hydra_cfg.runtime.choices.items()]
-    if hydra_cfg.runtime.choices.get("image") == "auto":
+    choices = OmegaConf.to_container(hydra_cfg.runtime.choices, resolve=True)  # one walk, not one lookup a key
+    assert isinstance(choices, dict)
+    chosen = [(f"{group}/{option}", group) for group, option in choices.items()]
+    if choices.get("image") == "auto":
         chosen.append((f"image/{schema.ImageFamily(cfg.image.family).value.replace('_', '-')}", "image"))
     for name, group in [(hydra_cfg.job.config_name, ""), *chosen]:
         if name is None or group.startswith("hydra/"):
@@ -270,13 +272,14 @@ def reject_numbers_in_files(hydra_cfg: DictConfig, cfg: DictConfig) -> None:
             except OSError:
                 continue
             if S_ISREG(stat.st_mode):
-                _reject_numbers_in_file(Path(path), stat.st_mtime_ns, stat.st_size, group)
+                _reject_numbers_in_file(path, stat.st_mtime_ns, stat.st_size, group)
                 break
 
 
 @functools.lru_cache(maxsize=512)
-def _reject_numbers_in_file(path: Path, mtime_ns: int, size: int, group: str) -> None:
+def _reject_numbers_in_file(name: str, mtime_ns: int, size: int, group: str) -> None:
     """One file's check, done once per version of the file (every point of a sweep reads the same files)."""
+    path = Path(name)
     text = path.read_text()
     package = "" if GLOBAL_PACKAGE.search(text) else group.replace("/", ".")
     values = yaml.load(text, Loader=get_yaml_loader())  # what OmegaConf.create(text) holds, without its nodes
