@@ -3,9 +3,10 @@
 Preparing a point (compose, validate, plan, request) is milliseconds of CPU and nothing else, so a batch of at
 least `PER_WORKER` points per core is split among forked worker processes, one per core. A fork keeps what the
 sweep's process holds (Hydra's loader, the schemas, the compose cache, warmed first with every distinct set
-of group choices), so a worker pays only for its own points. Each worker sends back its points in order,
-with what preparing each printed and its configs pickled; the sweep unpickles a point's configs only where
-they are read (a launch's job files). The points, their order, their errors and the output are the serial
+of group choices; that heap frozen out of garbage collection), so a worker pays only for its own points.
+Each worker sends back its points in order, with what preparing each printed, its configs pickled and, in a
+dry run, its request's text and record made; the sweep unpickles a point's configs only where they are read
+(a launch's job files). The points, their order, their errors and the output are the serial
 path's. Where `fork` is missing, or on one core, the points are prepared in the sweep's own process.
 """
 
