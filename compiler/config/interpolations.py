@@ -1,10 +1,10 @@
 """An interpolation's text parsed once per process.
 
 OmegaConf parses a value's text (`${hydra.job.num}`) with its ANTLR grammar every time the value is read,
-about a quarter of a millisecond each, and a sweep reads the same few texts in every point (three per point
-here: a tenth of preparing one). The parse tree depends on the text alone and OmegaConf's resolver only reads
-it, so one tree per distinct text is kept and handed out again; a text that does not parse raises as before
-(an exception is never cached).
+about a tenth of a millisecond each, and a sweep reads the same few texts in every point (three per point
+here: about 0.4 of the 7 ms preparing one takes). The parse tree depends on the text alone and OmegaConf's
+resolver only reads it, so one tree per distinct text is kept and handed out again; a text that does not
+parse raises as before (an exception is never cached).
 """
 
 import functools
