@@ -122,3 +122,16 @@ def test_plan_imports_nothing_heavy(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"
     assert (next(tmp_path.glob("outputs/smoke/*/plan.json"))).is_file()
+
+
+def test_a_batch_with_fixed_inputs_reads_the_config_folders_once(loader, monkeypatch):
+    """A sweep's batch (`cache.inputs_fixed`) fingerprints the config files once, not once per point."""
+    reads = []
+    fingerprint = cache._files_fingerprint
+    monkeypatch.setattr(cache, "_files_fingerprint", lambda loader: reads.append(1) or fingerprint(loader))
+    with cache.inputs_fixed():
+        points = [loader.load_configuration(CONFIG_NAME, [f"trainer.seed={s}"], RunMode.RUN) for s in range(3)]
+    assert [point.trainer.seed for point in points] == [0, 1, 2] and len(reads) == 1
+    loader.load_configuration(CONFIG_NAME, ["trainer.seed=3"], RunMode.RUN)
+    loader.load_configuration(CONFIG_NAME, ["trainer.seed=4"], RunMode.RUN)
+    assert len(reads) == 3

@@ -26,6 +26,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, flag_override, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from compiler.config import cache
 from compiler.config.compose import as_config_error, reject_numbers_in_files, to_config
 from compiler.launch import runs, summary
 from compiler.launch.errors import InvalidSweepError, PointFailedError
@@ -134,11 +135,12 @@ class Sweep:
     def _prepare_all(self, numbered: list[tuple[tuple[str, ...], int]]) -> list[Point]:
         """Every point prepared, in order: in this process, or by one worker per core for a large batch."""
         workers = parallel.workers_for(len(numbered))
-        if workers == 1:
-            return [self._prepare(overrides, num) for overrides, num in numbered]
-        self.composer.warm([overrides for overrides, _ in numbered])
-        first = self._prepare(*numbered[0])  # what every point loads once (imports, schemas) loaded before the fork
-        return [first, *parallel.prepare_all(numbered[1:], self._prepare, Point.pack, self.out, workers)]
+        with cache.inputs_fixed():
+            if workers == 1:
+                return [self._prepare(overrides, num) for overrides, num in numbered]
+            self.composer.warm([overrides for overrides, _ in numbered])
+            first = self._prepare(*numbered[0])  # what every point loads (imports, schemas) loaded before the fork
+            return [first, *parallel.prepare_all(numbered[1:], self._prepare, Point.pack, self.out, workers)]
 
     def _prepare(self, overrides: tuple[str, ...], num: int, out: IO[str] | None = None) -> Point:
         """Compose, compile and translate one point; a user's mistake becomes the point's error."""
