@@ -10,11 +10,11 @@ and writes each point's request instead of submitting it.
 """
 
 import dataclasses
-import pickle
+import functools
 import shutil
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -68,19 +68,19 @@ class Point:
     request_text: str = ""
     """A dry run's request as written to its file, rendered where the point is prepared (a worker, in parallel)."""
     job_name: str | None = None
-    packed: bytes | None = None
-    """`cfg` and `hydra_cfg` pickled, as a worker process sends them (see `configs`)."""
+    recompose: Callable[[], tuple[DictConfig, DictConfig]] | None = None
+    """Where a worker prepared the point: composes its configs again (see `configs`)."""
 
     def configs(self) -> tuple[DictConfig | None, DictConfig | None]:
-        """The point's config and `{"hydra": ...}`, unpickled on first use where a worker prepared it."""
-        if self.packed is not None:
-            self.cfg, self.hydra_cfg = pickle.loads(self.packed)
-            self.packed = None
+        """The point's config and `{"hydra": ...}`, composed again on first use where a worker prepared it."""
+        if self.recompose is not None:
+            self.cfg, self.hydra_cfg = self.recompose()
+            self.recompose = None
         return self.cfg, self.hydra_cfg
 
-    def pack(self) -> "Point":
-        """The point with its configs pickled (in a worker: the sweep unpickles them only if read)."""
-        self.packed = pickle.dumps((self.cfg, self.hydra_cfg), protocol=pickle.HIGHEST_PROTOCOL)
+    def without_configs(self) -> "Point":
+        """The point as a worker sends it back: its configs are left out (pickling them took a sixth of preparing
+        a point, and a dry run never reads them); the sweep composes them again if something does."""
         self.cfg = self.hydra_cfg = None
         return self
 
@@ -140,7 +140,14 @@ class Sweep:
                 return [self._prepare(overrides, num) for overrides, num in numbered]
             self.composer.warm([overrides for overrides, _ in numbered])
             first = self._prepare(*numbered[0])  # what every point loads (imports, schemas) loaded before the fork
-            return [first, *parallel.prepare_all(numbered[1:], self._prepare, Point.pack, self.out, workers)]
+            rest = parallel.prepare_all(numbered[1:], self._prepare, Point.without_configs, self.out, workers)
+        for point in rest:
+            if point.run_dir is not None:  # composed (where it failed to, it has no configs in this process either)
+                point.recompose = functools.partial(self._configs, point.overrides, point.num)
+        return [first, *rest]
+
+    def _configs(self, overrides: tuple[str, ...], num: int) -> tuple[DictConfig, DictConfig]:
+        return split_hydra_node(self.composer.compose(overrides, num))
 
     def _prepare(self, overrides: tuple[str, ...], num: int, out: IO[str] | None = None) -> Point:
         """Compose, compile and translate one point; a user's mistake becomes the point's error."""
@@ -297,7 +304,7 @@ class Sweep:
 
 
 class _PointsConfig:
-    """`cfg` (index 0) or `hydra_cfg` (1) of a PointReturn: the point's own, unpickled when first read."""
+    """`cfg` (index 0) or `hydra_cfg` (1) of a PointReturn: the point's own, composed again when first read."""
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -313,8 +320,8 @@ class _PointsConfig:
 
 
 class PointReturn(JobReturn):
-    """A point's JobReturn. Its `cfg` and `hydra_cfg` are the point's, unpickled when first read where a worker
-    prepared the point: nothing reads them in a dry run, and unpickling 1,000 points' takes a second."""
+    """A point's JobReturn. Its `cfg` and `hydra_cfg` are the point's, composed again when first read where a
+    worker prepared the point: nothing reads them in a dry run."""
 
     cfg = _PointsConfig(0)  # type: ignore[assignment]
     hydra_cfg = _PointsConfig(1)  # type: ignore[assignment]

@@ -4,9 +4,9 @@ Preparing a point (compose, validate, plan, request) is milliseconds of CPU and 
 least `PER_WORKER` points per core is split among forked worker processes, one per core. A fork keeps what the
 sweep's process holds (Hydra's loader, the schemas, the compose cache, warmed first with every distinct set
 of group choices; that heap frozen out of garbage collection), so a worker pays only for its own points.
-Each worker sends back its points in order, with what preparing each printed, its configs pickled and, in a
-dry run, its request's text and record made; the sweep unpickles a point's configs only where they are read
-(a launch's job files). The points, their order, their errors and the output are the serial
+Each worker sends back its points in order, with what preparing each printed and, in a dry run, its request's
+text and record made, but not its configs: the sweep composes a point's configs again only where they are read
+(a launch's job files), from its warm cache. The points, their order, their errors and the output are the serial
 path's. Where `fork` is missing, or on one core, the points are prepared in the sweep's own process.
 """
 
@@ -29,7 +29,7 @@ so smaller chunks even the load out, and each chunk's round trip is cheap."""
 Prepare = Callable[[tuple[str, ...], int, IO[str]], Any]
 """Prepare one point (its overrides and job number), printing to the given stream."""
 Pack = Callable[[Any], Any]
-"""Make a prepared point cheap to send back (its configs pickled)."""
+"""Make a prepared point cheap to send back (its configs left out)."""
 
 _prepare: Prepare | None = None
 _pack: Pack | None = None
