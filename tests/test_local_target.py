@@ -223,9 +223,9 @@ def test_killed_node_fails_the_job_within_a_minute(engine, smoke_image, tmp_path
 def test_a_job_past_max_run_hours_is_stopped_with_a_checkpoint_and_not_retried(engine, smoke_image, tmp_path):
     """At the deadline the nodes get SIGTERM, so the trainer saves where it is; a retry would run out of
     time again, as a Slurm job ends at its time limit and a Kubernetes job at its deadline."""
-    limit_s = 30
+    limit_s = 20
     overrides = (f"target.max_run_hours={limit_s / 3600}", "target.max_retries=2", "trainer.checkpoint_interval=0")
-    plan = plan_for(*SHORT, "trainer.steps=100000", *overrides)
+    plan = plan_for(*SHORT, *ONE_PER_NODE, "trainer.steps=100000", *overrides)
     run_dir = tmp_path / "run"
     started = time.monotonic()
     thread, result = start_job(plan, smoke_image, run_dir, "dockyard-deadline-test")
@@ -235,7 +235,7 @@ def test_a_job_past_max_run_hours_is_stopped_with_a_checkpoint_and_not_retried(e
     record = result[0]
     assert (record.status, record.attempts, record.detail) == ("failed", 1, "ran past target.max_run_hours")
     output = (tmp_path / "dockyard-deadline-test.out").read_text()
-    assert "the job ran past target.max_run_hours (0.00833333); stopping its nodes" in output
+    assert "the job ran past target.max_run_hours (0.00555556); stopping its nodes" in output
     assert "restarting the job" not in output
     assert any((run_dir / "checkpoints").glob("step-*/dockyard.json")), "no checkpoint was saved at SIGTERM"
     assert leftovers(engine, "dockyard-deadline-test") == []
