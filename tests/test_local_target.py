@@ -355,7 +355,7 @@ def test_resume_continues_a_stopped_run_at_another_data_parallel_degree(engine, 
         "resume with the run's model (change steps, lr, nodes or dp only)"
     ]
     assert not (run_dir / "attempts").exists()
-    half = ["hardware.processes_per_node=1", "parallelism.grad_accum=2"]  # dp 2, the same sequences per step
+    half = [*ONE_PER_NODE, "parallelism.grad_accum=2"]  # dp 2, the same sequences per step
     half.append("++target.environment.DOCKYARD_STOP_AT_STEP=10")
     result = subprocess.run(
         [DOCKYARD, "launch", "--resume", "run", *half], cwd=tmp_path, capture_output=True, text=True, timeout=600
