@@ -136,6 +136,12 @@ def write_plan(plan: Plan, folder: Path) -> Path:
     return path
 
 
+SHARED_CORES = {"OMP_NUM_THREADS": "1"}
+"""For each of several single-process nodes started on this machine: one compute thread per rank, as torchrun sets
+for several processes on one node (a rank of all the cores beside another takes about eight times as long per
+step here)."""
+
+
 def entrypoint_env(root: Path, **extra: str) -> dict[str, str]:
     """A clean environment for `python -m entrypoint`: no cluster variables from the machine running tests."""
     keep = ("PATH", "HOME", "LANG", "TMPDIR", "VIRTUAL_ENV")

@@ -12,11 +12,20 @@ import psutil
 import pytest
 
 from entrypoint.trainer import checkpoint
-from tests.entrypoint_support import entrypoint_env, free_port, metrics, start_entrypoint, tiny_plan, train, write_plan
+from tests.entrypoint_support import (
+    SHARED_CORES,
+    entrypoint_env,
+    free_port,
+    metrics,
+    start_entrypoint,
+    tiny_plan,
+    train,
+    write_plan,
+)
 
 pytestmark = pytest.mark.torchrun
 
-TIMEOUT_S = 15
+TIMEOUT_S = 10
 """DOCKYARD_TIMEOUT for these jobs: what a collective may wait before it fails."""
 
 
@@ -32,6 +41,7 @@ def two_nodes(tmp_path: Path):
             DOCKYARD_NODE_RANK=str(rank),
             DOCKYARD_MASTER_PORT=port,
             DOCKYARD_TIMEOUT=str(TIMEOUT_S),
+            **SHARED_CORES,
         )
         processes.append(start_entrypoint(write_plan(plan, root), env))
     return processes

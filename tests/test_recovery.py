@@ -25,6 +25,7 @@ from entrypoint.launcher.main import launch_command, rendezvous_arguments, resta
 from entrypoint.trainer.restarts import precedence
 from tests.entrypoint_support import (
     CLUSTER_ENVIRONMENTS,
+    SHARED_CORES,
     entrypoint_env,
     free_port,
     losses,
@@ -44,7 +45,7 @@ the last digit or so of the six logged."""
 
 def start_two_nodes(plan, root: Path) -> list[subprocess.Popen]:
     port, path = str(free_port()), write_plan(plan, root)
-    cluster = {"PET_NNODES": "2", "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": port}
+    cluster = {"PET_NNODES": "2", "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": port, **SHARED_CORES}
     return [start_entrypoint(path, entrypoint_env(root, PET_NODE_RANK=str(rank), **cluster)) for rank in (0, 1)]
 
 

@@ -30,7 +30,7 @@ from entrypoint.trainer.faults import Faults
 from entrypoint.trainer.health import FAIL_BELOW, WARN_BELOW, bandwidth_finding, expected_gbps, parse_smi
 from entrypoint.trainer.models import model_spec
 from entrypoint.trainer.stragglers import ComputeClock, Detector, per_call, ratios, timed_modules
-from tests.entrypoint_support import entrypoint_env, free_port, start_entrypoint, tiny_plan, write_plan
+from tests.entrypoint_support import SHARED_CORES, entrypoint_env, free_port, start_entrypoint, tiny_plan, write_plan
 from tests.helpers import plan_for
 
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
@@ -151,7 +151,7 @@ def start_two_nodes(tmp_path: Path, *overrides: str, **env: str) -> list[subproc
     for rank in (0, 1):
         root = tmp_path / f"node{rank}"
         extra = dict(DOCKYARD_HOSTS="127.0.0.1,127.0.0.1", DOCKYARD_NODE_RANK=str(rank), DOCKYARD_MASTER_PORT=port)
-        processes.append(start_entrypoint(write_plan(plan, root), entrypoint_env(root, **extra, **env)))
+        processes.append(start_entrypoint(write_plan(plan, root), entrypoint_env(root, **extra, **SHARED_CORES, **env)))
     return processes
 
 

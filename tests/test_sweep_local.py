@@ -25,6 +25,7 @@ SMALL = [
     "trainer.warmup_steps=1",
     "hardware.nodes=1",
     "hardware.processes_per_node=1",
+    "++target.environment.OMP_NUM_THREADS=1",  # two points at a time share this machine's cores
 ]
 
 
