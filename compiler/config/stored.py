@@ -44,8 +44,9 @@ def folder() -> Path:
 
 
 def name(loader: ConfigLoaderImpl, composition: tuple) -> str | None:
-    """The file name of `composition`'s base (config name, choices, job name, search path), or None when the
-    ConfigStore holds an entry this hash cannot cover."""
+    """The file name of `composition`'s base (config name, choices, job name, search path), or None where the
+    hash cannot cover what the composition reads: a ConfigStore entry without a provider, a search path
+    element of another kind, a file that cannot be read."""
     digest = hashlib.blake2b(digest_size=20)
     for part in (FORMAT, sys.version, hydra.__version__, omegaconf.__version__, composition):
         digest.update(repr(part).encode())
