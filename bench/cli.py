@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from compiler.core.home import VARIABLE
+
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
 P5 = ["experiment=llama3-8b-p5x4"]
 ECR = ["image.push=true", "image.registry=123456789012.dkr.ecr.us-east-1.amazonaws.com"]
@@ -44,12 +46,11 @@ COMMANDS = {
 }
 BASELINE = [sys.executable, "-c", "import hydra, omegaconf"]
 COLD = "plan experiment=smoke (cold: empty cache)"
-HOME_VARIABLE = "DOCKYARD_HOME"
 
 
 def wall(command: list[str], cwd: str, home: str) -> float:
     start = time.perf_counter()
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env={**os.environ, HOME_VARIABLE: home})
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env={**os.environ, VARIABLE: home})
     elapsed = time.perf_counter() - start
     if result.returncode != 0:
         sys.exit(f"bench: {' '.join(command)} failed:\n{result.stderr}")
@@ -67,9 +68,9 @@ def main() -> None:
         home = os.path.join(scratch, "home")
         # a run folder for `status`: a two-point dry-run sweep writes one record per point
         wall([DOCKYARD, "launch", "--dry-run", "-m", "trainer.seed=1,2", "hydra.sweep.dir=sweep"], scratch, home)
-        for round in range(rounds):
+        for index in range(rounds):
             times["baseline"].append(wall(BASELINE, scratch, home))
-            times[COLD].append(wall([DOCKYARD, *COMMANDS["plan experiment=smoke"]], scratch, f"{home}-{round}"))
+            times[COLD].append(wall([DOCKYARD, *COMMANDS["plan experiment=smoke"]], scratch, f"{home}-{index}"))
             for name, arguments in COMMANDS.items():
                 times[name].append(wall([DOCKYARD, *arguments], scratch, home))
     baseline = statistics.median(times.pop("baseline"))

@@ -29,7 +29,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
 import hydra_plugins
-from compiler.core.home import home, keep_newest, write_whole
+from compiler.core.home import cache, keep_newest, write_whole
 
 FORMAT = 1
 """Part of every name: a change to what a file holds makes the old files unreachable."""
@@ -40,7 +40,7 @@ DOCKYARD_CODE = Path(__file__).resolve().parents[1]
 
 
 def folder() -> Path:
-    return home() / "cache" / "compose"
+    return cache("compose")
 
 
 def name(loader: ConfigLoaderImpl, composition: tuple) -> str | None:

@@ -12,6 +12,11 @@ def home() -> Path:
     return Path(os.environ.get(VARIABLE) or Path.home() / ".dockyard")
 
 
+def cache(name: str) -> Path:
+    """The folder of one of dockyard's caches (deleting it costs only time)."""
+    return home() / "cache" / name
+
+
 def write_whole(path: Path, content: bytes) -> None:
     """Write `content` through a rename, so another process reads all of it or none (folders made 0700)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -12,7 +12,7 @@ import hashlib
 import time
 from pathlib import Path
 
-from compiler.core.home import home, keep_newest, write_whole
+from compiler.core.home import cache, keep_newest, write_whole
 
 MIN_BYTES = 1 << 20
 RACY_S = 2
@@ -20,7 +20,7 @@ MAX_ENTRIES = 256
 
 
 def folder() -> Path:
-    return home() / "cache" / "sha256"
+    return cache("sha256")
 
 
 def file_sha256(path: Path) -> str:
