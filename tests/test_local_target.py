@@ -5,6 +5,7 @@ last checkpoint."""
 import contextlib
 import io
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -34,11 +35,10 @@ SHORT = [
     "trainer.log_interval=2",
     "trainer.checkpoint_interval=10",
 ]
-ONE_PER_NODE = ["hardware.processes_per_node=1", "++target.environment.OMP_NUM_THREADS=1"]
+ONE_PER_NODE = ["hardware.processes_per_node=1"]
 """For the jobs whose claim is about nodes (one killed, the job retried, its nodes stopped at the deadline): half
-the ranks start on these 2 cores, and each step trains half the sequences. The nodes share this machine's cores,
-so each rank computes on one thread (torchrun sets that only for several processes per node): two ranks of all
-the cores each take about eight times as long per step here."""
+the ranks start on these 2 cores, and each step trains half the sequences. The containers share this machine's
+cores, and the entrypoint gives each rank its share (DOCKYARD_NODES_PER_HOST): one thread here."""
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -253,6 +253,8 @@ def test_retry_resumes_from_the_last_checkpoint(engine, smoke_image, tmp_path):
     output = (tmp_path / "dockyard-retry-test.out").read_text()
     assert "restarting the job (retry 1 of 1)" in output
     assert "(resumed)" in output
+    cores = len(os.sched_getaffinity(0))
+    assert f"OMP_NUM_THREADS={max(1, cores // 2)}  # {cores} CPUs split among the training processes" in output
     assert metrics(run_dir)[-1]["step"] == 20
     assert json.loads((run_dir / "run.json").read_text())["attempts"] == 2
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compiler.spec import Plan
-from compiler.spec.contract import RUN_AS_USER, TERMINATION_LOG
+from compiler.spec.contract import NODES_PER_HOST, RUN_AS_USER, TERMINATION_LOG
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import Entry, Launcher
 from entrypoint.launcher import toolkit
@@ -39,7 +39,7 @@ from entrypoint.launcher.cluster import (
     wait_for_hosts,
     within_group,
 )
-from entrypoint.launcher.comm import Detected, EnvRow, Interface, choose_interface, comm_env, detect
+from entrypoint.launcher.comm import Detected, EnvRow, Interface, choose_interface, comm_env, detect, env_row
 from entrypoint.launcher.privileges import Account, PathError, check_writable, drop_to, find_account, hand_over
 from entrypoint.launcher.secrets import with_secrets
 
@@ -113,6 +113,7 @@ def prepare(
     rows += trainer_env(backend.name, root, timeout, environ, account, node.current_host)
     rows += restart_env(plan.trainer.restarts, environ)
     machine = machine or toolkit.Machine(cpus=0, gpus=detected.gpus)
+    rows += threads_env(backend.name, plan.layout.processes_per_node, machine.affinity, environ)
     rows += toolkit.toolkit_env(job, node, paths, script, arguments, machine, environ)
     command = launch_command(plan, node, paths, plan_path, arguments) if trains else group_command(plan, group)
     if account is not None:
@@ -143,6 +144,26 @@ def trainer_env(
     if account is not None:
         rows.append(EnvRow("HOME", account.home, f"training runs as {account.name}; root's home is not its", True))
     return rows
+
+
+def threads_env(backend: str, processes_per_node: int, cpus: int, environ: Mapping[str, str]) -> list[EnvRow]:
+    """CPU training: each process's threads (OMP_NUM_THREADS), the `cpus` it may run on shared out among every
+    training process on the machine, as accelerate sizes them. torchrun gives one thread to each of several
+    processes and every CPU to a lone one; nodes that share a machine (`NODES_PER_HOST`, the local target's
+    containers) would then each take every CPU, and a step of two such nodes on two cores took 4x as long."""
+    if backend != "gloo" or not cpus:
+        return []
+    nodes = nodes_per_host(environ)
+    sharing = nodes * processes_per_node
+    reason = f"{cpus} CPUs split among the training processes on this machine: {nodes} node(s) × {processes_per_node}"
+    return [env_row("OMP_NUM_THREADS", str(max(1, cpus // sharing)), reason, environ)]
+
+
+def nodes_per_host(environ: Mapping[str, str]) -> int:
+    value = environ.get(NODES_PER_HOST, "1")
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+        raise ClusterError(f"{NODES_PER_HOST}={value!r} is not a number of nodes: unset it or give a whole number >= 1")
+    return int(value)
 
 
 FRESH_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
@@ -398,6 +419,7 @@ def main(argv: list[str] | None = None) -> None:
             gpus=detected.gpus,
             smddprun=shutil.which("smddprun") is not None,
             smddpmprun=shutil.which("smddpmprun") is not None,
+            affinity=len(os.sched_getaffinity(0)),
         )
         account = find_account(RUN_AS_USER) if os.getuid() == 0 else None
         launch = prepare(

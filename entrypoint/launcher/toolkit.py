@@ -134,6 +134,9 @@ class Machine:
     gpus: int
     smddprun: bool = False
     smddpmprun: bool = False
+    affinity: int = 0
+    """The CPUs the entrypoint may run on (its affinity: a cpuset, Slurm's binding), which training's threads
+    are sized to; 0 where not counted."""
 
 
 def training_env(job: Job, node: Node, paths: Paths, script: str | None, machine: Machine, environ) -> dict:

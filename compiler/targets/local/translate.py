@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from compiler.core.catalog import LOCAL_CPU, instance_type
 from compiler.spec import DataSource, Entry, Plan
-from compiler.spec.contract import CONTAINER_ROOT, PLAN_CHANNEL, PLAN_PATH, TOKENIZER_CHANNEL
+from compiler.spec.contract import CONTAINER_ROOT, NODES_PER_HOST, PLAN_CHANNEL, PLAN_PATH, TOKENIZER_CHANNEL
 from compiler.spec.schema import DataFormat
 from compiler.spec.tokenizer import tokenizer_location
 from compiler.targets.channels import pretrained_channel
@@ -136,6 +136,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> LocalRe
         **plan.target.environment,
         "DOCKYARD_PLAN": PLAN_PATH,
         "DOCKYARD_RUN_ID": run_id,
+        NODES_PER_HOST: str(len(names)),
         **({"DOCKYARD_MLFLOW_TRACKING_URI": tracker_uri} if tracker_uri else {}),
     }
     containers = tuple(
