@@ -28,11 +28,14 @@ REFERENCE = ("ddp", "fsdp", "zero1", "zero2", "zero3")
 
 @pytest.fixture(scope="module")
 def reference_runs(tmp_path_factory):
-    """DDP, FSDP and ZeRO-1/2/3, two processes each, 6 steps, checkpoints every 3."""
+    """DDP, FSDP and ZeRO-1/2/3, two processes each, 6 steps, checkpoints every 3; with no C++ compiler and an
+    empty folder of compiled extensions, as in an image, so that training builds no extension at run time."""
     runs = {}
     for strategy in REFERENCE:
-        root = tmp_path_factory.mktemp(strategy)
-        runs[strategy] = (root, train(tiny_plan(f"parallelism={strategy}"), root))
+        root, extensions = tmp_path_factory.mktemp(strategy), tmp_path_factory.mktemp(f"{strategy}-extensions")
+        no_compiler = {"CXX": str(extensions / "no-such-compiler"), "TORCH_EXTENSIONS_DIR": str(extensions)}
+        runs[strategy] = (root, train(tiny_plan(f"parallelism={strategy}"), root, **no_compiler))
+        assert list(extensions.iterdir()) == [], f"{strategy} compiled an extension"
     return runs
 
 

@@ -204,6 +204,20 @@ def wait_for_checkpoint(run_dir: Path, timeout: float = 300) -> None:
 
 
 @pytest.mark.torchrun
+def test_zero_trains_in_the_cpu_image_which_has_no_compiler(engine, smoke_image, tmp_path):
+    """DeepSpeed compiled an extension when its communication started on CPU; the image has no compiler, so
+    every ZeRO job on the local target failed (`c++: not found`) until the engine skipped that op."""
+    plan = plan_for(*SHORT, *ONE_PER_NODE, "parallelism=zero3", "trainer.steps=4", "trainer.checkpoint_interval=0")
+    run_dir = tmp_path / "run"
+    request = local.to_request(plan, smoke_image, run_id="dockyard-zero-test", run_dir=run_dir)
+    output = io.StringIO()
+    assert run_locally(plan, request, run_dir, output).exit_status == 0, output.getvalue()[-3000:]
+    assert "deepspeed_shm_comm" not in output.getvalue()
+    assert [row["step"] for row in metrics(run_dir)] == [1, 2, 4]
+    assert (run_dir / "model/model.safetensors").exists()
+
+
+@pytest.mark.torchrun
 def test_killed_node_fails_the_job_within_a_minute(engine, smoke_image, tmp_path):
     plan = plan_for(*SHORT, "trainer.steps=400", "trainer.checkpoint_interval=5")
     run_dir = tmp_path / "run"

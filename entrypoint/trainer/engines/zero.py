@@ -72,11 +72,25 @@ def build_whole(plan: Plan, spec: ModelSpec, device: torch.device) -> nn.Module:
     return model
 
 
+def skip_shared_memory_op() -> None:
+    """On CPU, DeepSpeed's communication start compiles its shared-memory all-reduce, a C++ extension: it
+    needs a compiler the images do not carry (every ZeRO job on CPU containers failed with `c++: not found`)
+    and takes 20-40 s where one exists. Only DeepSpeed's `inference_all_reduce` uses it; training's
+    collectives go through torch.distributed. Marking the op incompatible in DeepSpeed's table of
+    compatible ops, read just before the build, skips it."""
+    import deepspeed.ops
+    from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
+
+    deepspeed.ops.__compatible_ops__[ShareMemCommBuilder.NAME] = False
+
+
 class DeepSpeedEngine:
     def __init__(self, plan: Plan, spec: ModelSpec, device: torch.device) -> None:
         import deepspeed
 
         self.plan, self.spec, self.device = plan, spec, device
+        if device.type == "cpu":
+            skip_shared_memory_op()
         deepspeed.init_distributed(dist_backend=dist.get_backend())  # adopts the process group train.py made
         config = deepspeed_config(plan)
         self.partitioned = facts(plan.parallelism.strategy).shards_parameters
