@@ -3,6 +3,7 @@ two containers × two processes, a killed node failing the job quickly, and a re
 last checkpoint."""
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -61,6 +62,16 @@ def test_every_node_gets_its_own_contract_files():
         mounts = {m.target: m for m in container.mounts}
         assert mounts["/opt/ml/input/data/plan"].read_only
         assert not mounts["/opt/ml/checkpoints"].read_only
+
+
+def test_a_job_beside_others_counts_their_nodes_as_sharing_the_machine():
+    request = local.to_request(plan_for("experiment=smoke"), "img", run_id="r", run_dir=Path("/runs/r"))
+    assert {c.environment["DOCKYARD_NODES_PER_HOST"] for c in request.containers} == {"2"}
+    beside = local.alongside(request, 3)  # a sweep's three jobs at a time, two nodes each
+    assert {c.environment["DOCKYARD_NODES_PER_HOST"] for c in beside.containers} == {"6"}
+    pairs = zip(beside.containers, request.containers, strict=True)
+    assert [dataclasses.replace(new, environment=old.environment) for new, old in pairs] == list(request.containers)
+    assert dataclasses.replace(beside, containers=request.containers) == request  # nothing else changes
 
 
 def test_the_local_target_starts_at_most_its_containers_and_processes():

@@ -73,6 +73,8 @@ def test_local_dry_run_lists_every_request_and_starts_nothing(tmp_path, engine):
         request = json.loads((sweep / str(num) / "request.json").read_text())
         assert f"request {sweep / str(num) / 'request.json'}" in result.stdout
         assert request["run_dir"] == str(sweep / str(num))
+        shared = {container["environment"]["DOCKYARD_NODES_PER_HOST"] for container in request["containers"]}
+        assert shared == {"8"}  # 2 nodes a job, 4 jobs at a time on this machine
         assert not engine.containers.list(all=True, filters={"label": f"{RUN_LABEL}={request['run_id']}"})
         assert not (sweep / str(num) / "nodes").exists()
     assert "image     " not in result.stdout  # nothing built either

@@ -3,6 +3,7 @@ a few steps each, two points at a time, on a real Docker engine."""
 
 import csv
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -25,7 +26,6 @@ SMALL = [
     "trainer.warmup_steps=1",
     "hardware.nodes=1",
     "hardware.processes_per_node=1",
-    "++target.environment.OMP_NUM_THREADS=1",  # two points at a time share this machine's cores
 ]
 
 
@@ -67,6 +67,9 @@ def test_four_points_share_one_image_and_end_in_a_summary_and_a_plot(tmp_path, e
         assert float(row["tokens_per_s"]) > 0 and float(row["wall_s"]) > 0
         assert json.loads((folder / str(num) / "run.json").read_text())["run_id"].endswith(f"-{num}")
     assert rows[0]["overrides"].endswith("trainer.lr=0.001 parallelism=ddp")
+    cores = len(os.sched_getaffinity(0))  # two one-node points at a time: each rank takes half the cores
+    threads = f"OMP_NUM_THREADS={max(1, cores // 2)}  # {cores} CPUs split among the training processes on this "
+    assert f"{threads}machine: 2 node(s) × 1" in (folder / "0/logs/algo-1.log").read_text()
     markdown = (folder / "summary.md").read_text()
     assert "| 3 | trainer.lr=0.003 parallelism=fsdp | completed |" in markdown
     assert (folder / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

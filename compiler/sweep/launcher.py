@@ -38,6 +38,7 @@ from compiler.sweep import parallel
 from compiler.sweep.compose import PointComposer
 from compiler.targets import records, registry
 from compiler.targets.base import CANCELLED, COMPLETED, FAILED, STOPPED
+from compiler.targets.local.translate import LocalRequest, alongside
 from compiler.targets.records import DRY_RUN, INVALID, RunRecord
 
 REQUEST_FILE = "request.json"
@@ -104,8 +105,11 @@ class Sweep:
         self.out = sys.stdout if out is None else out
         self.interrupted = threading.Event()
         """Set on Ctrl-C: queued points are cancelled, local jobs stopped, remote ones left running."""
+        self.at_once = 1
+        """How many of this batch's jobs run at a time: local ones share this machine's CPUs."""
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
+        self.at_once = min(self.options.max_concurrent, len(job_overrides))
         points = self._prepare_all([(tuple(o), initial_job_idx + i) for i, o in enumerate(job_overrides)])
         invalid = [p for p in points if p.error]
         if invalid and not self.options.skip_invalid:
@@ -165,7 +169,7 @@ class Sweep:
                 planned=self._expected_image,
                 out=self.out if out is None else out,
             )
-            point.plan, point.run_id, point.request = prepared.plan, prepared.run_id, prepared.request
+            point.plan, point.run_id, point.request = prepared.plan, prepared.run_id, self._beside(prepared.request)
             if self.options.dry_run:
                 point.request_text, point.record = point.request.to_json(), self._record(point, DRY_RUN)
             else:
@@ -213,7 +217,13 @@ class Sweep:
                 built_by_tag[expected] = build_and_record(point.plan, point.run_dir, cwd=Path.cwd(), out=self.out)
             built = built_by_tag[expected]
             (point.run_dir / IMAGE_FILE).write_text(built.to_json() + "\n")
-            point.request = runs.translate(point.plan, built.digest or built.reference, point.run_id, point.run_dir)
+            request = runs.translate(point.plan, built.digest or built.reference, point.run_id, point.run_dir)
+            point.request = self._beside(request)
+
+    def _beside(self, request: Any) -> Any:
+        """A local job's request counting the containers of the jobs that run beside it (`at_once`), which
+        share this machine's CPUs: each is taken to have as many as this one."""
+        return alongside(request, self.at_once) if isinstance(request, LocalRequest) and self.at_once > 1 else request
 
     def _submit(self, points: list[Point]) -> None:
         for point in points:

@@ -10,7 +10,7 @@ arrives as the `plan` channel, so the same image runs unchanged here and on Sage
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -177,6 +177,14 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> LocalRe
         downloads=downloads,
         loopback_ports=loopback_ports,
     )
+
+
+def alongside(request: LocalRequest, runs: int) -> LocalRequest:
+    """The request of a run started beside `runs - 1` others like it on this machine (a sweep's points at once):
+    its nodes' share of the CPUs counts their containers too."""
+    nodes = str(len(request.containers) * runs)
+    containers = tuple(replace(c, environment={**c.environment, NODES_PER_HOST: nodes}) for c in request.containers)
+    return replace(request, containers=containers)
 
 
 def mlflow_from_containers(plan: Plan) -> tuple[str | None, tuple[int, ...]]:
