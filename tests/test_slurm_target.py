@@ -3,6 +3,7 @@
 
 import io
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -153,11 +154,12 @@ SHORT = [
     "trainer.log_interval=2",
     "trainer.checkpoint_interval=10",
 ]
-ONE_PER_NODE = ["hardware.processes_per_node=1", "++target.environment.OMP_NUM_THREADS=1"]
+ONE_PER_NODE = ["hardware.processes_per_node=1", "++target.environment.DOCKYARD_NODES_PER_HOST=2"]
 """For the jobs whose claim is about nodes (one killed, the job retried): half the ranks start on these 2 cores,
-and each step trains half the sequences. Both nodes run on this machine's cores, so each rank computes on one
-thread (torchrun sets that only for several processes per node): two ranks of all the cores each take about
-eight times as long per step here."""
+and each step trains half the sequences. The test cluster's two nodes share this machine, which the plan tells
+the entrypoint as a user whose nodes share machines would, so each rank computes on its share of the cores
+(one thread here) instead of all of them: two ranks of all the cores each take about eight times as long per
+step here."""
 
 
 def test_tasks_find_their_rank_and_master_from_slurms_variables(slurm_cluster):
@@ -276,6 +278,8 @@ def test_retry_requeues_the_job_and_resumes_from_the_last_checkpoint(engine, slu
     assert "dockyard: attempt 1 failed with exit status 1" in output and "; requeued, to resume" in output
     assert f"dockyard: job {handle['job_id']}, attempt 2 of 2" in output
     assert "(resumed)" in output
+    cores = len(os.sched_getaffinity(0))
+    assert f"OMP_NUM_THREADS={max(1, cores // 2)}  # {cores} CPUs split among the training processes" in output
     assert metrics(run_dir)[-1]["step"] == 20
 
 
