@@ -5,7 +5,7 @@
 For each schedule the built-in trainer runs pp=2 in two torchrun processes (gloo, one thread each) and,
 as the reference, the same step unpipelined in one process: the same model, micro batches and global
 batch. The reference's step time T₁ is the whole step's work on one rank. The planner splits it over the
-pipeline ranks by their FLOPs (`estimate.flops_per_token_of` per stage share: the last stage also runs
+pipeline ranks by their FLOPs (`speed.flops_per_token_of` per stage share: the last stage also runs
 the output head) and stretches the slowest rank's share by the schedule's bubble:
 
     predicted step = T₁ × slowest share / (1 − bubble),   bubble = (pp − 1) / v / (m + (pp − 1) / v)
@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from compiler.config.compose import compose_config  # noqa: E402
 from compiler.launch.plan import checked_plan  # noqa: E402
-from compiler.planner import estimate  # noqa: E402
+from compiler.planner import estimate, speed  # noqa: E402
 from compiler.planner.pipeline import bubble_fraction  # noqa: E402
 from compiler.spec import Plan  # noqa: E402
 from compiler.spec.ranks import PIPELINE_SCHEDULES  # noqa: E402
@@ -91,8 +91,8 @@ def median_step_seconds(plan: Plan, skip: int) -> float:
 def slowest_share(plan: Plan) -> float:
     """The slowest pipeline rank's share of the step's FLOPs, as the planner divides them."""
     shares = estimate.pipeline_shares(plan.model, plan.parallelism, plan.layout)
-    work = [estimate.flops_per_token_of(plan.model, plan.layout.tp, share) for share in shares]
-    return max(work) / estimate.flops_per_token(plan.model)
+    work = [speed.flops_per_token_of(plan.model, plan.layout.tp, share) for share in shares]
+    return max(work) / speed.flops_per_token(plan.model)
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from compiler.planner import estimate, fit
+from compiler.planner import estimate, fit, speed
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import Checkpointing, ParallelismConfig, Precision, Strategy
 from tests.helpers import plan_for
@@ -62,7 +62,7 @@ def test_tensor_parallelism_divides_what_lies_between_its_split_projections():
 def test_flops_per_token_convention():
     model = plan_for("model=gpt2-124m").model
     matmul = 12 * estimate.layer_parameters(model) + 50257 * 768
-    assert estimate.flops_per_token(model) == 6 * matmul + 12 * 12 * 768 * 1024
+    assert speed.flops_per_token(model) == 6 * matmul + 12 * 12 * 768 * 1024
 
 
 def test_the_trainer_reports_mfu_by_the_planners_formula():
@@ -71,7 +71,7 @@ def test_the_trainer_reports_mfu_by_the_planners_formula():
 
     plan = plan_for("experiment=llama3-8b-p5x4", "data.token_dtype=uint32")
     predicted = plan.estimate.throughput
-    assert plan.derived.flops_per_token == predicted.flops_per_token == estimate.flops_per_token(plan.model)
+    assert plan.derived.flops_per_token == predicted.flops_per_token == speed.flops_per_token(plan.model)
     assert mfu(plan, predicted.tokens_per_second) == pytest.approx(predicted.mfu, rel=1e-12)
 
 
@@ -143,7 +143,7 @@ def _config_and_instance(*overrides):
 
 
 def test_what_the_estimate_assumes_is_labelled_in_the_summary_and_the_report():
-    from compiler.planner.estimate import ASSUMPTIONS
+    from compiler.planner.assumptions import ASSUMPTIONS
     from compiler.planner.summary import report_markdown, summary_lines
 
     plan = plan_for("experiment=gpt2-124m-p4d")

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from compiler.planner import estimate
+from compiler.planner import estimate, speed
 from compiler.planner.pipeline import bubble_fraction, default_microbatches, split_layers
 from compiler.planner.summary import summary_lines
 from compiler.spec import Layout
@@ -102,17 +102,17 @@ def test_gpipe_holds_every_micro_batch():
 
 def test_point_to_point_traffic_and_step_time():
     plan = plan_for(*LLAMA_70B_PP4)
-    batch, speed = plan.batch, plan.estimate.throughput
+    batch, predicted = plan.batch, plan.estimate.throughput
     activation = batch.micro_batch * batch.seq_len * plan.model.hidden * 2  # bf16
-    assert estimate.pipeline_bytes(plan.model, plan.parallelism, plan.layout, batch) == 2 * activation * 64
-    assert speed.point_to_point_seconds > 0
-    assert speed.step_seconds * (1 - speed.bubble) == pytest.approx(
-        speed.compute_seconds + speed.exposed_communication_seconds
+    assert speed.pipeline_bytes(plan.model, plan.parallelism, plan.layout, batch) == 2 * activation * 64
+    assert predicted.point_to_point_seconds > 0
+    assert predicted.step_seconds * (1 - predicted.bubble) == pytest.approx(
+        predicted.compute_seconds + predicted.exposed_communication_seconds
     )
     # The slowest rank is the last stage: a quarter of the layers for four times the sequences (dp 4, not 16)
     # is the unpipelined rank's work, and the output head's on top.
     unpipelined = plan_for("experiment=llama3-70b-p5x16").estimate.throughput
-    assert speed.compute_seconds > unpipelined.compute_seconds
+    assert predicted.compute_seconds > unpipelined.compute_seconds
 
 
 def test_fixes_name_pp_when_the_model_does_not_fit():

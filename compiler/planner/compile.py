@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from compiler.core import catalog, grammar
 from compiler.core.capabilities import TargetCapabilities
-from compiler.planner import estimate, fit, rules
+from compiler.planner import estimate, fit, rules, speed
 from compiler.planner.layout import resolve_batch, resolve_layout
 from compiler.planner.tracker_rules import resolve_trackers
 from compiler.spec import Batch, Derived, Estimate, Layout, Plan, schema
@@ -83,11 +83,11 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
         )
         host = fit.host_memory_per_node(host, layout)
         warnings += fit.check_host_fits(config, instance, host)
-        speed = estimate.throughput(config.model, config.parallelism, instance, layout, batch)
+        predicted_speed = speed.throughput(config.model, config.parallelism, instance, layout, batch)
         predicted = Estimate(
             memory=memory,
             gpu_memory=fit.capacity(instance),
-            throughput=speed,
+            throughput=predicted_speed,
             stage_memory=tuple(m.total for m in stages) if layout.pp > 1 else (),
             host_memory=host,
         )
@@ -105,7 +105,7 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
         batch=batch,
         parameters=estimate.parameter_count(config.model),
         derived=Derived(
-            flops_per_token=estimate.flops_per_token(config.model),
+            flops_per_token=speed.flops_per_token(config.model),
             lr=scaled_lr(config.trainer, batch.global_batch),
             checkpoint_bytes=estimate.checkpoint_bytes(config.model),
             deepspeed_buckets=estimate.deepspeed_buckets(config.model)

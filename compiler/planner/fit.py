@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Iterator
 
 from compiler.core.catalog import InstanceType
-from compiler.planner import estimate
+from compiler.planner import estimate, speed
 from compiler.planner.layout import Batch, Layout, resolve_batch, resolve_layout
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError
@@ -131,7 +131,7 @@ def cheapest_fixes(config: schema.Config, instance: InstanceType) -> list[tuple[
         except ConfigError:
             continue  # the change breaks another rule (a batch that no longer divides, say)
         if memory.total <= capacity(instance):
-            step = estimate.throughput(candidate.model, candidate.parallelism, instance, layout, batch).step_seconds
+            step = speed.throughput(candidate.model, candidate.parallelism, instance, layout, batch).step_seconds
             fitting.append((candidate.hardware.nodes, step, change, memory.total))
     return [(change, total) for _, _, change, total in sorted(fitting)]
 

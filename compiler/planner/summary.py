@@ -1,6 +1,7 @@
 """What `dockyard plan` tells a user: a short summary on the terminal and `report.md` beside plan.json."""
 
-from compiler.planner.estimate import ASSUMED_MATMUL_EFFICIENCY, ASSUMPTIONS, GIB, Memory
+from compiler.planner.assumptions import ASSUMED_MATMUL_EFFICIENCY, ASSUMPTIONS
+from compiler.planner.estimate import GIB, Memory
 from compiler.planner.pipeline import bubble_fraction
 from compiler.spec import Plan
 from compiler.spec.records import DatasetTokens

@@ -131,7 +131,7 @@ class Derived:
     carry the planner: one formula each, used by both the prediction and the run."""
 
     flops_per_token: float
-    """Model FLOPs per trained token (`compiler.planner.estimate.flops_per_token`); the trainer's MFU."""
+    """Model FLOPs per trained token (`compiler.planner.speed.flops_per_token`); the trainer's MFU."""
     lr: float
     """The peak learning rate the trainer uses: `trainer.lr`, scaled to the global batch by `lr_scaling`."""
     deepspeed_buckets: dict[str, int] = field(default_factory=dict)

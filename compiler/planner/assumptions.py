@@ -1,0 +1,67 @@
+"""What the planner assumes rather than measures, in one place: the GPU constants a measurement on a GPU
+(`bench/planner_accuracy.py --device cuda`, `bench/train_gpu.py`) is to replace, each with its source.
+`report.md` lists them under the estimate."""
+
+from dataclasses import dataclass
+
+from compiler.spec import schema
+
+CUDA_CONTEXT_BYTES = 600 * 2**20
+"""CUDA context, cuBLAS workspace and kernels: outside PyTorch's allocator, inside the GPU's memory. Assumed
+(see `ASSUMPTIONS`): no GPU measurement of it is recorded yet."""
+NCCL_BYTES_PER_GROUP = 200 * 2**20
+"""NCCL's buffers per communicator a rank joins. Assumed (see `ASSUMPTIONS`)."""
+ALLOCATOR_MARGIN = 0.08
+"""Fragmentation of PyTorch's caching allocator, as a share of what tensors occupy. Assumed (see
+`ASSUMPTIONS`)."""
+ASSUMED_MATMUL_EFFICIENCY = 0.4
+"""Share of the GPU's dense bf16 peak a step's FLOPs reach in eager PyTorch (torchtitan's Llama 3 8B on H100
+reports MFU in the mid-30s to 40s %; llm.c reaches about 48% for GPT-2 1.5B). Assumed: the predicted MFU
+follows from it, it is not a measurement."""
+RECOMPUTE_FLOPS = {
+    schema.Checkpointing.none: 1.0,
+    schema.Checkpointing.selective: 1.03,
+    schema.Checkpointing.full: 4 / 3,
+}
+"""Hardware FLOPs over model FLOPs: full recomputation repeats the forward pass (2 of 6 units per parameter);
+selective recomputation's 3% is assumed from Korthikanti et al. 2022 (2.7% for their GPT-3 175B)."""
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """A constant of the estimate that no measurement of dockyard's backs yet, and where its value comes from."""
+
+    name: str
+    value: str
+    source: str
+
+
+ASSUMPTIONS = (
+    Assumption(
+        "CUDA context",
+        f"{CUDA_CONTEXT_BYTES // 2**20} MiB per GPU",
+        "an allowance for the CUDA context, cuBLAS's workspace and the kernels; not measured by dockyard",
+    ),
+    Assumption(
+        "NCCL buffers",
+        f"{NCCL_BYTES_PER_GROUP // 2**20} MiB per communicator",
+        "an allowance for NCCL's buffers and kernels; not measured by dockyard",
+    ),
+    Assumption(
+        "allocator margin",
+        f"{ALLOCATOR_MARGIN:.0%} of tensor bytes",
+        "an allowance for the fragmentation of PyTorch's caching allocator; not measured by dockyard",
+    ),
+    Assumption(
+        "matmul efficiency",
+        f"{ASSUMED_MATMUL_EFFICIENCY:.0%} of the dense peak",
+        "torchtitan's Llama 3 8B on H100 (MFU mid-30s to 40s %), llm.c's GPT-2 1.5B (about 48%); the predicted "
+        "step time and MFU follow from it",
+    ),
+    Assumption(
+        "selective recomputation",
+        f"{RECOMPUTE_FLOPS[schema.Checkpointing.selective]:g} × the model FLOPs",
+        "Korthikanti et al. 2022 (2.7% more FLOPs for GPT-3 175B)",
+    ),
+)
+"""What the memory and speed estimates assume rather than measure; `report.md` lists them."""

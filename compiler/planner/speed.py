@@ -1,0 +1,129 @@
+"""Step time, tokens per second and MFU a plan will reach, predicted before any GPU is paid for.
+
+- FLOPs per token: 6 × the parameters used in matrix products (every layer and the output head, not the
+  embedding lookups) + 12 × layers × hidden × seq_len for attention (the PaLM convention, causal masking
+  not discounted); model FLOPs, so recomputation lowers MFU instead of raising it.
+- Compute runs at an assumed share of the GPU's dense peak (`assumptions.ASSUMED_MATMUL_EFFICIENCY`);
+  gradient reduction overlaps the backward, and only what it cannot hide adds to the step.
+- Pipelines (pp > 1): the step is the slowest rank's busy time over (1 − bubble); stage boundaries send each
+  micro batch's activations forward and their gradients back.
+"""
+
+from compiler.planner.assumptions import ASSUMED_MATMUL_EFFICIENCY, RECOMPUTE_FLOPS
+from compiler.planner.estimate import Share, parameters_per_gpu, pipeline_shares
+from compiler.planner.models import family
+from compiler.planner.pipeline import bubble_fraction
+from compiler.spec import Batch, InstanceType, Layout, Throughput, schema
+from compiler.spec.strategies import DEEPSPEED_ENGINE, facts
+
+BACKWARD_SHARE = 2 / 3
+"""Share of a step's compute spent in the backward pass, where gradient communication overlaps."""
+
+
+def flops_per_token(model: schema.ModelConfig) -> float:
+    return flops_per_token_of(model, 1, Share.whole(model))
+
+
+def flops_per_token_of(model: schema.ModelConfig, tp: int, share: Share) -> float:
+    """Model FLOPs per token of one rank: its pipeline share, split over the tensor-parallel group."""
+    return family(model).flops_per_token(model, share.layers, share.last, tp)
+
+
+def throughput(
+    model: schema.ModelConfig, par: schema.ParallelismConfig, instance: InstanceType, layout: Layout, batch: Batch
+) -> Throughput:
+    """Step time from the GPU's peak at an assumed efficiency, plus communication the backward cannot hide;
+    under a pipeline, the slowest rank's time stretched by the bubble."""
+    sequences = batch.micro_batch * batch.grad_accum
+    busy, compute, exposed = 0.0, 0.0, 0.0
+    for share in pipeline_shares(model, par, layout):
+        model_flops = flops_per_token_of(model, layout.tp, share) * sequences * model.seq_len
+        hardware_flops = model_flops * RECOMPUTE_FLOPS[par.activation_checkpointing]
+        share_compute = hardware_flops / (
+            instance.peak_tflops(par.mixed_precision.value) * 1e12 * ASSUMED_MATMUL_EFFICIENCY
+        )
+        data_parallel = _data_parallel_seconds(model, par, instance, layout, share) * _reductions_per_step(par, batch)
+        share_exposed = max(0.0, data_parallel - BACKWARD_SHARE * share_compute) + _tensor_parallel_seconds(
+            model, instance, layout, sequences, share
+        )
+        if share_compute + share_exposed > busy:
+            busy, compute, exposed = share_compute + share_exposed, share_compute, share_exposed
+    point_to_point = pipeline_seconds(model, par, instance, layout, batch)
+    bubble = bubble_fraction(layout.pp, batch.grad_accum, par.pp_schedule)
+    step = (busy + point_to_point) / (1 - bubble)
+    tokens_per_second = batch.tokens_per_step / step
+    mfu = (
+        flops_per_token(model)
+        * tokens_per_second
+        / (layout.world_size * instance.peak_tflops(par.mixed_precision.value) * 1e12)
+    )
+    return Throughput(
+        flops_per_token=flops_per_token(model),
+        step_seconds=step,
+        compute_seconds=compute,
+        exposed_communication_seconds=exposed + point_to_point,
+        tokens_per_second=tokens_per_second,
+        mfu=mfu,
+        bubble=bubble,
+        point_to_point_seconds=point_to_point,
+    )
+
+
+def pipeline_bytes(model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout, batch: Batch) -> int:
+    """Bytes one pipeline rank sends per step: each micro batch's activations to the next stage and their
+    gradients back to the previous, once per stage it holds (the pipeline's ends send one way only)."""
+    if layout.pp == 1:
+        return 0
+    element = 4 if par.mixed_precision is schema.Precision.fp32 else 2
+    activation = batch.micro_batch * model.seq_len * model.hidden * element
+    return 2 * activation * batch.grad_accum * layout.stages_per_rank
+
+
+def pipeline_seconds(
+    model: schema.ModelConfig, par: schema.ParallelismConfig, instance: InstanceType, layout: Layout, batch: Batch
+) -> float:
+    """The point-to-point activation traffic's time; with the pipeline outermost in the rank order, some
+    stage boundary crosses the network as soon as there are two nodes."""
+    per_node = layout.processes_per_node
+    link = instance.network_gbps / per_node if layout.nodes > 1 else instance.gpu_link_gbps
+    return pipeline_bytes(model, par, layout, batch) / (link / 8 * 1e9)
+
+
+def _reductions_per_step(par: schema.ParallelismConfig, batch: Batch) -> int:
+    """Sharded gradients are reduced (and ZeRO-3/FSDP parameters gathered) for every micro batch; DDP and
+    ZeRO-1 accumulate locally and reduce once per optimizer step, and so does a pipeline stage (the schedule
+    holds FSDP's reduction back until the last micro batch)."""
+    return 1 if not facts(par.strategy).shards_gradients or par.pp > 1 else batch.grad_accum
+
+
+def _data_parallel_seconds(
+    model: schema.ModelConfig, par: schema.ParallelismConfig, instance: InstanceType, layout: Layout, share: Share
+) -> float:
+    """Gradient reduction (and FSDP/ZeRO-3 parameter gathers) per optimizer step over the slowest link."""
+    dp, shard = layout.dp, layout.shard_degree
+    if dp == 1:
+        return 0.0
+    params, strategy = parameters_per_gpu(model, layout.tp, share), facts(par.strategy)
+    gradient_bytes = params * (2 if strategy.engine == DEEPSPEED_ENGINE or strategy.shards_parameters else 4)
+    gathers = 2 * params * 2 if strategy.shards_parameters else 0  # parameters for forward and backward
+    gpu_link = instance.gpu_link_gbps / 8 * 1e9
+    network = instance.network_gbps / layout.processes_per_node / 8 * 1e9
+    if strategy.shard_groups and layout.processes_per_node % shard == 0:
+        within = (gradient_bytes + gathers) * (shard - 1) / shard / gpu_link
+        replicas = dp // shard
+        across = 2 * gradient_bytes / shard * (replicas - 1) / replicas
+        return within + across / (network if layout.nodes > 1 else gpu_link)
+    traffic = 2 * gradient_bytes * (dp - 1) / dp + gathers * (shard - 1) / shard
+    return traffic / (network if layout.nodes > 1 else gpu_link)
+
+
+def _tensor_parallel_seconds(
+    model: schema.ModelConfig, instance: InstanceType, layout: Layout, sequences: int, share: Share
+) -> float:
+    """All-reduces of activations over NVLink: after the two row-parallel projections of each layer in the
+    forward, and of the column-parallel inputs' gradients in the backward; each moves the activation twice."""
+    if layout.tp == 1:
+        return 0.0
+    activation_bytes = sequences * model.seq_len * model.hidden * 2
+    traffic = 8 * share.layers * activation_bytes * (layout.tp - 1) / layout.tp
+    return traffic / (instance.gpu_link_gbps / 8 * 1e9)
