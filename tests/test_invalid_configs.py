@@ -201,6 +201,17 @@ INVALID = [
     ),
     (["+target.environment.1BAD=x"], "overrides", "Error parsing override '+target.environment.1BAD=x'"),
     (["+target.environment.BAD-NAME=x"], "target.environment.BAD-NAME", "not an environment variable name"),
+    (["+target.environment.DOCKYARD_PLAN=x"], "target.environment.DOCKYARD_PLAN", "is set by dockyard or the"),
+    (
+        ["+target.environment.DOCKYARD_NODES_PER_HOST=2"],
+        "target.environment.DOCKYARD_NODES_PER_HOST",
+        "is set by the local",
+    ),
+    (
+        ["target=slurm", "+target.environment.DOCKYARD_NODES_PER_HOST=0"],
+        "target.environment.DOCKYARD_NODES_PER_HOST",
+        "'0' is not a number of nodes; give how many of the job's nodes share each machine",
+    ),
     # images
     (["image.name=Dockyard/Smoke"], "image.name", "is not a repository name"),
     (["image.push=true"], "image.registry", "image.push=true needs a registry"),

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from compiler.core import grammar
 from compiler.core.capabilities import TargetCapabilities
 from compiler.spec import InstanceType, schema
-from compiler.spec.contract import MAX_ARG_STRLEN
+from compiler.spec.contract import MAX_ARG_STRLEN, NODES_PER_HOST
 from compiler.spec.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -23,8 +23,11 @@ SECRET_NAME = re.compile(
 RESERVED_PREFIXES = ("DOCKYARD_", "SM_", "SLURM_")
 """Variables the requests and the platforms set for the entrypoint (the plan, the hosts, the job's id): on
 Slurm a user's export would win, and the containers would read another plan or requeue another job."""
-USER_SWITCHES = frozenset(("DOCKYARD_DEBUG", "DOCKYARD_VERBOSE", "DOCKYARD_STOP_AT_STEP", "DOCKYARD_FAULT"))
-"""The entrypoint's own switches, which only the user sets (README: `DOCKYARD_VERBOSE=1`)."""
+USER_SWITCHES = frozenset(
+    ("DOCKYARD_DEBUG", "DOCKYARD_VERBOSE", "DOCKYARD_STOP_AT_STEP", "DOCKYARD_FAULT", NODES_PER_HOST)
+)
+"""The entrypoint's own switches, which the user sets (README: `DOCKYARD_VERBOSE=1`); the local target sets
+`NODES_PER_HOST` itself and refuses it (`compiler.targets.local.rules`)."""
 RESERVED_NAMES = frozenset(
     ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK")
 )
@@ -61,6 +64,12 @@ def _check_environment(name: str, value: str) -> None:
         )
     if (name.startswith(RESERVED_PREFIXES) and name not in USER_SWITCHES) or name in RESERVED_NAMES:
         raise ConfigError(key, "is set by dockyard or the platform for the entrypoint", "use another name")
+    if name == NODES_PER_HOST and not (str(value).isascii() and str(value).isdigit() and int(value) >= 1):
+        raise ConfigError(
+            key,
+            f"{grammar.shown(value)} is not a number of nodes",
+            "give how many of the job's nodes share each machine, a whole number such as 2",
+        )
     if grammar.CONTROL.search(str(value)):
         raise ConfigError(key, f"{grammar.shown(value)} holds control characters", "give a value on one line")
     if len(f"{name}={value}".encode()) + 1 > MAX_ARG_STRLEN:

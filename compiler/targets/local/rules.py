@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from compiler.spec import DataSource, Plan
+from compiler.spec.contract import NODES_PER_HOST
 from compiler.spec.errors import ConfigError
 from compiler.targets.channels import check_checkpoint_readable
 
@@ -19,6 +20,12 @@ CLUSTER_TARGETS = "or a cluster target (target=slurm, target=kubernetes or targe
 
 def check(plan: Plan) -> list[str]:
     _check_size(plan)
+    if NODES_PER_HOST in plan.target.environment:
+        raise ConfigError(
+            f"target.environment.{NODES_PER_HOST}",
+            "is set by the local target, whose containers all share this machine",
+            "remove it (set OMP_NUM_THREADS to choose the threads yourself)",
+        )
     _check_data(plan)
     check_checkpoint_readable(plan)
     return []
