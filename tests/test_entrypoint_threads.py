@@ -7,7 +7,7 @@ import pytest
 
 from compiler.spec.contract import NODES_PER_HOST
 from entrypoint.launcher.cluster import ClusterError
-from entrypoint.launcher.main import threads_env
+from entrypoint.launcher.threads import threads_env
 from tests.entrypoint_support import entrypoint_env, tiny_plan, write_plan
 from tests.test_entrypoint_cli import entrypoint
 

@@ -22,7 +22,7 @@ CODE_DIR = f"{CONTAINER_ROOT}/code"
 `trainer.script` from: the code folder under the entrypoint's root, /opt/ml in every image."""
 NODES_PER_HOST = "DOCKYARD_NODES_PER_HOST"
 """Set by a target whose nodes share one machine (the local target's containers): how many do. The entrypoint
-sizes CPU training's threads per process by it (`entrypoint.launcher.main.threads_env`)."""
+sizes CPU training's threads per process by it (`entrypoint.launcher.threads`)."""
 RUN_AS_USER = "dockyard"
 """The unprivileged user the image creates and the entrypoint drops to after preparing /opt/ml as root."""
 

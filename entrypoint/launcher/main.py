@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compiler.spec import Plan
-from compiler.spec.contract import NODES_PER_HOST, RUN_AS_USER, TERMINATION_LOG
+from compiler.spec.contract import RUN_AS_USER, TERMINATION_LOG
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import Entry, Launcher
 from entrypoint.launcher import toolkit
@@ -39,9 +39,10 @@ from entrypoint.launcher.cluster import (
     wait_for_hosts,
     within_group,
 )
-from entrypoint.launcher.comm import Detected, EnvRow, Interface, choose_interface, comm_env, detect, env_row
+from entrypoint.launcher.comm import Detected, EnvRow, Interface, choose_interface, comm_env, detect
 from entrypoint.launcher.privileges import Account, PathError, check_writable, drop_to, find_account, hand_over
 from entrypoint.launcher.secrets import with_secrets
+from entrypoint.launcher.threads import threads_env
 
 DEFAULT_PLAN = Path("/opt/dockyard/plan.json")
 """Where images bake the plan; --plan or DOCKYARD_PLAN point elsewhere."""
@@ -144,27 +145,6 @@ def trainer_env(
     if account is not None:
         rows.append(EnvRow("HOME", account.home, f"training runs as {account.name}; root's home is not its", True))
     return rows
-
-
-def threads_env(backend: str, processes_per_node: int, cpus: int, environ: Mapping[str, str]) -> list[EnvRow]:
-    """CPU training: each process's threads (OMP_NUM_THREADS), the `cpus` it may run on shared out among every
-    training process on the machine, as accelerate sizes them. torchrun gives one thread to each of several
-    processes and every CPU to a lone one; nodes that share a machine (`NODES_PER_HOST`, the local target's
-    containers) would then each take every CPU: two such nodes on two cores trained 4.5x slower
-    (bench/local_threads.py)."""
-    if backend != "gloo" or not cpus:
-        return []
-    nodes = nodes_per_host(environ)
-    sharing = nodes * processes_per_node
-    reason = f"{cpus} CPUs split among the training processes on this machine: {nodes} node(s) × {processes_per_node}"
-    return [env_row("OMP_NUM_THREADS", str(max(1, cpus // sharing)), reason, environ)]
-
-
-def nodes_per_host(environ: Mapping[str, str]) -> int:
-    value = environ.get(NODES_PER_HOST, "1")
-    if not (value.isascii() and value.isdigit()) or int(value) < 1:
-        raise ClusterError(f"{NODES_PER_HOST}={value!r} is not a number of nodes: unset it or give a whole number >= 1")
-    return int(value)
 
 
 FRESH_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"

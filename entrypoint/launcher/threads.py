@@ -1,0 +1,29 @@
+"""CPU training's threads per process (OMP_NUM_THREADS): the CPUs the node may run on, shared out among every
+training process on the machine, nodes that share it included (`NODES_PER_HOST`)."""
+
+from collections.abc import Mapping
+
+from compiler.spec.contract import NODES_PER_HOST
+from entrypoint.launcher.cluster import ClusterError
+from entrypoint.launcher.comm import EnvRow, env_row
+
+
+def threads_env(backend: str, processes_per_node: int, cpus: int, environ: Mapping[str, str]) -> list[EnvRow]:
+    """CPU training: each process's threads (OMP_NUM_THREADS), the `cpus` it may run on shared out among every
+    training process on the machine, as accelerate sizes them. torchrun gives one thread to each of several
+    processes and every CPU to a lone one; nodes that share a machine (`NODES_PER_HOST`, the local target's
+    containers) would then each take every CPU: two such nodes on two cores trained 4.5x slower
+    (bench/local_threads.py)."""
+    if backend != "gloo" or not cpus:
+        return []
+    nodes = nodes_per_host(environ)
+    sharing = nodes * processes_per_node
+    reason = f"{cpus} CPUs split among the training processes on this machine: {nodes} node(s) × {processes_per_node}"
+    return [env_row("OMP_NUM_THREADS", str(max(1, cpus // sharing)), reason, environ)]
+
+
+def nodes_per_host(environ: Mapping[str, str]) -> int:
+    value = environ.get(NODES_PER_HOST, "1")
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+        raise ClusterError(f"{NODES_PER_HOST}={value!r} is not a number of nodes: unset it or give a whole number >= 1")
+    return int(value)
