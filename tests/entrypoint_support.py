@@ -11,6 +11,7 @@ from pathlib import Path
 from compiler.config.compose import compose_config
 from compiler.launch.plan import checked_plan
 from compiler.spec import Plan
+from compiler.spec.contract import NODES_PER_HOST
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -136,10 +137,10 @@ def write_plan(plan: Plan, folder: Path) -> Path:
     return path
 
 
-SHARED_CORES = {"OMP_NUM_THREADS": "1"}
-"""For each of several single-process nodes started on this machine: one compute thread per rank, as torchrun sets
-for several processes on one node (a rank of all the cores beside another takes about eight times as long per
-step here)."""
+SHARED_CORES = {NODES_PER_HOST: "2"}
+"""For two nodes started on this machine: they say so, as a user whose nodes share machines would, and the
+entrypoint gives each rank its share of the cores (a rank of all the cores beside another takes about eight
+times as long per step here)."""
 
 
 def entrypoint_env(root: Path, **extra: str) -> dict[str, str]:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from compiler.core import grammar
 from compiler.core.capabilities import TargetCapabilities
 from compiler.spec import InstanceType, schema
-from compiler.spec.contract import MAX_ARG_STRLEN, NODES_PER_HOST
+from compiler.spec.contract import MAX_ARG_STRLEN, NODES_PER_HOST, node_count
 from compiler.spec.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def _check_environment(name: str, value: str) -> None:
         )
     if (name.startswith(RESERVED_PREFIXES) and name not in USER_SWITCHES) or name in RESERVED_NAMES:
         raise ConfigError(key, "is set by dockyard or the platform for the entrypoint", "use another name")
-    if name == NODES_PER_HOST and not (str(value).isascii() and str(value).isdigit() and int(value) >= 1):
+    if name == NODES_PER_HOST and node_count(value) is None:
         raise ConfigError(
             key,
             f"{grammar.shown(value)} is not a number of nodes",

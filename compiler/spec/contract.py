@@ -23,6 +23,15 @@ CODE_DIR = f"{CONTAINER_ROOT}/code"
 NODES_PER_HOST = "DOCKYARD_NODES_PER_HOST"
 """Set by a target whose nodes share one machine (the local target's containers): how many do. The entrypoint
 sizes CPU training's threads per process by it (`entrypoint.launcher.threads`)."""
+
+
+def node_count(value: object) -> int | None:
+    """A `NODES_PER_HOST` value as a number: a whole number >= 1 in ASCII digits, else None (the planner refuses
+    such a value in `target.environment`, and the entrypoint where it reaches a node anyway)."""
+    text = str(value)
+    return int(text) if text.isascii() and text.isdigit() and int(text) >= 1 else None
+
+
 RUN_AS_USER = "dockyard"
 """The unprivileged user the image creates and the entrypoint drops to after preparing /opt/ml as root."""
 

@@ -3,7 +3,7 @@ training process on the machine, nodes that share it included (`NODES_PER_HOST`)
 
 from collections.abc import Mapping
 
-from compiler.spec.contract import NODES_PER_HOST
+from compiler.spec.contract import NODES_PER_HOST, node_count
 from entrypoint.launcher.cluster import ClusterError
 from entrypoint.launcher.comm import EnvRow, env_row
 
@@ -24,6 +24,7 @@ def threads_env(backend: str, processes_per_node: int, cpus: int, environ: Mappi
 
 def nodes_per_host(environ: Mapping[str, str]) -> int:
     value = environ.get(NODES_PER_HOST, "1")
-    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+    nodes = node_count(value)
+    if nodes is None:
         raise ClusterError(f"{NODES_PER_HOST}={value!r} is not a number of nodes: unset it or give a whole number >= 1")
-    return int(value)
+    return nodes
