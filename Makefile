@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test test-quick test-services torchrun-loop plan build docker slurm lint docs-check bench bench-build clean
+.PHONY: run test test-quick test-services setup base torchrun-loop plan build docker slurm lint docs-check bench bench-build clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV) || { apt-get update -qq && apt-get install -y -qq python3-venv && python3 -m venv $(VENV); }
@@ -36,7 +36,8 @@ test-services:
 # start torchrun, containers or Slurm jobs, one at a time: they share one engine, one base image and one
 # Slurm cluster, and some time what they measure.
 test: $(STAMP) test-services
-	$(BIN)/pytest -q -n 2 -m "not slow" && $(BIN)/pytest -q -m slow
+	@scripts/timed "quick lane" $(BIN)/pytest -q -n 2 -m "not slow"
+	@scripts/timed "slow lane" $(BIN)/pytest -q -m slow
 
 # The quick lane: every test that starts no torchrun, no container, no Slurm job and no CPU-minutes of
 # training work (marked in tests/conftest.py), so it needs neither the Docker engine nor the Slurm cluster.
@@ -44,10 +45,19 @@ test-quick: $(STAMP)
 	$(BIN)/pytest -q -n 2 -m "not slow"
 
 # The tests that start torchrun, N passes in a row (stops at the first failure): a teardown race or a
-# timeout that fails one run in twenty shows here, not in CI.
+# timeout that fails one run in twenty shows here, not in CI. TESTS narrows it to the tests a change touches
+# (make torchrun-loop N=5 TESTS="tests/test_local_target.py -k restart").
 N ?= 20
+TESTS ?=
 torchrun-loop: $(STAMP) test-services
-	PYTEST=$(BIN)/pytest scripts/torchrun-loop $(N)
+	PYTEST=$(BIN)/pytest scripts/torchrun-loop $(N) $(TESTS)
+
+# Everything the tests run on, made before them so that its time is measured apart (.ci/run): the virtualenv,
+# the Docker engine, the Slurm cluster and the local base image.
+setup: $(STAMP) test-services base
+
+base: docker  ## the local base image, made once (debootstrap) when the engine lacks it
+	@docker image inspect dockyard/base:bookworm-py311 >/dev/null 2>&1 || images/make-base dockyard/base:bookworm-py311
 
 plan: $(STAMP)  ## make plan ARGS="experiment=llama3-8b-p5x4 parallelism.tp=2"
 	$(BIN)/dockyard plan $(ARGS)

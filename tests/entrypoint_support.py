@@ -38,6 +38,15 @@ LLAMA_STYLE = (
 )
 """The tiny model in Llama's shape: RoPE, SwiGLU, RMSNorm, grouped-query attention, no biases, separate head."""
 
+RERUN_TOLERANCE = 5e-6
+"""Losses of the same computation run again in other processes (a resumed run, an in-job restart, a warm compile
+cache, offloaded activations): the same operations on the same data, so a real error (a step lost or run twice, a
+wrong data position, stale weights or optimizer state) moves a loss by 1e-3 or more. They are not bitwise equal
+across processes: `metrics.jsonl` rounds losses to 6 decimals, so values a few ulps apart can print one unit apart
+in the last digit (seen in CI after an in-job restart: 6.967583 against 6.967582), and 1e-6 as an absolute
+tolerance fails on that (6.967583 - 6.967582 > 1e-6 in floats). Bitwise equality is kept only within one process
+(the same threads and reduction order), as in test_activation_offload's gradients."""
+
 
 @cache
 def plan_for(*overrides: str) -> Plan:

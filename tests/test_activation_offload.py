@@ -13,7 +13,7 @@ from compiler.spec.errors import ConfigError
 from compiler.spec.schema import Checkpointing
 from entrypoint.trainer.models import MODELS
 from entrypoint.trainer.offload import ActivationOffload
-from tests.entrypoint_support import losses, tiny_plan, train
+from tests.entrypoint_support import RERUN_TOLERANCE, losses, tiny_plan, train
 from tests.helpers import plan_for
 
 STEPS = ("trainer.steps=4", "trainer.checkpoint_interval=0")
@@ -58,7 +58,7 @@ def test_the_offloaded_model_computes_the_same_gradients(checkpointing, horizon)
 def test_torchrun_losses_with_and_without_offload_are_equal(tmp_path, overrides):
     plain = train(tiny_plan(*overrides, *STEPS), tmp_path / "plain")
     offloaded = train(tiny_plan(*overrides, *STEPS, "parallelism.activation_offload=true"), tmp_path / "offloaded")
-    assert losses(offloaded) == losses(plain)
+    assert losses(offloaded) == pytest.approx(losses(plain), abs=RERUN_TOLERANCE)
     assert len(losses(plain)) == 4
 
 

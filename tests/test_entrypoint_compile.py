@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from compiler.spec import Plan
-from tests.entrypoint_support import losses, metrics, tiny_plan, train
+from tests.entrypoint_support import RERUN_TOLERANCE, losses, metrics, tiny_plan, train
 
 pytestmark = pytest.mark.torchrun
 
@@ -73,6 +73,6 @@ def test_a_restarted_job_compiles_from_the_warm_cache(tmp_path, compiled):
     cold = metrics(tmp_path)
     (tmp_path / "output/data/metrics.jsonl").unlink()
     warm = train(compiled_plan("ddp-blocks"), tmp_path)  # the same checkpoints folder, as a restarted job gets it back
-    assert losses(warm) == losses(cold)
+    assert losses(warm) == pytest.approx(losses(cold), abs=RERUN_TOLERANCE)
     cold_compile, warm_compile = cold[0]["step_s"] - cold[1]["step_s"], warm[0]["step_s"] - warm[1]["step_s"]
     assert warm_compile < cold_compile / 2, (cold_compile, warm_compile)

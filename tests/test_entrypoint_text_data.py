@@ -4,13 +4,18 @@ token cache and sees exactly the batches of the uninterrupted run, for text and 
 
 import pytest
 
-from tests.entrypoint_support import entrypoint_env, losses, metrics, start_entrypoint, tiny_plan, write_plan
+from tests.entrypoint_support import (
+    RERUN_TOLERANCE,
+    entrypoint_env,
+    losses,
+    metrics,
+    start_entrypoint,
+    tiny_plan,
+    write_plan,
+)
 from tests.text_corpus import conversations, documents, write_dataset, write_jsonl, write_parquet
 
 pytestmark = pytest.mark.torchrun
-
-RESUME_TOLERANCE = 1e-6
-"""As for token files: the resumed run restores the weights, the optimizer and the data position exactly."""
 
 
 def run(plan, root, **env) -> tuple[str, list[dict]]:
@@ -76,5 +81,5 @@ def test_resume_equals_uninterrupted_and_reuses_the_cache(tmp_path, hf_tokenizer
     assert "token cache       reused" in resumed_output and "tokenizing" not in resumed_output
     resumed = {r["step"]: r for r in metrics(tmp_path / "parts")}
     for step, loss in losses(whole).items():
-        assert resumed[step]["loss"] == pytest.approx(loss, abs=RESUME_TOLERANCE), step
-    assert resumed[6]["val_loss"] == pytest.approx(whole[-1]["val_loss"], abs=RESUME_TOLERANCE)
+        assert resumed[step]["loss"] == pytest.approx(loss, abs=RERUN_TOLERANCE), step
+    assert resumed[6]["val_loss"] == pytest.approx(whole[-1]["val_loss"], abs=RERUN_TOLERANCE)
