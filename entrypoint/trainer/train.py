@@ -224,7 +224,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
     for step in range(start, trainer.steps):
         guards.before_step(step)
         loss = engine.forward_backward([data.train.micro_batch(step, micro) for micro in range(accum)])
-        lr = lr_at(step, trainer, plan.derived.lr)
+        lr = lr_at(step, trainer, plan.derived)
         norm = engine.step(lr)
         done_steps = step + 1
         guards.after_step(done_steps, sinks)
