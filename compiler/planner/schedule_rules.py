@@ -5,6 +5,7 @@ recipe ported from the Trainer never trains differently without a word)."""
 import math
 from collections.abc import Iterator
 
+from compiler.core import grammar
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import LrSchedule
@@ -29,7 +30,7 @@ def check_schedule(trainer: schema.TrainerConfig) -> Iterator[str]:
     for name in ("adam_beta1", "adam_beta2"):
         if not 0 <= getattr(trainer, name) < 1:
             raise ConfigError(f"trainer.{name}", f"must be in [0, 1) (got {getattr(trainer, name)})")
-    if not trainer.adam_epsilon > 0:
+    if not 0 < trainer.adam_epsilon < math.inf:
         raise ConfigError("trainer.adam_epsilon", f"must be positive (got {trainer.adam_epsilon})", "use 1e-8")
     if not 0 <= trainer.min_lr_ratio <= 1:
         raise ConfigError("trainer.min_lr_ratio", "must be between 0 and 1")
@@ -43,8 +44,8 @@ def check_schedule(trainer: schema.TrainerConfig) -> Iterator[str]:
             f"is set with trainer.warmup_steps={trainer.warmup_steps}: two lengths for one warm-up",
             "set one of them to 0",
         )
-    if trainer.epochs is not None and not trainer.epochs > 0:
-        raise ConfigError("trainer.epochs", f"must be positive (got {trainer.epochs})", "or leave it unset")
+    if trainer.epochs is not None and not 0 < trainer.epochs < math.inf:
+        raise ConfigError("trainer.epochs", f"must be a positive number (got {trainer.epochs})", "or leave it unset")
     warmup = warmup_steps(trainer)
     if trainer.lr_schedule is LrSchedule.constant and warmup:
         raise ConfigError(
@@ -88,7 +89,10 @@ def steps_for_epochs(epochs: float, dataset_tokens: int | None, tokens_per_step:
             "needs the training data's token count, and no data.tokens or earlier run's token cache gives it",
             "set data.tokens=N, or trainer.steps instead",
         )
-    return max(1, math.ceil(epochs * dataset_tokens / tokens_per_step))
+    steps = max(1, math.ceil(epochs * dataset_tokens / tokens_per_step))
+    if steps > grammar.INT64_MAX:
+        raise ConfigError("trainer.epochs", f"{epochs:g} makes {steps:.3g} steps, past the 64 bits a plan holds")
+    return steps
 
 
 def differences_from_trainer(trainer: schema.TrainerConfig) -> list[str]:
