@@ -228,7 +228,7 @@ INVALID = [
     (["trainer.decay_steps=5"], "trainer.decay_steps", "is only used by lr_schedule=wsd"),
     (["trainer.lr_schedule=wsd"], "trainer.decay_steps", "is needed by lr_schedule=wsd"),
     (["trainer.lr_schedule=wsd", "trainer.decay_steps=56"], "trainer.decay_steps", "past the run's 60 steps"),
-    (["trainer.epochs=0"], "trainer.epochs", "must be positive"),
+    (["trainer.epochs=0"], "trainer.epochs", "must be a positive number"),
     (["trainer.epochs=2"], "trainer.epochs", "needs the training data's token count"),
     (["trainer.min_lr_ratio=2"], "trainer.min_lr_ratio", "between 0 and 1"),
     (["trainer.log_interval=0"], "trainer.log_interval", "must be at least 1"),

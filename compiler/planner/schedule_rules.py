@@ -45,7 +45,11 @@ def check_schedule(trainer: schema.TrainerConfig) -> Iterator[str]:
             "set one of them to 0",
         )
     if trainer.epochs is not None and not 0 < trainer.epochs < math.inf:
-        raise ConfigError("trainer.epochs", f"must be a positive number (got {trainer.epochs})", "or leave it unset")
+        raise ConfigError(
+            "trainer.epochs",
+            f"must be a positive number (got {trainer.epochs})",
+            "give the passes over the data, or null to use trainer.steps",
+        )
     warmup = warmup_steps(trainer)
     if trainer.lr_schedule is LrSchedule.constant and warmup:
         raise ConfigError(
