@@ -127,6 +127,14 @@ def test_an_axolotl_config_ports(tmp_path):
     ]
 
 
+def test_a_value_of_the_wrong_kind_is_refused_in_one_line(tmp_path):
+    (tmp_path / "sft.yaml").write_text("learning_rate: fast\nmax_length: 512\n")
+    outcome = invoke(["convert", "sft.yaml"], tmp_path)
+    assert outcome.status == 2
+    assert "model.seq_len=512" in outcome.stdout.split()
+    assert outcome.stderr == "dockyard: cannot honour learning_rate: 'fast' is not a value dockyard can read for it\n"
+
+
 def test_a_recipe_that_is_not_a_mapping_is_one_line(tmp_path):
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
     outcome = invoke(["convert", "list.yaml"], tmp_path)

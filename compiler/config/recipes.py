@@ -99,7 +99,10 @@ def convert(recipe: dict[str, Any]) -> Conversion:
     for key, value in recipe.items():
         handler = HANDLERS.get(key)
         if handler is not None:
-            handler(out, value, recipe)
+            try:
+                handler(out, value, recipe)
+            except (TypeError, ValueError, ZeroDivisionError):
+                out.refuse(key, f"{str(value)[:60]!r} is not a value dockyard can read for it")
         elif key in NEUTRAL or _empty(value):
             continue
         else:
