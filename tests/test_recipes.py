@@ -142,3 +142,5 @@ def test_a_recipe_that_is_not_a_mapping_is_one_line(tmp_path):
     assert outcome.stderr.strip() == (
         "dockyard: error: recipe: list.yaml holds no mapping of settings; give a JSON or YAML file of key: value"
     )
+    assert invoke(["convert", "a.json", "b.json"], tmp_path).stderr.startswith("dockyard: error: usage: ")
+    assert invoke(["convert", "--help"], tmp_path).stdout.startswith("usage: dockyard convert RECIPE")

@@ -208,8 +208,11 @@ def _staging(overrides: list[str]) -> list[str]:
 
 
 def _convert(args: list[str]) -> None:
+    usage = f"usage: {PROG} convert RECIPE   (a TrainingArguments JSON, a TRL config or an axolotl YAML)"
+    if args in (["-h"], ["--help"]):
+        return print(usage)
     if len(args) != 1 or args[0].startswith("-"):
-        _fail(f"usage: {PROG} convert RECIPE   (a TrainingArguments JSON, a TRL config or an axolotl YAML)")
+        _fail(usage)
     from compiler.config import recipes
 
     try:
