@@ -87,9 +87,11 @@ def test_token_files_read_across_file_boundaries(tmp_path):
 
 
 def test_learning_rate_schedule():
-    trainer = tiny_plan("trainer.steps=11", "trainer.warmup_steps=2", "trainer.lr=1.0").trainer
-    assert [lr_at(step, trainer, 1.0) for step in (0, 1, 2)] == [0.5, 1.0, 1.0]
-    assert lr_at(10, trainer, 1.0) == pytest.approx(trainer.min_lr_ratio)
+    """Pre-training's cosine_to_min: the warm-up reaches lr on its last step, the cosine lr × min_lr_ratio on the
+    run's last step (transformers' schedules: tests/test_schedules.py)."""
+    plan = tiny_plan("trainer.steps=11", "trainer.warmup_steps=2", "trainer.lr=1.0")
+    assert [lr_at(step, plan.trainer, plan.derived) for step in (0, 1, 2)] == [0.5, 1.0, 1.0]
+    assert lr_at(10, plan.trainer, plan.derived) == pytest.approx(plan.trainer.min_lr_ratio)
 
 
 def test_deepspeed_config_from_the_plan():

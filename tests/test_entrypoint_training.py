@@ -64,6 +64,20 @@ def test_a_completed_run_resumes_after_its_last_step(reference_runs, tmp_path):
     assert resumed[0]["loss"] < losses(records)[1] - 0.1
 
 
+def test_loss_is_the_mean_over_the_logging_window(reference_runs, tmp_path):
+    """As the HF Trainer and TRL log it: `loss` is the mean of the steps since the last record (the first
+    record is step 1 alone) and `step_loss` the last step's own; the same run logged every step gives each."""
+    every_step = losses(reference_runs["ddp"][1])
+    records = train(tiny_plan("parallelism=ddp", "trainer.log_interval=3"), tmp_path)
+    windows = {1: (1,), 3: (2, 3), 6: (4, 5, 6)}
+    assert [record["step"] for record in records] == list(windows)
+    for record in records:
+        window = [every_step[step] for step in windows[record["step"]]]
+        assert record["loss"] == pytest.approx(sum(window) / len(window), abs=RESUME_TOLERANCE * 10)
+        assert record["step_loss"] == pytest.approx(every_step[record["step"]], abs=RESUME_TOLERANCE)
+    assert records[-1]["loss"] != pytest.approx(records[-1]["step_loss"], abs=1e-3)  # the window shows
+
+
 def test_ddp_fsdp_and_zero_give_the_same_losses(reference_runs):
     ddp = losses(reference_runs["ddp"][1])
     for strategy in REFERENCE[1:]:

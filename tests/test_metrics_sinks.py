@@ -24,6 +24,7 @@ from tests.local_server import free_port
 
 RECORD = {
     "step": 40,
+    "step_loss": 1.5e-05,  # before loss: SageMaker's regex for loss must not take it
     "loss": 2.5e-05,
     "val_loss": 3.25,
     "lr": 3e-4,
@@ -32,7 +33,15 @@ RECORD = {
     "mfu": 0.4125,
 }
 RECORDS = [
-    {"step": step, "loss": 4.0 / step, "lr": 3e-4, "grad_norm": 0.5, "mfu": None, "elapsed_s": 0.25 * step}
+    {
+        "step": step,
+        "loss": 4.0 / step,
+        "step_loss": 3.0 / step,
+        "lr": 3e-4,
+        "grad_norm": 0.5,
+        "mfu": None,
+        "elapsed_s": 0.25 * step,
+    }
     for step in (1, 10, 20)
 ]
 RECORDS[-1] = RECORDS[-1] | {"val_loss": 0.3}
@@ -96,8 +105,10 @@ def test_every_tracker_records_the_run(tmp_path, mlflow_server, monkeypatch):
     assert found.info.run_name == "run-1" and found.info.status == "FINISHED"
     assert found.data.tags["dockyard.plan_hash"] == plan.content_hash
     assert found.data.params["global_batch"] == str(plan.batch.global_batch)
-    history = client.get_metric_history(found.info.run_id, "loss")
-    assert [(metric.step, metric.value) for metric in history] == [(r["step"], r["loss"]) for r in RECORDS]
+    for name in ("loss", "step_loss"):  # the window's mean and the step's own, as in metrics.jsonl
+        history = client.get_metric_history(found.info.run_id, name)
+        assert [(metric.step, metric.value) for metric in history] == [(r["step"], r[name]) for r in RECORDS]
+    assert [event.value for event in events.Scalars("step_loss")] == [pytest.approx(r["step_loss"]) for r in RECORDS]
 
     (offline,) = (output / "wandb").glob("offline-run-*/run-*.wandb")  # the folder `wandb sync` uploads
     assert b"val_loss" in offline.read_bytes()

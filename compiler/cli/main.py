@@ -47,6 +47,8 @@ VERBS: dict[str, Callable[[DictConfig], None]] = {
 }
 RUN_VERBS = ("runs", "status", "logs", "stop", "warm-pool")
 """Verbs about launched runs (the list, or one by id or folder); they compose no config."""
+CONVERT = "convert"
+"""`dockyard convert RECIPE`: a Trainer, TRL or axolotl recipe as overrides (`compiler.config.recipes`)."""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -74,8 +76,10 @@ def main(argv: list[str] | None = None) -> None:
             _fail(error.one_line())
         except PlatformError as error:
             _fail(error.one_line(), status=PLATFORM_ERROR)
+    if verb == CONVERT:
+        return _convert(overrides)
     if verb not in VERBS:
-        _fail(UnknownNameError("verb", "verb", verb, [*VERBS, *RUN_VERBS]).one_line())
+        _fail(UnknownNameError("verb", "verb", verb, [*VERBS, *RUN_VERBS, CONVERT]).one_line())
     task = VERBS[verb]
     if verb == "launch" and "--dry-run" in overrides:
         task, overrides = tasks.dry_run_task, [o for o in overrides if o != "--dry-run"]
@@ -203,6 +207,21 @@ def _staging(overrides: list[str]) -> list[str]:
     return [folders.staging_override()]
 
 
+def _convert(args: list[str]) -> None:
+    usage = f"usage: {PROG} convert RECIPE   (a TrainingArguments JSON, a TRL config or an axolotl YAML)"
+    if args in (["-h"], ["--help"]):
+        return print(usage)
+    if len(args) != 1 or args[0].startswith("-"):
+        _fail(usage)
+    from compiler.config import recipes
+
+    try:
+        status = recipes.print_conversion(Path(args[0]))
+    except ConfigError as error:
+        _fail(error.one_line())
+    sys.exit(status)
+
+
 def _fail(*errors: str, status: int = USER_ERROR) -> None:
     for error in errors:
         print(f"{PROG}: error: {error}", file=sys.stderr)
@@ -231,7 +250,8 @@ def usage() -> str:
         "          --resume RUN [overrides]: continue a run from its newest checkpoint)\n"
         "  runs                     the launched runs, newest first (--status, --target, --limit, -o json)\n"
         "  status, logs, stop RUN   a launched run, by its id (from any folder) or its folder\n"
-        "  warm-pool release RUN    end the warm pool a SageMaker run keeps (keep-alive to 0)\n\n"
+        "  warm-pool release RUN    end the warm pool a SageMaker run keeps (keep-alive to 0)\n"
+        "  convert RECIPE           a TrainingArguments JSON, TRL config or axolotl YAML as overrides\n\n"
         f"examples:\n  {PROG} plan experiment=llama3-8b-p5x4 parallelism.tp=2\n"
         f"  {PROG} build experiment=smoke image.push=true image.registry=127.0.0.1:5000\n"
         f"  {PROG} launch experiment=smoke          (train on two local container nodes)\n"

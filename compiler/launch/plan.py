@@ -13,6 +13,7 @@ from typing import IO
 from compiler.core.capabilities import TargetCapabilities
 from compiler.launch.dataset import with_dataset_tokens
 from compiler.planner.compile import compile_plan
+from compiler.planner.schedule_rules import steps_for_epochs
 from compiler.spec import Plan
 from compiler.spec.schema import Config
 from compiler.targets import registry
@@ -21,10 +22,18 @@ PLAN_FILE, REPORT_FILE = "plan.json", "report.md"
 
 
 def checked_plan(config: Config) -> Plan:
-    """`config` compiled by the planner and checked by its target's own rules."""
+    """`config` compiled by the planner and checked by its target's own rules. `trainer.epochs` needs the
+    data's token count, which the first plan finds (`with_dataset_tokens`); the steps it makes are planned
+    again, so every rule sees the run's real length."""
     target = registry.get(config.target.kind.value)
     targets = TargetCapabilities(own=target.capabilities, registered=registry.capabilities())
-    return with_dataset_tokens(compile_plan(config, targets, target.check))
+    plan = with_dataset_tokens(compile_plan(config, targets, target.check))
+    if config.trainer.epochs is None:
+        return plan
+    count = plan.dataset.tokens if plan.dataset else None
+    steps = steps_for_epochs(config.trainer.epochs, count, plan.batch.tokens_per_step)
+    resolved = compile_plan(with_values(config, {"trainer.steps": steps}), targets, target.check)
+    return dataclasses.replace(resolved, dataset=plan.dataset)  # the count does not depend on the steps
 
 
 def with_account_defaults(config: Config, out: IO[str] | None = None) -> Config:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from compiler.core import catalog, grammar
 from compiler.core.capabilities import TargetCapabilities
-from compiler.planner import estimate, fit, rules, speed
+from compiler.planner import estimate, fit, rules, schedule_rules, speed
 from compiler.planner.layout import resolve_batch, resolve_layout
 from compiler.planner.tracker_rules import resolve_trackers
 from compiler.spec import Batch, Derived, Estimate, Layout, Plan, schema
@@ -107,6 +107,7 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
         derived=Derived(
             flops_per_token=speed.flops_per_token(config.model),
             lr=scaled_lr(config.trainer, batch.global_batch),
+            warmup_steps=schedule_rules.warmup_steps(config.trainer),
             checkpoint_bytes=estimate.checkpoint_bytes(config.model),
             deepspeed_buckets=estimate.deepspeed_buckets(config.model)
             if facts(config.parallelism.strategy).engine == DEEPSPEED_ENGINE

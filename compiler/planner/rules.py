@@ -22,6 +22,7 @@ from compiler.core.catalog import INSTANCE_TYPES, LOCAL_CPU
 from compiler.planner import models
 from compiler.planner.data_rules import check_format, check_packing_mask
 from compiler.planner.image_rules import check_image
+from compiler.planner.schedule_rules import check_schedule
 from compiler.planner.target_rules import SECRET_NAME, check_target
 from compiler.planner.tracker_rules import check_trackers
 from compiler.spec import InstanceType, schema
@@ -286,10 +287,7 @@ def check_trainer(
         raise ConfigError("trainer.lr", f"must be positive (got {trainer.lr})")
     if trainer.base_batch is not None and trainer.base_batch < 1:  # whether or not lr_scaling reads it
         raise ConfigError("trainer.base_batch", f"must be at least 1 (got {trainer.base_batch})")
-    if not 0 <= trainer.min_lr_ratio <= 1:
-        raise ConfigError("trainer.min_lr_ratio", "must be between 0 and 1")
-    if not 0 <= trainer.warmup_steps < trainer.steps:
-        raise ConfigError("trainer.warmup_steps", f"must be between 0 and steps-1 ({trainer.steps - 1})")
+    yield from check_schedule(trainer)
     for name in ("checkpoint_interval", "weight_decay", "grad_clip"):
         if getattr(trainer, name) < 0:
             raise ConfigError(f"trainer.{name}", "cannot be negative")

@@ -3,6 +3,7 @@
 from compiler.planner.assumptions import ASSUMED_MATMUL_EFFICIENCY, ASSUMPTIONS
 from compiler.planner.estimate import GIB, Memory
 from compiler.planner.pipeline import bubble_fraction
+from compiler.planner.schedule_rules import differences_from_trainer
 from compiler.spec import Plan
 from compiler.spec.records import DatasetTokens
 from compiler.spec.schema import Compile, DataFormat, Entry, LrScaling
@@ -59,9 +60,23 @@ def summary_lines(plan: Plan) -> list[str]:
             f"lr        {plan.derived.lr:.4g} ({plan.trainer.lr_scaling.value} from {plan.trainer.lr:.4g} at "
             f"{plan.trainer.base_batch} to {plan.batch.global_batch} sequences)"
         )
+    lines.append(f"training  {_training(plan)}")
     if Compile(plan.trainer.compile) is not Compile.false:
         lines.append(f"compile   torch.compile {plan.trainer.compile}, mode {plan.trainer.compile_mode}")
     return lines + [f"warning   {w}" for w in plan.warnings]
+
+
+def _training(plan: Plan) -> str:
+    """The optimizer and schedule, then every setting that differs from the HF Trainer's default."""
+    trainer = plan.trainer
+    count = plan.derived.warmup_steps
+    warmup = f"{count} warm-up step{'s' if count > 1 else ''}" if count else "no warm-up"
+    if trainer.epochs is not None:
+        warmup += f", {trainer.steps:,} steps from trainer.epochs={trainer.epochs:g}"
+    differences = differences_from_trainer(trainer)
+    if not differences:
+        return f"AdamW, {trainer.lr_schedule.value}, {warmup}: the HF Trainer's defaults"
+    return f"AdamW, {warmup}; unlike the HF Trainer's defaults (in brackets): {', '.join(differences)}"
 
 
 def _script_lines(plan: Plan) -> list[str]:

@@ -134,6 +134,8 @@ class Derived:
     """Model FLOPs per trained token (`compiler.planner.speed.flops_per_token`); the trainer's MFU."""
     lr: float
     """The peak learning rate the trainer uses: `trainer.lr`, scaled to the global batch by `lr_scaling`."""
+    warmup_steps: int = 0
+    """The warm-up's steps: `trainer.warmup_steps`, or ceil(warmup_ratio × steps) (the HF Trainer's rounding)."""
     deepspeed_buckets: dict[str, int] = field(default_factory=dict)
     """DeepSpeed's bucket sizes in elements (`compiler.planner.estimate.deepspeed_buckets`)."""
     checkpoint_bytes: int = 0

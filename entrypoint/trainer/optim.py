@@ -7,29 +7,62 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from compiler.spec import Derived
 from compiler.spec.schema import LrSchedule, TrainerConfig
 
 
 def adamw(model: nn.Module, trainer: TrainerConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only (not on norms, biases)."""
+    """AdamW with weight decay on matrices only (not on norms, biases), as the HF Trainer groups them."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": trainer.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=trainer.lr, betas=(0.9, 0.95), eps=1e-8, foreach=False)
+    betas = (trainer.adam_beta1, trainer.adam_beta2)
+    return torch.optim.AdamW(groups, lr=trainer.lr, betas=betas, eps=trainer.adam_epsilon, foreach=False)
 
 
-def lr_at(step: int, trainer: TrainerConfig, peak: float) -> float:
-    """Linear warm-up to `peak` (the plan's `derived.lr`), then cosine or linear decay to peak ×
-    min_lr_ratio at the last step (0-based steps)."""
-    if step < trainer.warmup_steps:
-        return peak * (step + 1) / trainer.warmup_steps
-    if trainer.lr_schedule is LrSchedule.constant:
+def lr_at(step: int, trainer: TrainerConfig, derived: Derived) -> float:
+    """The learning rate of optimizer step `step` (0-based): the peak `derived.lr` × the schedule's factor at
+    that step. Every schedule but cosine_to_min is transformers' lambda of the same name, term for term (the
+    Trainer steps its scheduler after each optimizer step, so step s runs at lambda(s))."""
+    peak, warmup, steps, floor = derived.lr, derived.warmup_steps, trainer.steps, trainer.min_lr_ratio
+    schedule = trainer.lr_schedule
+    if schedule is LrSchedule.cosine_to_min:
+        if step < warmup:
+            return peak * (step + 1) / warmup
+        progress = (step - warmup) / max(1, steps - 1 - warmup)
+        shape = 0.5 * (1 + math.cos(math.pi * progress))
+        return peak * (floor + (1 - floor) * shape)
+    if schedule is LrSchedule.constant:
         return peak
-    progress = (step - trainer.warmup_steps) / max(1, trainer.steps - 1 - trainer.warmup_steps)
-    shape = 0.5 * (1 + math.cos(math.pi * progress)) if trainer.lr_schedule is LrSchedule.cosine else 1 - progress
-    return peak * (trainer.min_lr_ratio + (1 - trainer.min_lr_ratio) * shape)
+    if schedule is LrSchedule.wsd:
+        return peak * _warmup_stable_decay(
+            step, warmup, steps - warmup - trainer.decay_steps, trainer.decay_steps, floor
+        )
+    if step < warmup:
+        return peak * (step / max(1, warmup))
+    if schedule is LrSchedule.constant_with_warmup:
+        return peak
+    if schedule is LrSchedule.linear:
+        return peak * max(0.0, (steps - step) / max(1, steps - warmup))
+    progress = (step - warmup) / max(1, steps - warmup)
+    factor = 0.5 * (1.0 + math.cos(math.pi * progress))
+    if schedule is LrSchedule.cosine_with_min_lr:
+        factor = factor * (1 - floor) + floor
+    return peak * max(0.0, factor)
+
+
+def _warmup_stable_decay(step: int, warmup: int, stable: int, decay: int, floor: float) -> float:
+    """transformers' warmup_stable_decay factor with its default shapes: linear warm-up, cosine decay."""
+    if step < warmup:
+        return max(0.0, step / max(1, warmup) * (1.0 - floor) + floor)
+    if step < warmup + stable:
+        return 1.0
+    if step < warmup + stable + decay:
+        progress = (step - warmup - stable) / max(1, decay)
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)) * (1.0 - floor) + floor)
+    return floor
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -162,15 +162,24 @@ class StopSignal:
 
 
 def step_record(
-    plan: Plan, device: torch.device, step: int, loss: float, lr: float, norm: float, steps: int, seconds: float
+    plan: Plan,
+    device: torch.device,
+    step: int,
+    losses: tuple[float, float],
+    lr: float,
+    norm: float,
+    steps: int,
+    seconds: float,
 ) -> dict:
-    """`seconds` for the `steps` steps since the last record. The first record of a run is its first step
+    """`seconds` for the `steps` steps since the last record, `losses` their mean loss (`loss`, as the HF
+    Trainer and TRL log it) and the last step's own (`step_loss`). The first record of a run is its first step
     alone, where torch.compile compiles: its `step_s` against a later one's is the compile time."""
     tokens_per_s = plan.batch.tokens_per_step * steps / seconds
     efficiency = mfu(plan, tokens_per_s)
     return {
         "step": step,
-        "loss": round(loss, 6),
+        "loss": round(losses[0], 6),
+        "step_loss": round(losses[1], 6),
         "lr": lr,
         "grad_norm": round(norm, 6),
         "tokens_per_s": round(tokens_per_s, 1),
@@ -220,26 +229,27 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         engine, paths.checkpoints, trainer, leader, {"plan": plan.content_hash}, plan.instance.has_gpus
     )
     started = last_time = time.perf_counter()
-    last_step = start
+    last_step, window_loss = start, torch.zeros((), device=device)  # the losses' sum since the last record
     for step in range(start, trainer.steps):
         guards.before_step(step)
         loss = engine.forward_backward([data.train.micro_batch(step, micro) for micro in range(accum)])
-        lr = lr_at(step, trainer, plan.derived.lr)
+        window_loss += loss
+        lr = lr_at(step, trainer, plan.derived)
         norm = engine.step(lr)
         done_steps = step + 1
         guards.after_step(done_steps, sinks)
         validating = data.validation is not None and evaluates(trainer, done_steps)
         if validating or done_steps % trainer.log_interval == 0 or done_steps in (start + 1, trainer.steps):
-            mean_loss = global_mean(loss / accum, plan.layout.ranks_per_stage)
+            holders, window = plan.layout.ranks_per_stage, done_steps - last_step
+            losses = global_mean(window_loss / (accum * window), holders), global_mean(loss / accum, holders)
             now = time.perf_counter()
             held_out = validation_metrics(engine, plan, data.validation) if validating else {}
             if sinks:
-                record = step_record(
-                    plan, device, done_steps, mean_loss, lr, norm, done_steps - last_step, now - last_time
-                )
+                record = step_record(plan, device, done_steps, losses, lr, norm, window, now - last_time)
                 for sink in sinks:
                     sink.write(record | held_out | {"elapsed_s": round(now - started, 3)})
             last_time, last_step = time.perf_counter(), done_steps  # a step's time leaves validation out
+            window_loss.zero_()
         if rank == 0 and trainer.restarts:
             restarts.note_reached(paths.checkpoints, done_steps)
         saver.poll()

@@ -25,9 +25,25 @@ class Launcher(Enum):
 
 
 class LrSchedule(Enum):
-    cosine = "cosine"
+    """How the learning rate moves over the run. Every name but cosine_to_min is the schedule of that name in
+    transformers' `get_scheduler`, point by point (as the Trainer steps it: step 0's warm-up rate is 0)."""
+
     linear = "linear"
+    """Warm-up from 0, then straight down to 0 at the last step's end."""
+    cosine = "cosine"
+    """Warm-up from 0, then half a cosine down to 0 at the last step's end."""
+    cosine_with_min_lr = "cosine_with_min_lr"
+    """As cosine, down to lr × min_lr_ratio instead of 0."""
     constant = "constant"
+    """`lr` from the first step, without warm-up."""
+    constant_with_warmup = "constant_with_warmup"
+    """Warm-up from 0, then `lr`."""
+    wsd = "wsd"
+    """Warm-up, stable, decay (transformers' warmup_stable_decay): warm-up from lr × min_lr_ratio, `lr` until
+    the last `decay_steps` steps, then a cosine down to lr × min_lr_ratio."""
+    cosine_to_min = "cosine_to_min"
+    """dockyard's pre-training schedule: a warm-up that reaches `lr` on its own last step, then a cosine down to
+    lr × min_lr_ratio, reached on the run's last step."""
 
 
 class Compile(Enum):
@@ -87,7 +103,10 @@ class TrainerConfig:
     entry: Entry = Entry.builtin
     """builtin (dockyard's trainer) or script (your own, from `source_dir`)."""
     steps: int = 100
-    """Optimizer steps to train."""
+    """Optimizer steps to train (replaced by the steps `epochs` makes, when set)."""
+    epochs: float | None = None
+    """Passes over the training data, instead of `steps`: the plan sets steps to ceil(epochs × the data's
+    tokens / tokens per step), counting the tokens of `data.tokens` or of an earlier run's token cache."""
     lr: float = 3e-4
     """Peak learning rate (AdamW), at the global batch `base_batch` when `lr_scaling` is set."""
     lr_scaling: LrScaling = LrScaling.none
@@ -96,13 +115,24 @@ class TrainerConfig:
     base_batch: int | None = None
     """The global batch, in sequences, that `lr` was tuned at (needed by `lr_scaling`)."""
     min_lr_ratio: float = 0.1
-    """The final learning rate of a decaying schedule, as a fraction of `lr`."""
-    lr_schedule: LrSchedule = LrSchedule.cosine
-    """How the learning rate moves after warmup: cosine, linear or constant."""
+    """The final learning rate of cosine_with_min_lr, wsd and cosine_to_min, as a fraction of `lr`."""
+    lr_schedule: LrSchedule = LrSchedule.cosine_to_min
+    """How the learning rate moves (`LrSchedule`): linear, cosine, cosine_with_min_lr, constant,
+    constant_with_warmup, wsd (transformers' curves) or cosine_to_min."""
     warmup_steps: int = 0
-    """Steps of linear warmup from 0 to `lr`."""
+    """Steps of linear warm-up to `lr`; may last the whole run."""
+    warmup_ratio: float = 0.0
+    """Warm-up as a fraction of the steps, instead of `warmup_steps`: ceil(warmup_ratio × steps) steps."""
+    decay_steps: int = 0
+    """lr_schedule=wsd: the last steps, over which the learning rate decays."""
     weight_decay: float = 0.1
     """AdamW's decoupled weight decay (not applied to norms and biases)."""
+    adam_beta1: float = 0.9
+    """AdamW's decay rate of the gradients' running mean."""
+    adam_beta2: float = 0.95
+    """AdamW's decay rate of the squared gradients' running mean (the HF Trainer's default is 0.999)."""
+    adam_epsilon: float = 1e-8
+    """AdamW's term added to the denominator."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value; 0 turns clipping off."""
     checkpoint_interval: int = 0

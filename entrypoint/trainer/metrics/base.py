@@ -50,8 +50,10 @@ class TrackedRun:
             "steps": plan.trainer.steps,
             "lr": plan.derived.lr,
             "lr_schedule": plan.trainer.lr_schedule.value,
-            "warmup_steps": plan.trainer.warmup_steps,
+            "warmup_steps": plan.derived.warmup_steps,
             "weight_decay": plan.trainer.weight_decay,
+            "adam_betas": f"{plan.trainer.adam_beta1},{plan.trainer.adam_beta2}",
+            "adam_epsilon": plan.trainer.adam_epsilon,
             "grad_clip": plan.trainer.grad_clip,
             "seed": plan.trainer.seed,
         }
