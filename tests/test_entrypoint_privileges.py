@@ -66,7 +66,7 @@ def test_root_start_trains_as_the_user_in_root_owned_0700_folders(engine, image,
     }
     status, log = start(engine, image, volumes)
     assert status == 0, log[-3000:]
-    assert "user        dockyard (uid 1000), dropped to from root" in log
+    assert "user        dockyard (uid 1000, the image's user), dropped to from root" in log
     model = tmp_path / "model/model.safetensors"
     assert model.stat().st_uid == 1000, "written by the unprivileged user"
     assert (tmp_path / "output/data/metrics.jsonl").stat().st_uid == 1000
