@@ -122,11 +122,13 @@ def read(paths: Paths, channels: tuple[str, ...]) -> tuple[Path, ...]:
     return (paths.input, paths.config, paths.input / "data", *(paths.channel(name) for name in channels))
 
 
-def hand_over(paths: Paths, channels: tuple[str, ...], plan: Path, account: Account) -> None:
+def hand_over(
+    paths: Paths, channels: tuple[str, ...], plan: Path, account: Account, passwd: Path = Path("/etc/passwd")
+) -> None:
     """As root: the account gets a passwd entry where it has none; the written paths (and what is in them,
     such as an earlier attempt's checkpoints) become the account's; the folders read, the contract files and
     the plan become readable by everyone where the account could not read them."""
-    register(account)
+    register(account, passwd)
     for folder in written(paths):
         try:
             folder.mkdir(parents=True, exist_ok=True)

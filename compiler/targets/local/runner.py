@@ -184,7 +184,7 @@ def _wait_for_all(request: LocalRequest, containers: list, exits: queue.Queue, o
             continue
         running.discard(host)
         if status != 0 and stop_requested(Path(request.run_dir), started):
-            print(f"dockyard: {request.run_id} was stopped by `dockyard stop`", file=out)
+            print("dockyard: the job was stopped by `dockyard stop`", file=out)
             _stop(containers, running)
             return Ending(status=status, stopped=True)
         if status != 0:
