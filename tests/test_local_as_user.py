@@ -1,7 +1,8 @@
 """The local target launched by a user who is not root, as on a shared machine: a user of the docker group, made
-for the test. A checkpoint `save_pretrained` wrote (its weights 0600) fine-tunes as it is, every file and folder
-of the run is that user's and none is world-writable, `--resume` goes on from the run's checkpoint, and `dockyard
-stop` ends the resumed run as stopped in the launch, `status`, `runs` and the run record."""
+for the test. What the user cannot read is refused when planning; a checkpoint as `save_pretrained` leaves it
+(its weights 0600) fine-tunes as it is, every file and folder of the run is that user's and none is
+world-writable, `--resume` goes on from the run's checkpoint, and `dockyard stop` ends the resumed run as
+stopped in the launch, `status`, `runs` and the run record."""
 
 import grp
 import json
@@ -17,17 +18,14 @@ from pathlib import Path
 import pytest
 
 from compiler.launch import runs
-from tests.pretrained import save_checkpoint
-
-pytestmark = pytest.mark.torchrun
 
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
 SOCKET = Path("/var/run/docker.sock")
-STEPS = ("trainer.steps=4", "trainer.warmup_steps=1", "trainer.log_interval=1", "trainer.checkpoint_interval=2")
+STEPS = ("trainer.steps=2", "trainer.warmup_steps=1", "trainer.log_interval=1", "trainer.checkpoint_interval=2")
 
 
 @pytest.fixture
-def host_user(engine):
+def host_user():
     """A new user who may use the Docker engine (its socket's group), removed with its home afterwards."""
     if os.geteuid() != 0:
         if os.environ.get("CI") == "true":
@@ -68,29 +66,42 @@ def not_theirs(folder: Path, uid: int) -> list[str]:
     return found
 
 
-def test_a_user_fine_tunes_their_own_0600_checkpoint_owns_the_run_resumes_and_stops_it(host_user):
-    home, uid = Path(host_user.pw_dir), host_user.pw_uid
-    checkpoint = save_checkpoint(home / "llama", "llama")  # as save_pretrained leaves it: weights 0600
-    (checkpoint / "model.safetensors").chmod(0o600)
-    shutil.chown(checkpoint, uid, host_user.pw_gid)
-    for path in checkpoint.iterdir():
-        shutil.chown(path, uid, host_user.pw_gid)
-    model = ["experiment=smoke", "model=hf", f"model.path={checkpoint}"]
+def saved_pretrained(checkpoint: Path, folder: Path, owner: pwd.struct_passwd | None = None) -> Path:
+    """A copy of `checkpoint` in `folder` with its weights 0600, as transformers' `save_pretrained` writes them,
+    given to `owner` (else root's)."""
+    shutil.copytree(checkpoint, folder)
+    (folder / "model.safetensors").chmod(0o600)
+    if owner is not None:
+        for path in (folder, *folder.iterdir()):
+            os.chown(path, owner.pw_uid, owner.pw_gid)
+    return folder
 
-    unreadable = shutil.copytree(checkpoint, home / "root-only")  # root's copy: refused at plan time
-    refused = run(host_user, "launch", "--dry-run", "experiment=smoke", "model=hf", f"model.path={unreadable}")
+
+def test_a_checkpoint_the_launching_user_cannot_read_is_refused_when_planning(host_user, hf_checkpoints):
+    theirs = saved_pretrained(hf_checkpoints["llama"], Path(host_user.pw_dir) / "llama", owner=host_user)
+    assert run(host_user, "plan", "experiment=smoke", "model=hf", f"model.path={theirs}").returncode == 0
+    roots = saved_pretrained(hf_checkpoints["llama"], Path(host_user.pw_dir) / "root-only")
+    refused = run(host_user, "plan", "experiment=smoke", "model=hf", f"model.path={roots}")
     assert refused.returncode == 2, refused.stderr
-    assert refused.stderr.strip().splitlines()[-1] == (
-        f"dockyard: error: model.path: {unreadable}/model.safetensors cannot be read by uid {uid}, who launches "
-        "the run and trains in its containers; launch as a user who can read the checkpoint, or make it "
-        f"readable: chmod -R a+rX {unreadable}"
-    )
+    assert refused.stderr.strip().splitlines() == [
+        f"dockyard: error: model.path: {roots}/model.safetensors cannot be read by uid {host_user.pw_uid}, who "
+        "launches the run and trains in its containers; launch as a user who can read the checkpoint, or make it "
+        f"readable: chmod -R a+rX {roots}"
+    ]
 
+
+@pytest.mark.torchrun
+def test_a_user_fine_tunes_their_own_0600_checkpoint_owns_the_run_resumes_and_stops_it(
+    engine, host_user, hf_checkpoints
+):
+    home, uid = Path(host_user.pw_dir), host_user.pw_uid
+    checkpoint = saved_pretrained(hf_checkpoints["llama"], home / "llama", owner=host_user)
+    model = ["experiment=smoke", "model=hf", f"model.path={checkpoint}"]
     launched = run(host_user, "launch", *model, *STEPS, "hydra.run.dir=run")
     assert launched.returncode == 0, launched.stdout[-3000:] + launched.stderr[-3000:]
     assert f"(uid {uid}, who launched the run (gid {host_user.pw_gid})), dropped to from root" in launched.stdout
     run_dir = home / "run"
-    assert [row["step"] for row in runs.loss_curve(run_dir)][-1] == 4
+    assert [row["step"] for row in runs.loss_curve(run_dir)][-1] == 2
     assert stat.S_IMODE((checkpoint / "model.safetensors").stat().st_mode) == 0o600, "the checkpoint is left as is"
     assert not_theirs(run_dir, uid) == []
     run_id = json.loads((run_dir / "run.json").read_text())["run_id"]
@@ -98,15 +109,15 @@ def test_a_user_fine_tunes_their_own_0600_checkpoint_owns_the_run_resumes_and_st
     resumed = as_user(host_user, "launch", "--resume", "run", "trainer.steps=100000", stdout=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 300
-        while max((row["step"] for row in runs.loss_curve(run_dir)), default=0) <= 5:
-            assert resumed.poll() is None and time.monotonic() < deadline, "the resumed run trains on from step 4"
+        while max((row["step"] for row in runs.loss_curve(run_dir)), default=0) <= 2:
+            assert resumed.poll() is None and time.monotonic() < deadline, "the resumed run trains on from step 2"
             time.sleep(1)
         stop = run(host_user, "stop", run_id)
         output, _ = resumed.communicate(timeout=120)
     finally:
         resumed.kill()
     assert stop.stdout.strip() == f"stopped   {run_id}", stop.stderr
-    assert "steps             4 → 100000 (resumed)" in output
+    assert "steps             2 → 100000 (resumed)" in output
     assert "dockyard: the job was stopped by `dockyard stop`" in output, output[-3000:]
     assert f"run       {run_id} stopped" in output and "failed" not in output, output[-3000:]
     assert resumed.returncode != 0
