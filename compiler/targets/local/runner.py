@@ -65,7 +65,7 @@ def prepare_host_folders(request: LocalRequest, plan_json: str) -> None:
             (config / name).write_text(text)
     (run_dir / "logs").mkdir(exist_ok=True)
     for folder in request.host_folders:
-        # the invoking user's alone: its entrypoint trains as that user, or, launched by root, hands them to the image's
+        # 0700: the launching user's, whom training runs as (after a launch by root, the image's user's)
         Path(folder).mkdir(mode=0o700, parents=True, exist_ok=True)
 
 

@@ -58,7 +58,7 @@ def submit(request: SlurmRequest, plan_json: str, *, out: IO[str]) -> dict:
     (run_dir / "plan").mkdir(parents=True, exist_ok=True)
     (run_dir / "plan" / "plan.json").write_text(plan_json)
     for folder in request.host_folders:
-        # the invoking user's alone: its entrypoint trains as that user, or, launched by root, hands them to the image's
+        # 0700: the launching user's, whom training runs as (after a launch by root, the image's user's)
         Path(folder).mkdir(mode=0o700, parents=True, exist_ok=True)
     for folder, uri in request.downloads.items():
         out.write(f"data      copying {uri} to {folder}\n")
