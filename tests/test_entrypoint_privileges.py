@@ -3,6 +3,7 @@ makes root-owned 0700 folders usable and trains as its unprivileged user; starte
 (`docker run -u`, a Kubernetes runAsUser), it trains as that user, and a path it cannot write or a plan it
 cannot read is one line naming the path, exit status 2, no traceback."""
 
+import stat
 import sys
 from pathlib import Path
 
@@ -10,9 +11,10 @@ import docker
 import pytest
 
 from compiler.images.build import BuiltImage, build_image, ensure_base_image
-from compiler.spec.contract import PLAN_CHANNEL, PLAN_PATH
+from compiler.spec.contract import PLAN_CHANNEL, PLAN_PATH, RUN_AS, RUN_AS_USER
+from entrypoint.launcher.cluster import Paths
 from entrypoint.launcher.main import USER_ERROR
-from entrypoint.launcher.privileges import find_account
+from entrypoint.launcher.privileges import Account, PathError, choose_account, find_account, hand_over, register
 from tests.entrypoint_support import tiny_plan, write_plan
 
 STRANGER = "4321:4321"
@@ -66,7 +68,7 @@ def test_root_start_trains_as_the_user_in_root_owned_0700_folders(engine, image,
     }
     status, log = start(engine, image, volumes)
     assert status == 0, log[-3000:]
-    assert "user        dockyard (uid 1000), dropped to from root" in log
+    assert "user        dockyard (uid 1000, the image's user), dropped to from root" in log
     model = tmp_path / "model/model.safetensors"
     assert model.stat().st_uid == 1000, "written by the unprivileged user"
     assert (tmp_path / "output/data/metrics.jsonl").stat().st_uid == 1000
@@ -112,3 +114,54 @@ def test_root_of_a_user_namespace_keeps_root(tmp_path):
     uid_map.write_text("         0          0 4294967295\n")
     assert find_account("nobody", uid_map).uid == 65534
     assert find_account("no-such-user", uid_map) is None
+
+
+FULL_MAP = "         0          0 4294967295\n"
+
+
+def test_the_launching_user_is_trained_as_where_root_can_become_it(tmp_path):
+    """The local targets name the user who launched the run (DOCKYARD_RUN_AS): one the image does not know
+    gets a name and a home of its own; where root is that user already (rootless Docker), training stays root."""
+    uid_map = tmp_path / "uid_map"
+    uid_map.write_text(FULL_MAP)
+    account = choose_account({RUN_AS: "4321:4322"}, uid_map)
+    assert (account.name, account.uid, account.gid, account.home) == ("uid4321", 4321, 4322, "/home/uid4321")
+    assert str(account) == "uid4321 (uid 4321, who launched the run (gid 4322))"
+    assert choose_account({}, uid_map) == find_account(RUN_AS_USER, uid_map)
+    uid_map.write_text("         0       1000          1\n         1     100000      65536\n")
+    assert choose_account({RUN_AS: "1000:1000"}, uid_map) is None
+    with pytest.raises(PathError, match=r"^DOCKYARD_RUN_AS='me' is not a user as uid:gid"):
+        choose_account({RUN_AS: "me"}, uid_map)
+
+
+def test_a_launching_user_the_image_does_not_know_gets_a_passwd_entry_and_a_home(tmp_path):
+    passwd = tmp_path / "passwd"
+    passwd.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    account = Account("uid4321", 4321, 4322, str(tmp_path / "home/uid4321"))
+    register(account, passwd)
+    assert passwd.read_text().splitlines()[-1] == f"uid4321:x:4321:4322:dockyard launcher:{account.home}:/bin/sh"
+    home = Path(account.home).stat()
+    assert (home.st_uid, home.st_gid, stat.S_IMODE(home.st_mode)) == (4321, 4322, 0o700)
+    known = Account("root", 0, 0, "/root")
+    register(known, passwd)
+    assert len(passwd.read_text().splitlines()) == 2, "a user the image knows keeps its entry"
+
+
+def test_a_launching_users_own_0600_inputs_are_left_as_they_are(tmp_path):
+    """Mounted read-only, the user's own checkpoint could not be opened to others, and need not be."""
+    paths = Paths(tmp_path / "ml")
+    channel = paths.channel("pretrained")
+    channel.mkdir(parents=True)
+    weights = channel / "model.safetensors"
+    weights.write_text("weights")
+    weights.chmod(0o600)
+    channel.chmod(0o700)
+    plan = paths.channel("plan") / "plan.json"
+    plan.parent.mkdir()
+    plan.write_text("{}")
+    plan.chmod(0o600)
+    hand_over(paths, ("pretrained",), plan, Account("root", 0, 0, "/root"))
+    assert stat.S_IMODE(channel.stat().st_mode) == 0o700 and stat.S_IMODE(plan.stat().st_mode) == 0o600
+    passwd = tmp_path / "passwd"
+    hand_over(paths, ("pretrained",), plan, Account("uid4321", 4321, 4321, str(tmp_path / "home")), passwd)
+    assert stat.S_IMODE(channel.stat().st_mode) == 0o705, "another account is let in"

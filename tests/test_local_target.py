@@ -19,6 +19,7 @@ from compiler.cli import runs as cli_runs
 from compiler.images.build import build_image, ensure_base_image
 from compiler.launch import runs
 from compiler.spec.errors import ConfigError
+from compiler.targets.host_user import HostUser
 from compiler.targets.local import rules as local_rules
 from compiler.targets.local import runner as local_runner
 from compiler.targets.local import translate as local
@@ -30,6 +31,8 @@ from tests.helpers import PRESETS, S3_TOKENS, plan_for
 from tests.hf_support import assert_transformers_logits, trained_decoder
 
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
+USER = HostUser(1000, 1000)
+"""The user who launches the golden requests (a launch by root sets no DOCKYARD_RUN_AS)."""
 SHORT = [
     "experiment=smoke",
     "trainer.steps=20",
@@ -47,7 +50,7 @@ cores, and the entrypoint gives each rank its share (DOCKYARD_NODES_PER_HOST): o
 def test_local_request_matches_golden(preset, golden):
     plan = plan_for(f"experiment={preset}", "target=local")
     request = local.to_request(
-        plan, "dockyard/golden:0123456789abcdef0123", run_id="golden-run", run_dir=Path("/runs/golden")
+        plan, "dockyard/golden:0123456789abcdef0123", run_id="golden-run", run_dir=Path("/runs/golden"), runs_as=USER
     )
     golden.check(f"local/{preset}.json", request.to_json())
 

@@ -16,6 +16,7 @@ from compiler.images.build import build_image, ensure_base_image
 from compiler.launch import runs
 from compiler.spec.errors import ConfigError
 from compiler.targets.base import COMPLETED, FAILED, PENDING, RUNNING, STOPPED, JobState
+from compiler.targets.host_user import HostUser
 from compiler.targets.slurm import TARGET, translate
 from tests.helpers import S3_TOKENS, plan_for
 
@@ -23,10 +24,13 @@ DOCKYARD = str(Path(sys.executable).with_name("dockyard"))
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/dockyard/golden:0123456789abcdef0123"
 RUN_DIR = Path("/fsx/runs/golden")
+USER = HostUser(1000, 1000)
+"""The user who submits the golden scripts: docker's containers drop to it (pyxis and apptainer start as it)."""
 
 
 def script(*overrides: str, image: str = IMAGE, run_dir: Path = RUN_DIR) -> str:
-    return str(translate.to_request(plan_for(*overrides), image, run_id="golden-run", run_dir=run_dir))
+    request = translate.to_request(plan_for(*overrides), image, run_id="golden-run", run_dir=run_dir, runs_as=USER)
+    return str(request)
 
 
 @pytest.mark.parametrize(

@@ -138,7 +138,8 @@ def stop(record: RunRecord) -> RunRecord:
     if record.status in FINAL_STATUSES:
         return record
     registry.get(record.target).stop(record.handle)
-    return records.update(record, status=STOPPED)
+    current = records.load(Path(record.run_dir))  # the launching process may have recorded the end meanwhile
+    return current if current.status in FINAL_STATUSES else records.update(current, status=STOPPED)
 
 
 METRICS_GLOBS = (f"nodes/*/output/data/{METRICS_FILE}", f"output/data/{METRICS_FILE}")

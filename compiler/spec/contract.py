@@ -34,6 +34,9 @@ def node_count(value: object) -> int | None:
 
 RUN_AS_USER = "dockyard"
 """The unprivileged user the image creates and the entrypoint drops to after preparing /opt/ml as root."""
+RUN_AS = "DOCKYARD_RUN_AS"
+"""`uid:gid` of the user who launched a run on this machine's containers (the local target, Slurm's docker
+runtime): the entrypoint drops to it instead of `RUN_AS_USER`, so the run's files on the host are that user's."""
 
 OUTPUT_DATA_DIR = f"{CONTAINER_ROOT}/output/data"
 """The job's output folder, where the trainer's metrics and trackers write (SageMaker uploads it at the end)."""

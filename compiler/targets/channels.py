@@ -3,6 +3,7 @@ into the nodes, or on a shared file system), an s3:// prefix (copied before the 
 Hub id (fetched by the nodes themselves). The nodes look for it in the `pretrained` channel first
 (`entrypoint.trainer.models.source`)."""
 
+import os
 import stat
 from enum import Enum
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 from compiler.spec import Plan
 from compiler.spec.contract import PRETRAINED_CHANNEL
 from compiler.spec.errors import ConfigError
+from compiler.targets.host_user import HostUser
 
 
 class CheckpointSource(Enum):
@@ -50,17 +52,28 @@ def check_checkpoint_reachable(plan: Plan, target: str) -> None:
         )
 
 
-def check_checkpoint_readable(plan: Plan) -> None:
-    """A mounted checkpoint folder is read by the image's own user, not its owner: every file must be readable
-    by others (safetensors writes its files 0600, so a fresh `save_pretrained` folder is not)."""
+def check_checkpoint_readable(plan: Plan, runs_as: HostUser | None) -> None:
+    """A mounted checkpoint folder is read in the containers by `runs_as`, the user who launches the run (who
+    reads what it can read here, 0600 files included), or, for a launch by root, by the image's own user: then
+    every file must be readable by others (safetensors writes its files 0600)."""
     if checkpoint_source(plan) is not CheckpointSource.folder:
         return
     folder = Path(plan.model.path)
     for path in (folder, *folder.rglob("*")):
-        needed = stat.S_IROTH | (stat.S_IXOTH if path.is_dir() else 0)
-        if path.stat().st_mode & needed != needed:
+        if runs_as is None and not _readable_by_others(path):
             raise ConfigError(
                 "model.path",
-                f"{path} is readable only by its owner, and training runs as another user in the containers",
-                f"make the checkpoint readable: chmod -R a+rX {folder}",
+                f"{path} is readable only by its owner, and training runs as the image's user when root launches",
+                f"launch as its owner, or make the checkpoint readable: chmod -R a+rX {folder}",
             )
+        if runs_as is not None and not os.access(path, os.R_OK | (os.X_OK if path.is_dir() else 0)):
+            raise ConfigError(
+                "model.path",
+                f"{path} cannot be read by uid {runs_as.uid}, who launches the run and trains in its containers",
+                f"launch as a user who can read the checkpoint, or make it readable: chmod -R a+rX {folder}",
+            )
+
+
+def _readable_by_others(path: Path) -> bool:
+    needed = stat.S_IROTH | (stat.S_IXOTH if path.is_dir() else 0)
+    return path.stat().st_mode & needed == needed

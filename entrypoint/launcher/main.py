@@ -40,7 +40,7 @@ from entrypoint.launcher.cluster import (
     within_group,
 )
 from entrypoint.launcher.comm import Detected, EnvRow, Interface, choose_interface, comm_env, detect
-from entrypoint.launcher.privileges import Account, PathError, check_writable, drop_to, find_account, hand_over
+from entrypoint.launcher.privileges import Account, PathError, check_writable, choose_account, drop_to, hand_over
 from entrypoint.launcher.secrets import with_secrets
 from entrypoint.launcher.threads import threads_env
 
@@ -74,7 +74,7 @@ class Launch:
     @property
     def user(self) -> str:
         if self.account is not None:
-            return f"{self.account.name} (uid {self.account.uid}), dropped to from root after preparing the paths"
+            return f"{self.account}, dropped to from root after preparing the paths"
         if os.getuid() == 0:
             return f"root: no user {RUN_AS_USER} that root can become here"
         return f"uid {os.getuid()}, as started"
@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> None:
             smddpmprun=shutil.which("smddpmprun") is not None,
             affinity=len(os.sched_getaffinity(0)),
         )
-        account = find_account(RUN_AS_USER) if os.getuid() == 0 else None
+        account = choose_account(environ) if os.getuid() == 0 else None
         launch = prepare(
             plan, plan_path, environ, detected, args.sagemaker_root, smddp_available(), timeout, machine, account
         )

@@ -4,6 +4,7 @@ The job lives in the submitting process (`attached`): `follow` starts the contai
 restarts a failed job up to `target.max_retries` times and removes everything on every exit.
 """
 
+import time
 from pathlib import Path
 from typing import IO
 
@@ -11,9 +12,12 @@ from compiler.core.capabilities import Capabilities
 from compiler.spec import Plan
 from compiler.spec.schema import Config
 from compiler.targets.base import COMPLETED, FAILED, RUNNING, STOPPED, JobState, require_shared_checkpoint
+from compiler.targets.host_user import invoking_user
 from compiler.targets.local import rules
 from compiler.targets.local.translate import LocalRequest, to_request
 from compiler.targets.logs import LogLine, merged, split_timestamp
+
+STOPPED_DETAIL = "stopped by `dockyard stop`"
 
 
 class LocalTarget:
@@ -28,7 +32,8 @@ class LocalTarget:
         return {}  # this machine is the account: nothing to look up
 
     def to_request(self, plan: Plan, image: str, *, run_id: str, run_dir: Path) -> LocalRequest:
-        return to_request(plan, image, run_id=run_id, run_dir=run_dir)
+        """Pure but for who asks: training runs as the invoking user, passed to the translator."""
+        return to_request(plan, image, run_id=run_id, run_dir=run_dir, runs_as=invoking_user())
 
     def image_reference(self, plan: Plan, planned: str) -> str:
         return planned
@@ -43,7 +48,7 @@ class LocalTarget:
         from compiler.targets.local import runner  # the Docker SDK only where a job runs
 
         runner.prepare_host_folders(request, plan_json)
-        return {"run_id": request.run_id, "run_dir": request.run_dir}
+        return {"run_id": request.run_id, "run_dir": request.run_dir, "submitted": time.time()}
 
     def follow(self, request: LocalRequest, handle: dict, *, out: IO[str], interrupted) -> JobState:
         from compiler.targets.local import runner
@@ -51,6 +56,8 @@ class LocalTarget:
         ending = runner.run(request, out=out, interrupted=interrupted)
         if ending.status == 0:
             return JobState(status=COMPLETED, exit_status=0, attempts=ending.attempts)
+        if ending.stopped:
+            return JobState(status=STOPPED, attempts=ending.attempts, detail=STOPPED_DETAIL)
         status = STOPPED if interrupted is not None and interrupted.is_set() else FAILED
         detail = "ran past target.max_run_hours" if ending.out_of_time else f"exit status {ending.status}"
         return JobState(status=status, exit_status=ending.status, attempts=ending.attempts, detail=detail)
@@ -64,6 +71,8 @@ class LocalTarget:
 
         if runner.running(handle["run_id"]):
             return JobState(status=RUNNING)
+        if runner.stop_requested(Path(handle["run_dir"]), handle.get("submitted", 0.0)):
+            return JobState(status=STOPPED, detail=STOPPED_DETAIL)
         return JobState(status=FAILED, detail="no container of the run is left and it recorded no end")
 
     def logs(self, handle: dict) -> list[LogLine]:
@@ -77,7 +86,7 @@ class LocalTarget:
     def stop(self, handle: dict) -> None:
         from compiler.targets.local import runner
 
-        runner.kill(handle["run_id"])
+        runner.kill(handle["run_id"], Path(handle["run_dir"]))
 
 
 TARGET = LocalTarget()

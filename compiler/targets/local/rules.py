@@ -6,6 +6,7 @@ from compiler.spec import DataSource, Plan
 from compiler.spec.contract import NODES_PER_HOST
 from compiler.spec.errors import ConfigError
 from compiler.targets.channels import check_checkpoint_readable
+from compiler.targets.host_user import invoking_user
 
 MAX_CONTAINERS = 64
 """The most nodes (containers) one local job starts. They all run on this machine, and each is given the
@@ -27,7 +28,7 @@ def check(plan: Plan) -> list[str]:
             "remove it (set OMP_NUM_THREADS to choose the threads yourself)",
         )
     _check_data(plan)
-    check_checkpoint_readable(plan)
+    check_checkpoint_readable(plan, invoking_user())
     return []
 
 

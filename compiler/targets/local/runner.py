@@ -4,7 +4,8 @@ All nodes' logs stream live, each line prefixed by its node. The first node to f
 its exit status is the job's; containers and the network are removed on every exit, Ctrl-C included.
 `target.max_retries` starts a failed job again: it resumes from the checkpoints in the run folder. An
 attempt still running after `target.max_run_hours` is stopped (SIGTERM first, so the trainer checkpoints)
-and not retried, as Slurm ends a job at its time limit and Kubernetes at its deadline.
+and not retried, as Slurm ends a job at its time limit and Kubernetes at its deadline. A job that `dockyard
+stop` killed ends stopped, not failed, and is not retried either.
 """
 
 import os
@@ -32,6 +33,10 @@ SHM_SIZE = "1g"
 """torch's shared-memory tensors and data loader workers outgrow Docker's 64 MB default."""
 POLL_S = 60.0
 """The longest one wait for a node's exit: the deadline is looked at in between."""
+STOP_REQUEST = "stop-requested"
+"""Written into the run folder by `dockyard stop` before it kills the nodes: the process running the job, and
+`status` once none is left, then know the nodes were stopped rather than failed. It counts for the attempts
+started before it was written (a resumed run's folder keeps an earlier attempt's)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class Ending:
     status: int
     attempts: int = 1
     out_of_time: bool = False
+    stopped: bool = False
 
 
 def prepare_host_folders(request: LocalRequest, plan_json: str) -> None:
@@ -59,8 +65,8 @@ def prepare_host_folders(request: LocalRequest, plan_json: str) -> None:
             (config / name).write_text(text)
     (run_dir / "logs").mkdir(exist_ok=True)
     for folder in request.host_folders:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        Path(folder).chmod(0o777)  # also writable for an image started as a user the host does not know
+        # 0700: the launching user's, whom training runs as (after a launch by root, the image's user's)
+        Path(folder).mkdir(mode=0o700, parents=True, exist_ok=True)
 
 
 def run(request: LocalRequest, *, client=None, out: IO[str] = sys.stdout, interrupted=None) -> Ending:
@@ -74,7 +80,7 @@ def run(request: LocalRequest, *, client=None, out: IO[str] = sys.stdout, interr
                 return ending
             print(f"dockyard: restarting the job (retry {attempt - 1} of {request.max_retries})", file=out)
         ending = replace(run_once(request, client, out), attempts=attempt)
-        if ending.status == 0 or ending.out_of_time:
+        if ending.status == 0 or ending.out_of_time or ending.stopped:
             break
     return ending
 
@@ -84,9 +90,17 @@ def running(run_id: str, client=None) -> bool:
     return bool(client.containers.list(filters={"label": f"{RUN_LABEL}={run_id}"}))
 
 
-def kill(run_id: str, client=None) -> None:
-    """Kill a run's containers (`dockyard stop`, a sweep's Ctrl-C); the process running it removes them."""
+def stop_requested(run_dir: Path, since: float) -> bool:
+    """Whether `dockyard stop` asked to stop the attempt started at `since` (a `time.time()`)."""
+    marker = run_dir / STOP_REQUEST
+    return marker.exists() and marker.stat().st_mtime >= since
+
+
+def kill(run_id: str, run_dir: Path, client=None) -> None:
+    """Kill a run's containers (`dockyard stop`), saying so in its folder first; the process running it
+    removes them."""
     client = client or docker.from_env()
+    (run_dir / STOP_REQUEST).touch()
     for container in client.containers.list(filters={"label": f"{RUN_LABEL}={run_id}"}):
         container.kill()
 
@@ -155,6 +169,7 @@ def _create(client, spec: ContainerSpec, run_id: str, gateway: str):
 def _wait_for_all(request: LocalRequest, containers: list, exits: queue.Queue, out: IO[str]) -> Ending:
     """Wait until every node exits 0, or until the first failure or the deadline, which stop the rest."""
     deadline = time.monotonic() + request.max_run_seconds
+    started = time.time()
     running = {host for host, _ in containers}
     while running:
         left = deadline - time.monotonic()
@@ -168,6 +183,10 @@ def _wait_for_all(request: LocalRequest, containers: list, exits: queue.Queue, o
         except queue.Empty:
             continue
         running.discard(host)
+        if status != 0 and stop_requested(Path(request.run_dir), started):
+            print("dockyard: the job was stopped by `dockyard stop`", file=out)
+            _stop(containers, running)
+            return Ending(status=status, stopped=True)
         if status != 0:
             reason = _failure_reason(Path(request.run_dir), host)
             print(f"dockyard: {host} failed with exit status {status}{reason}; stopping the other nodes", file=out)

@@ -16,10 +16,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 from compiler.core.catalog import LOCAL_CPU, instance_type
 from compiler.spec import DataSource, Entry, Plan
-from compiler.spec.contract import CONTAINER_ROOT, NODES_PER_HOST, PLAN_CHANNEL, PLAN_PATH, TOKENIZER_CHANNEL
+from compiler.spec.contract import CONTAINER_ROOT, NODES_PER_HOST, PLAN_CHANNEL, PLAN_PATH, RUN_AS, TOKENIZER_CHANNEL
 from compiler.spec.schema import DataFormat
 from compiler.spec.tokenizer import tokenizer_location
 from compiler.targets.channels import pretrained_channel
+from compiler.targets.host_user import HostUser
 
 HOST_ALIAS = "host.docker.internal"
 """The host, as the containers name it (Docker Desktop's name, given to every container here)."""
@@ -123,8 +124,9 @@ def channel_sources(plan: Plan, run_dir: Path, group: str | None = None) -> dict
     return channels
 
 
-def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> LocalRequest:
-    """The containers that run `plan` from `image`; `run_dir` is an absolute folder on the host."""
+def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path, runs_as: HostUser | None = None) -> LocalRequest:
+    """The containers that run `plan` from `image`; `run_dir` is an absolute folder on the host. Training runs
+    as `runs_as`, the user who launched it (`compiler.targets.host_user`), or as the image's user for root."""
     cluster = groups(plan)
     names = hosts(plan)
     shared = [
@@ -137,6 +139,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> LocalRe
         "DOCKYARD_PLAN": PLAN_PATH,
         "DOCKYARD_RUN_ID": run_id,
         NODES_PER_HOST: str(len(names)),
+        **({RUN_AS: str(runs_as)} if runs_as else {}),
         **({"DOCKYARD_MLFLOW_TRACKING_URI": tracker_uri} if tracker_uri else {}),
     }
     containers = tuple(

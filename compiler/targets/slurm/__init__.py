@@ -8,6 +8,7 @@ from compiler.core.capabilities import Capabilities
 from compiler.spec import Plan
 from compiler.spec.schema import Config
 from compiler.targets.base import JobState, require_shared_checkpoint
+from compiler.targets.host_user import invoking_user
 from compiler.targets.logs import LogLine
 from compiler.targets.slurm import jobs, rules, translate
 from compiler.targets.slurm.translate import SlurmRequest
@@ -26,7 +27,8 @@ class SlurmTarget:
         return {}  # the cluster is the account: nothing to look up
 
     def to_request(self, plan: Plan, image: str, *, run_id: str, run_dir: Path) -> SlurmRequest:
-        return translate.to_request(plan, image, run_id=run_id, run_dir=run_dir)
+        """Pure but for who asks: the submitting user, passed to the translator."""
+        return translate.to_request(plan, image, run_id=run_id, run_dir=run_dir, runs_as=invoking_user())
 
     def image_reference(self, plan: Plan, planned: str) -> str:
         return f"{plan.image.registry}/{planned}" if plan.image.push and plan.image.registry else planned

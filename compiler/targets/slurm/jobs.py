@@ -58,8 +58,8 @@ def submit(request: SlurmRequest, plan_json: str, *, out: IO[str]) -> dict:
     (run_dir / "plan").mkdir(parents=True, exist_ok=True)
     (run_dir / "plan" / "plan.json").write_text(plan_json)
     for folder in request.host_folders:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        Path(folder).chmod(0o777)  # the image runs as a user whose uid the nodes may not know
+        # 0700: the launching user's, whom training runs as (after a launch by root, the image's user's)
+        Path(folder).mkdir(mode=0o700, parents=True, exist_ok=True)
     for folder, uri in request.downloads.items():
         out.write(f"data      copying {uri} to {folder}\n")
         download_s3(uri, Path(folder))

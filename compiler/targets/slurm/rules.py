@@ -2,6 +2,7 @@
 
 from compiler.spec import Plan
 from compiler.targets.channels import check_checkpoint_readable
+from compiler.targets.host_user import invoking_user
 from compiler.targets.slurm.translate import check_names, runtime, time_limit
 
 
@@ -10,7 +11,7 @@ def check(plan: Plan) -> list[str]:
     (its folder) are refused by the translator."""
     check_names(plan)
     time_limit(plan.target.max_run_hours)
-    check_checkpoint_readable(plan)
+    check_checkpoint_readable(plan, invoking_user())
     kind = runtime(plan)
     if kind.value != "docker" and not plan.image.push:
         return [

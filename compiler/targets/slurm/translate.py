@@ -20,10 +20,11 @@ from pathlib import Path
 import jinja2
 
 from compiler.spec import DataSource, Plan
-from compiler.spec.contract import TRACKER_CREDENTIALS, UNHEALTHY_FILE
+from compiler.spec.contract import RUN_AS, TRACKER_CREDENTIALS, UNHEALTHY_FILE
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import ContainerRuntime
 from compiler.targets.channels import CheckpointSource, checkpoint_source, pretrained_channel
+from compiler.targets.host_user import HostUser
 
 CONTAINER_ROOT = "/opt/ml"
 ENTRYPOINT = "dockyard-entrypoint"
@@ -145,8 +146,10 @@ def channels(plan: Plan, run_dir: Path) -> dict[str, str]:
     return found
 
 
-def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> SlurmRequest:
-    """The sbatch script that runs `plan` from `image`; `run_dir` is an absolute folder on shared storage."""
+def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path, runs_as: HostUser | None = None) -> SlurmRequest:
+    """The sbatch script that runs `plan` from `image`; `run_dir` is an absolute folder on shared storage.
+    Docker starts the image as root, so its entrypoint is told to drop to `runs_as`, the submitting user
+    (`compiler.targets.host_user`); pyxis and apptainer start it as that user already."""
     target = plan.target
     folder = _checked(FOLDER, str(run_dir), "hydra.run.dir", "the run folder")
     check_names(plan)
@@ -156,6 +159,8 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path) -> SlurmRe
     mounts = [f"{source}:{CONTAINER_ROOT}/input/data/{name}:ro" for name, source in sources.items()]
     mounts += [f"{source}:{CONTAINER_ROOT}/{name}" for name, source in writable.items()]
     environment = dict(target.environment)
+    if kind is ContainerRuntime.docker and runs_as is not None:
+        environment[RUN_AS] = str(runs_as)
     # A Hub checkpoint's token and the trackers' credentials go from the submitting shell into the containers
     # by name, never by value.
     hub = ("HF_TOKEN",) if checkpoint_source(plan) is CheckpointSource.hub else ()

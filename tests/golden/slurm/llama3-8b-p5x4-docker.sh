@@ -18,6 +18,7 @@ set -uo pipefail
 export DOCKYARD_PLAN=/opt/ml/input/data/plan/plan.json
 export DOCKYARD_RUN_ID=golden-run
 export NCCL_DEBUG=INFO
+export DOCKYARD_RUN_AS=1000:1000
 # The master (the first node of SLURM_JOB_NODELIST) listens on a port of this job's own.
 export MASTER_PORT=${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 10000))}
 attempt=$((${SLURM_RESTART_COUNT:-0} + 1))
@@ -39,6 +40,7 @@ run_node() {
         --env SLURM_RESTART_COUNT \
         --env MASTER_PORT \
         --env NCCL_DEBUG \
+        --env DOCKYARD_RUN_AS \
         --volume /fsx/runs/golden/plan:/opt/ml/input/data/plan:ro \
         --volume /fsx/runs/golden/data/train:/opt/ml/input/data/train:ro \
         --volume /fsx/runs/golden/model:/opt/ml/model \

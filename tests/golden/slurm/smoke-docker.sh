@@ -14,6 +14,7 @@ set -uo pipefail
 # The plan lies in the run folder on the shared file system; every node's container reads it there.
 export DOCKYARD_PLAN=/opt/ml/input/data/plan/plan.json
 export DOCKYARD_RUN_ID=golden-run
+export DOCKYARD_RUN_AS=1000:1000
 # The master (the first node of SLURM_JOB_NODELIST) listens on a port of this job's own.
 export MASTER_PORT=${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 10000))}
 attempt=$((${SLURM_RESTART_COUNT:-0} + 1))
@@ -32,6 +33,7 @@ run_node() {
         --env SLURMD_NODENAME \
         --env SLURM_RESTART_COUNT \
         --env MASTER_PORT \
+        --env DOCKYARD_RUN_AS \
         --volume /fsx/runs/golden/plan:/opt/ml/input/data/plan:ro \
         --volume /fsx/runs/golden/model:/opt/ml/model \
         --volume /fsx/runs/golden/checkpoints:/opt/ml/checkpoints \
