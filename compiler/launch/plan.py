@@ -7,6 +7,7 @@ caller's account decides (`with_account_defaults`).
 
 import dataclasses
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
@@ -14,17 +15,21 @@ from compiler.core.capabilities import TargetCapabilities
 from compiler.launch.dataset import with_dataset_tokens
 from compiler.planner.compile import compile_plan
 from compiler.spec import Plan
-from compiler.spec.schema import Config
+from compiler.spec.schema import Config, DataFormat
 from compiler.targets import registry
 
 PLAN_FILE, REPORT_FILE = "plan.json", "report.md"
 
 
-def checked_plan(config: Config) -> Plan:
-    """`config` compiled by the planner and checked by its target's own rules."""
+def checked_plan(config: Config, chat_date: str | None = None) -> Plan:
+    """`config` compiled by the planner and checked by its target's own rules; a chat plan dated `chat_date`
+    (a resumed run's first attempt's), else today (UTC)."""
     target = registry.get(config.target.kind.value)
     targets = TargetCapabilities(own=target.capabilities, registered=registry.capabilities())
-    return with_dataset_tokens(compile_plan(config, targets, target.check))
+    plan = compile_plan(config, targets, target.check)
+    if plan.data.format is DataFormat.chat:
+        plan = dataclasses.replace(plan, chat_date=chat_date or datetime.now(UTC).date().isoformat())
+    return with_dataset_tokens(plan)
 
 
 def with_account_defaults(config: Config, out: IO[str] | None = None) -> Config:

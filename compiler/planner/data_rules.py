@@ -11,6 +11,7 @@ from pathlib import Path
 from compiler.core import grammar
 from compiler.core.architectures import ARCHITECTURES
 from compiler.core.capabilities import TargetCapabilities
+from compiler.planner.chat_templates import check_templates
 from compiler.spec import Layout, schema
 from compiler.spec.contract import TOKENIZER_CHANNEL
 from compiler.spec.errors import ConfigError
@@ -107,6 +108,8 @@ def check_tokenizer(config: schema.Config, facts: TokenizerFacts) -> None:
             "chat needs the tokenizer's chat template, and it has none",
             "use a tokenizer with chat_template (chat_template.jinja), or data.format=text",
         )
+    if config.data.format is schema.DataFormat.chat:
+        check_templates(facts, "data.tokenizer")
 
 
 def _tokenizer_facts(config: schema.Config, targets: TargetCapabilities) -> TokenizerFacts | None:

@@ -51,8 +51,9 @@ class ChatRecordError(ValueError):
 class Encoded:
     ids: np.ndarray
     targets: np.ndarray
-    ends_turn: bool
-    """The template ends the last target turn with a special token: the end-of-text token after it is no target."""
+    eos_target: bool = True
+    """Whether the end-of-text token after the document is a target: not where the template ends the last reply
+    with its own end-of-turn marker, nor after a conversation that ends with no reply."""
 
 
 def conversation(record: dict) -> tuple[list[dict], list[dict] | None, int]:
@@ -87,22 +88,23 @@ class ChatEncoder:
         messages, tools, first = conversation(record)
         if self.loss_on is LossOn.all:
             ids = np.asarray(self._apply(messages, tools, tokenize=True, return_dict=True)["input_ids"], dtype=np.uint32)
-            return Encoded(ids, np.ones(len(ids), dtype=np.uint8), ends_turn=False)
+            return Encoded(ids, np.ones(len(ids), dtype=np.uint8))
         template = self.tokenizer.get_chat_template(tools=tools)
         if GENERATION_TAG.search(template) and first == 0:
             out = self._apply(messages, tools, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
             ids, targets = np.asarray(out["input_ids"]), np.asarray(out["assistant_masks"], dtype=np.uint8)
         else:
             ids, targets = self._found_replies(messages, tools, first)
-        last = np.flatnonzero(targets)
-        ends = bool(len(last)) and bool(np.isin(ids[last[-1]], self.special_ids))
-        return Encoded(ids.astype(np.uint32), targets, ends_turn=ends)
+        trained = np.flatnonzero(targets)
+        ends_turn = bool(len(trained)) and bool(np.isin(ids[trained[-1]], self.special_ids))
+        last_is_reply = len(messages) > first and messages[-1].get("role") == "assistant"
+        return Encoded(ids.astype(np.uint32), targets, eos_target=last_is_reply and not ends_turn)
 
     def _plain_completion(self, prompt: str, completion: str) -> Encoded:
         encoding = self.tokenizer(prompt + completion, add_special_tokens=False, return_offsets_mapping=True)
         starts = np.asarray([start for start, _ in encoding["offset_mapping"]], dtype=np.int64)
         ids = np.asarray(encoding["input_ids"], dtype=np.uint32)
-        return Encoded(ids, (starts >= len(prompt)).astype(np.uint8), ends_turn=False)
+        return Encoded(ids, (starts >= len(prompt)).astype(np.uint8))
 
     def _apply(self, messages: list[dict], tools: list[dict] | None, **options):
         with self._dated(self.tokenizer.get_chat_template(tools=tools)):
