@@ -23,7 +23,6 @@ from datetime import date, datetime
 from pathlib import Path
 
 import numpy as np
-from jinja2 import TemplateError
 
 from compiler.spec.schema import LossOn
 
@@ -107,6 +106,8 @@ class ChatEncoder:
         return Encoded(ids, (starts >= len(prompt)).astype(np.uint8))
 
     def _apply(self, messages: list[dict], tools: list[dict] | None, **options):
+        from jinja2 import TemplateError  # transformers' environment raises it; loaded with transformers
+
         with self._dated(self.tokenizer.get_chat_template(tools=tools)):
             try:
                 return self.tokenizer.apply_chat_template(messages, tools=tools, **options)
