@@ -92,7 +92,10 @@ def test_assistant_targets_are_the_replies(tokenizer):
     encoded = token_cache.Encoder(tokenizer, DataFormat.chat, LossOn.assistant).encode(batch)[0]
     ids, targets = encoded.ids, encoded.targets
     decode = Tokenizer.from_file(str(tokenizer / "tokenizer.json")).decode
-    assert decode(ids[targets == 1].tolist(), skip_special_tokens=False) == batch[0][1]["messages"][-1]["content"] + "<|end|>"
+    assert (
+        decode(ids[targets == 1].tolist(), skip_special_tokens=False)
+        == batch[0][1]["messages"][-1]["content"] + "<|end|>"
+    )
     assert 0 < targets.sum() < len(ids) / 2
     assert not encoded.eos_target  # <|end|> ends the reply: the end-of-text token after it is no target
     every = token_cache.Encoder(tokenizer, DataFormat.chat, LossOn.all).encode(batch)[0]

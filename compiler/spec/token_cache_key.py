@@ -89,7 +89,11 @@ def cache_key(plan: Plan, tokenizer: Path, data_folder: Path, train: list[Path],
         "train": content_hash(train, data_folder),
         "validation_data": content_hash(validation, data_folder),
         "tokenizer": content_hash(
-            [p for p in (tokenizer / n for n in (TOKENIZER_FILE, CONFIG_FILE, TEMPLATE_FILE, TEMPLATES_DIR)) if p.exists()],
+            [
+                p
+                for p in (tokenizer / n for n in (TOKENIZER_FILE, CONFIG_FILE, TEMPLATE_FILE, TEMPLATES_DIR))
+                if p.exists()
+            ],
             tokenizer,
         ),
     }

@@ -4,11 +4,13 @@ environment, globals and special tokens), with `strftime_now` giving the date th
 restarted or repeated run tokenizes as its first attempt did.
 
 The targets (`data.loss_on=assistant`) are each assistant message's content and the end-of-turn marker the
-template writes after it. A template with `{% generation %}` blocks says so itself (transformers' assistant
-mask). For the others the replies are found by rendering the conversation a second time with each reply
-replaced by a placeholder: the text between placeholders is the template's own, so walking both renderings
-side by side puts every reply at its place, whatever the template trims, moves or repeats elsewhere. The
-end-of-turn marker is the first special token after the reply (`<|im_end|>`, `<|eot_id|>`, `</s>`, ...).
+template writes after it, with what lies between (the turn's tool calls). A template with `{% generation %}`
+blocks says so itself (transformers' assistant mask). For the others the replies are found by rendering the
+conversation a second time with each reply replaced by a placeholder: the text between placeholders is the
+template's own, so walking both renderings side by side puts every reply at its place, whatever the template
+trims, moves or repeats elsewhere. The end-of-turn marker is the first special token after the reply
+(`<|im_end|>`, `<|eot_id|>`, `</s>`, ...). A reply with no text (a turn of tool calls alone) that the template
+writes differently from a placeholder is no target.
 
 A record is `{"messages": [...], "tools": [...]}` (tools optional) or `{"prompt": ..., "completion": ...}`:
 message lists rendered as one conversation with the completion's messages as targets, or plain strings
@@ -86,7 +88,9 @@ class ChatEncoder:
             return self._plain_completion(record["prompt"], record["completion"])
         messages, tools, first = conversation(record)
         if self.loss_on is LossOn.all:
-            ids = np.asarray(self._apply(messages, tools, tokenize=True, return_dict=True)["input_ids"], dtype=np.uint32)
+            ids = np.asarray(
+                self._apply(messages, tools, tokenize=True, return_dict=True)["input_ids"], dtype=np.uint32
+            )
             return Encoded(ids, np.ones(len(ids), dtype=np.uint8))
         template = self.tokenizer.get_chat_template(tools=tools)
         if GENERATION_TAG.search(template) and first == 0:
@@ -148,8 +152,8 @@ class ChatEncoder:
         for (begin, end), limit in zip(spans, [b for b, _ in spans[1:]] + [len(text)], strict=True):
             targets[(starts < end) & (ends > begin)] = 1  # a token that starts on the space before a reply is in it
             marker = np.flatnonzero(special & (starts >= end) & (starts < limit))
-            if len(marker):
-                targets[marker[0]] = 1
+            if len(marker):  # what the template writes after the reply in its turn (tool calls), and the marker
+                targets[(starts >= end) & (starts <= starts[marker[0]])] = 1
         return ids, targets
 
     def _skeleton(self, messages: list[dict], tools: list[dict] | None, replies: list[int], skip_empty: bool) -> str:
