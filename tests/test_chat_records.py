@@ -51,7 +51,7 @@ def test_tool_calls_render_as_the_template_does_and_the_replies_are_targets(qwen
     encoded = chat.encode({"messages": TOOL_CONVERSATION, "tools": TOOLS})
     expected = chat.tokenizer.apply_chat_template(TOOL_CONVERSATION, tools=TOOLS, tokenize=True)["input_ids"]
     assert encoded.ids.tolist() == expected
-    runs = target_runs(chat, encoded.ids, encoded.targets)
+    runs = target_runs(chat.tokenizer, encoded.ids, encoded.targets)
     call = '\n<tool_call>\n{"name": "weather", "arguments": {}}\n</tool_call>'
     assert runs == ["Let me look." + call + "<|im_end|>", "Rain and 4 degrees.<|im_end|>"]  # the call is trained
     assert "rain, 4 C" not in "".join(runs)
@@ -64,7 +64,9 @@ def test_prompt_completion_rows_train_the_completion_only(qwen):
     shot = [{"role": "user", "content": "Say one."}, {"role": "assistant", "content": "One."}]
     prompt = [*shot, {"role": "user", "content": "Say two."}]
     conversational = chat.encode({"prompt": prompt, "completion": [{"role": "assistant", "content": "Two."}]})
-    assert target_runs(chat, conversational.ids, conversational.targets) == ["Two.<|im_end|>"]  # not the example
+    assert target_runs(chat.tokenizer, conversational.ids, conversational.targets) == [
+        "Two.<|im_end|>"
+    ]  # not the example
 
 
 def test_generation_blocks_give_transformers_assistant_mask(tmp_path, qwen):
@@ -91,7 +93,7 @@ def test_named_templates_are_read_and_the_tool_template_renders_tools(tmp_path, 
     chat = encoder(tmp_path)
     with_tools = chat.encode({"messages": TOOL_CONVERSATION, "tools": TOOLS})
     assert chat.tokenizer.decode(with_tools.ids.tolist()).startswith("TOOLS 1|")
-    assert target_runs(chat, with_tools.ids, with_tools.targets)[-1] == "Rain and 4 degrees.<|im_end|>"
+    assert target_runs(chat.tokenizer, with_tools.ids, with_tools.targets)[-1] == "Rain and 4 degrees.<|im_end|>"
 
 
 def test_a_template_exception_names_the_file_and_record(tmp_path):

@@ -87,10 +87,10 @@ def encoders(tmp_path_factory) -> dict[str, ChatEncoder]:
     }
 
 
-def target_runs(encoder: ChatEncoder, ids: np.ndarray, targets: np.ndarray) -> list[str]:
+def target_runs(tokenizer, ids: np.ndarray, targets: np.ndarray) -> list[str]:
     """The text of each run of consecutive target tokens."""
     edges = np.flatnonzero(np.diff(np.concatenate([[0], targets, [0]])))
-    return [encoder.tokenizer.decode(ids[a:b].tolist()) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+    return [tokenizer.decode(ids[a:b].tolist()) for a, b in zip(edges[::2], edges[1::2], strict=True)]
 
 
 @pytest.mark.parametrize("conversation", CONVERSATIONS)
@@ -107,7 +107,7 @@ def test_ids_are_transformers_and_targets_are_the_replies(encoders, name, conver
     assert encoded.ids.tolist() == expected_ids
     replies = [m["content"] for m in messages if m["role"] == "assistant"]
     expected = [(reply.strip() if model.trims else reply) + model.marker for reply in replies]
-    runs = target_runs(encoder, encoded.ids, encoded.targets)
+    runs = target_runs(encoder.tokenizer, encoded.ids, encoded.targets)
     assert len(runs) == len(expected)
     for run, reply in zip(runs, expected, strict=True):  # a reply's first token may start on the space before it
         assert run.endswith(reply) and not run[: len(run) - len(reply)].strip(), (run, reply)
