@@ -32,6 +32,9 @@ MODELS = {
     "llama3.2": Model(
         "<|begin_of_text|>", "<|eot_id|>", ("<|start_header_id|>", "<|end_header_id|>"), "<|eot_id|>", True
     ),
+    "llama3.3": Model(
+        "<|begin_of_text|>", "<|eot_id|>", ("<|start_header_id|>", "<|end_header_id|>"), "<|eot_id|>", True
+    ),
     "qwen2.5": Model(None, "<|im_end|>", ("<|endoftext|>", "<|im_start|>"), "<|im_end|>", False),
     "qwen3": Model(None, "<|im_end|>", ("<|endoftext|>", "<|im_start|>"), "<|im_end|>", False),
     "mistral-v0.3": Model("<s>", "</s>", ("[INST]", "[/INST]", "[TOOL_CALLS]"), "</s>", True),
