@@ -153,3 +153,17 @@ def test_a_chat_plan_is_dated_and_its_template_compiled(tmp_path, qwen):
     (broken / "chat_template.jinja").write_text("{% for message in messages %}{{ message.content }}")
     with pytest.raises(ConfigError, match=r"data.tokenizer: its chat template 'default' does not compile: .*endfor"):
         tiny_plan(*overrides[:1], overrides[1], f"data.tokenizer={broken}", "model.vocab=512", "data.format=chat")
+
+
+def test_the_plan_renders_the_first_records_and_names_a_template_refusal(tmp_path):
+    gemma = make_tokenizer(tmp_path / "gemma", "gemma2")
+    fine = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
+    system = {"messages": [{"role": "system", "content": "Be brief."}, *fine["messages"]]}
+    data = tmp_path / "data"
+    write_jsonl(data / "a.jsonl", [fine, fine, system])
+    overrides = ("data=local", f"data.path={data}", f"data.tokenizer={gemma}", "model.vocab=512", "data.format=chat")
+    message = rf"data.path: {data / 'a.jsonl'}, record 3: the chat template raised: 'System role not supported'"
+    with pytest.raises(ConfigError, match=message):
+        tiny_plan(*overrides)
+    write_jsonl(data / "a.jsonl", [fine, fine])
+    assert tiny_plan(*overrides).chat_date

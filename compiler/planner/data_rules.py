@@ -11,10 +11,11 @@ from pathlib import Path
 from compiler.core import grammar
 from compiler.core.architectures import ARCHITECTURES
 from compiler.core.capabilities import TargetCapabilities
-from compiler.planner.chat_templates import check_templates
+from compiler.planner.chat_templates import check_first_records, check_templates
 from compiler.spec import Layout, schema
 from compiler.spec.contract import TOKENIZER_CHANNEL
 from compiler.spec.errors import ConfigError
+from compiler.spec.token_cache_key import sources
 from compiler.spec.tokenizer import TOKENIZER_FILE, TokenizerFacts, tokenizer_location
 
 
@@ -110,6 +111,8 @@ def check_tokenizer(config: schema.Config, facts: TokenizerFacts) -> None:
         )
     if config.data.format is schema.DataFormat.chat:
         check_templates(facts, "data.tokenizer")
+        if config.data.source is schema.DataSource.local and config.data.path and Path(config.data.path).exists():
+            check_first_records(facts, sources(Path(config.data.path)))
 
 
 def _tokenizer_facts(config: schema.Config, targets: TargetCapabilities) -> TokenizerFacts | None:
