@@ -29,12 +29,12 @@ def test_phi4_mini_conversations_fine_tune_with_the_replies_as_targets(engine, t
     write_jsonl(data / "held/val.jsonl", records[320:])
     command = [DOCKYARD, "launch", "experiment=smoke", "data=local", f"data.path={data}", "data.format=chat"]
     command += [f"data.tokenizer={tokenizer_folder}", "model.vocab=512", "data.validation=held"]
-    command += ["trainer.steps=16", "trainer.eval_interval=8", "hydra.run.dir=run"]
+    command += ["trainer.steps=10", "trainer.eval_interval=5", "hydra.run.dir=run"]
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir = tmp_path / "run"
     validation = {row["step"]: row["val_loss"] for row in runs.loss_curve(run_dir) if "val_loss" in row}
-    assert list(validation) == [8, 16] and validation[16] < validation[8], validation
+    assert list(validation) == [5, 10] and validation[10] < validation[5], validation
 
     plan = Plan.from_json((run_dir / "plan.json").read_text())
     assert plan.chat_date is not None

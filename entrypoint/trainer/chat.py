@@ -105,9 +105,9 @@ class ChatEncoder:
 
     def _plain_completion(self, prompt: str, completion: str) -> Encoded:
         encoding = self.tokenizer(prompt + completion, add_special_tokens=False, return_offsets_mapping=True)
-        starts = np.asarray([start for start, _ in encoding["offset_mapping"]], dtype=np.int64)
+        ends = np.asarray([end for _, end in encoding["offset_mapping"]], dtype=np.int64)
         ids = np.asarray(encoding["input_ids"], dtype=np.uint32)
-        return Encoded(ids, (starts >= len(prompt)).astype(np.uint8))
+        return Encoded(ids, (ends > len(prompt)).astype(np.uint8))  # a token across the join is the completion's
 
     def _apply(self, messages: list[dict], tools: list[dict] | None, **options):
         from jinja2 import TemplateError  # transformers' environment raises it; loaded with transformers
