@@ -88,13 +88,18 @@ def test_validation_by_path_holds_out_that_file(tmp_path):
 def test_assistant_targets_are_the_replies(tokenizer):
     from tokenizers import Tokenizer
 
-    conversation = conversations(1)[0]  # system, user, assistant
-    ids, targets = token_cache.Encoder(tokenizer, DataFormat.chat, LossOn.assistant).encode([conversation])[0]
+    batch = [("a.jsonl, record 1", {"messages": conversations(1)[0]})]  # system, user, assistant
+    encoded = token_cache.Encoder(tokenizer, DataFormat.chat, LossOn.assistant).encode(batch)[0]
+    ids, targets = encoded.ids, encoded.targets
     decode = Tokenizer.from_file(str(tokenizer / "tokenizer.json")).decode
-    assert decode(ids[targets == 1].tolist(), skip_special_tokens=False) == conversation[-1]["content"] + "<|end|>"
+    assert (
+        decode(ids[targets == 1].tolist(), skip_special_tokens=False)
+        == batch[0][1]["messages"][-1]["content"] + "<|end|>"
+    )
     assert 0 < targets.sum() < len(ids) / 2
-    _, every = token_cache.Encoder(tokenizer, DataFormat.chat, LossOn.all).encode([conversation])[0]
-    assert every.all()
+    assert not encoded.eos_target  # <|end|> ends the reply: the end-of-text token after it is no target
+    every = token_cache.Encoder(tokenizer, DataFormat.chat, LossOn.all).encode(batch)[0]
+    assert every.targets.all() and every.eos_target
 
 
 def test_masked_targets_give_the_loss_on_assistant_tokens_only():

@@ -36,9 +36,9 @@ def run_folder() -> Path:
     return Path(HydraConfig.get().runtime.output_dir).resolve()
 
 
-def compile_into(config: Config, stage: Path, run_dir: Path) -> Plan:
+def compile_into(config: Config, stage: Path, run_dir: Path, chat_date: str | None = None) -> Plan:
     """Compile, print the summary, and write plan.json and report.md (into `stage`, bound for `run_dir`)."""
-    plan = checked_plan(config)
+    plan = checked_plan(config, chat_date)
     write_plan(plan, stage)
     (stage / REPORT_FILE).write_text(report_markdown(plan))
     print("\n".join(summary_lines(plan)))
@@ -92,7 +92,7 @@ def _launch(cfg: DictConfig, resuming: Resume | None) -> None:
         config = with_account_defaults(to_config(cfg))
         if resuming is not None:
             check_reshard(resuming.plan, checked_plan(config))
-        plan = compile_into(config, stage, run_dir)
+        plan = compile_into(config, stage, run_dir, resuming.plan.chat_date if resuming else None)
         run_id = runs.run_id_for(plan, datetime.now(UTC)) if resuming is None else resuming.job_id
         planned = runs.dry_run_image(plan, planned_reference(plan, cwd=Path.cwd()))
         runs.preflight(plan, runs.translate(plan, planned, run_id, run_dir))  # refusals before any side effect

@@ -84,13 +84,13 @@ def python_dependencies(image: schema.ImageConfig) -> list[str]:
 def feature_dependencies(plan: Plan) -> list[str]:
     """Pinned packages only some plans need, in a layer of their own above dockyard's (which every plan of
     the family shares): the document readers for `data.format` text or chat, Hugging Face's transformers for
-    model=hf, peft for LoRA, the clients of `trainer.trackers` (and the sagemaker-mlflow plugin for a managed
-    MLflow server's ARN)."""
+    model=hf and for chat (its chat rendering), peft for LoRA, the clients of `trainer.trackers` (and the
+    sagemaker-mlflow plugin for a managed MLflow server's ARN)."""
     image, model = plan.image, plan.model
     pins = []
     if plan.data.format is not schema.DataFormat.tokens:
         pins += [f"{name}=={getattr(image, name)}" for name in schema.DOCUMENT_PACKAGES]
-    if model.family == "hf":
+    if model.family == "hf" or plan.data.format is schema.DataFormat.chat:  # chat: transformers renders
         pins.append(f"transformers=={image.transformers}")
     if model.lora.rank:
         pins.append(f"peft=={image.peft}")

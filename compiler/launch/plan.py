@@ -7,6 +7,7 @@ caller's account decides (`with_account_defaults`).
 
 import dataclasses
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
@@ -15,25 +16,33 @@ from compiler.launch.dataset import with_dataset_tokens
 from compiler.planner.compile import compile_plan
 from compiler.planner.schedule_rules import steps_for_epochs
 from compiler.spec import Plan
-from compiler.spec.schema import Config
+from compiler.spec.schema import Config, DataFormat
 from compiler.targets import registry
 
 PLAN_FILE, REPORT_FILE = "plan.json", "report.md"
 
 
-def checked_plan(config: Config) -> Plan:
+def checked_plan(config: Config, chat_date: str | None = None) -> Plan:
     """`config` compiled by the planner and checked by its target's own rules. `trainer.epochs` needs the
     data's token count, which the first plan finds (`with_dataset_tokens`); the steps it makes are planned
-    again, so every rule sees the run's real length."""
+    again, so every rule sees the run's real length. A chat plan is dated `chat_date` (a resumed run's first
+    attempt's), else today (UTC)."""
     target = registry.get(config.target.kind.value)
     targets = TargetCapabilities(own=target.capabilities, registered=registry.capabilities())
-    plan = with_dataset_tokens(compile_plan(config, targets, target.check))
+    plan = with_dataset_tokens(_dated(compile_plan(config, targets, target.check), chat_date))
     if config.trainer.epochs is None:
         return plan
     count = plan.dataset.tokens if plan.dataset else None
     steps = steps_for_epochs(config.trainer.epochs, count, plan.batch.tokens_per_step)
     resolved = compile_plan(with_values(config, {"trainer.steps": steps}), targets, target.check)
-    return dataclasses.replace(resolved, dataset=plan.dataset)  # the count does not depend on the steps
+    # the count does not depend on the steps
+    return dataclasses.replace(resolved, dataset=plan.dataset, chat_date=plan.chat_date)
+
+
+def _dated(plan: Plan, chat_date: str | None) -> Plan:
+    if plan.data.format is not DataFormat.chat:
+        return plan
+    return dataclasses.replace(plan, chat_date=chat_date or datetime.now(UTC).date().isoformat())
 
 
 def with_account_defaults(config: Config, out: IO[str] | None = None) -> Config:

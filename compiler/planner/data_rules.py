@@ -14,6 +14,7 @@ from compiler.core.capabilities import TargetCapabilities
 from compiler.spec import Layout, schema
 from compiler.spec.contract import TOKENIZER_CHANNEL
 from compiler.spec.errors import ConfigError
+from compiler.spec.token_cache_key import sources
 from compiler.spec.tokenizer import TOKENIZER_FILE, TokenizerFacts, tokenizer_location
 
 
@@ -107,6 +108,12 @@ def check_tokenizer(config: schema.Config, facts: TokenizerFacts) -> None:
             "chat needs the tokenizer's chat template, and it has none",
             "use a tokenizer with chat_template (chat_template.jinja), or data.format=text",
         )
+    if config.data.format is schema.DataFormat.chat:
+        from compiler.planner import chat_templates  # jinja2 for chat plans only: `dockyard plan` starts fast
+
+        chat_templates.check_templates(facts, "data.tokenizer")
+        if config.data.source is schema.DataSource.local and config.data.path and Path(config.data.path).exists():
+            chat_templates.check_first_records(facts, sources(Path(config.data.path)))
 
 
 def _tokenizer_facts(config: schema.Config, targets: TargetCapabilities) -> TokenizerFacts | None:

@@ -58,6 +58,9 @@ class Plan:
     dataset: DatasetTokens | None = None
     """The training data's token count when the host knows it (`data.tokens`, or an earlier run's token cache
     of the same data, tokenizer and options): the summary's epochs and time per epoch."""
+    chat_date: str | None = None
+    """data.format=chat: the day the plan was compiled (ISO, UTC), which the chat template's `strftime_now`
+    reads on every node and every attempt, so that a resumed run tokenizes as its first attempt did."""
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:

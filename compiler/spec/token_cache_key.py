@@ -13,10 +13,11 @@ from pathlib import Path
 
 from compiler.spec.plan import Plan
 from compiler.spec.schema import DataFormat
-from compiler.spec.tokenizer import CONFIG_FILE, TEMPLATE_FILE, TOKENIZER_FILE
+from compiler.spec.tokenizer import CONFIG_FILE, TEMPLATE_FILE, TEMPLATES_DIR, TOKENIZER_FILE
 
-CACHE_VERSION = 1
-"""Raised when the cache's layout or the encoding changes, so that old folders are not read."""
+CACHE_VERSION = 2
+"""Raised when the cache's layout or the encoding changes, so that old folders are not read (2: chat rendered
+by transformers, with its date)."""
 TOKEN_CACHE_DIR = "token-cache"
 """The cache's folder under the checkpoints when `data.cache` is unset."""
 META_FILE = "meta.json"
@@ -82,12 +83,17 @@ def cache_key(plan: Plan, tokenizer: Path, data_folder: Path, train: list[Path],
         "format": data.format.value,
         "field": data.field,
         "loss_on": data.loss_on.value if data.format is DataFormat.chat else None,
+        "chat_date": plan.chat_date,
         "validation": data.validation,
         "seed": plan.trainer.seed if fraction else None,
         "train": content_hash(train, data_folder),
         "validation_data": content_hash(validation, data_folder),
         "tokenizer": content_hash(
-            [p for p in (tokenizer / n for n in (TOKENIZER_FILE, CONFIG_FILE, TEMPLATE_FILE)) if p.is_file()],
+            [
+                p
+                for p in (tokenizer / n for n in (TOKENIZER_FILE, CONFIG_FILE, TEMPLATE_FILE, TEMPLATES_DIR))
+                if p.exists()
+            ],
             tokenizer,
         ),
     }

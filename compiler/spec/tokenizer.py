@@ -3,8 +3,9 @@ a local tokenizer against the model before anything runs, and the trainer reads 
 end-of-document token the same way (the `tokenizers` library only encodes).
 
 A Hugging Face tokenizer folder holds `tokenizer.json` (the vocabulary and the encoding pipeline) and
-`tokenizer_config.json` (the special tokens' names, and the chat template in older releases; newer ones
-write it to `chat_template.jinja`).
+`tokenizer_config.json` (the special tokens' names, and the chat template in older releases: a string, or a
+list of named templates; newer ones write it to `chat_template.jinja` and the other named templates to
+`additional_chat_templates/<name>.jinja`).
 """
 
 import json
@@ -16,6 +17,8 @@ from compiler.spec.schema import DataConfig, ModelConfig
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
 TEMPLATE_FILE = "chat_template.jinja"
+TEMPLATES_DIR = "additional_chat_templates"
+DEFAULT_TEMPLATE = "default"
 
 
 def tokenizer_location(data: DataConfig, model: ModelConfig) -> str | None:
@@ -32,8 +35,14 @@ class TokenizerFacts:
     """Token ids run from 0 to vocab - 1 (the base vocabulary and the added tokens)."""
     eos_token: str | None
     eos_id: int | None
-    chat_template: str | None
+    chat_templates: dict[str, str]
+    """The chat templates by name, as transformers reads them (the one template of most tokenizers is `default`)."""
     bos_token: str | None
+
+    @property
+    def chat_template(self) -> str | None:
+        """The template a conversation without tools is rendered with (transformers' choice)."""
+        return self.chat_templates.get(DEFAULT_TEMPLATE)
 
     @classmethod
     def read(cls, folder: Path) -> "TokenizerFacts":
@@ -42,16 +51,29 @@ class TokenizerFacts:
         config_path = folder / CONFIG_FILE
         config = json.loads(config_path.read_text()) if config_path.is_file() else {}
         ids = _vocabulary_ids(tokenizer)
-        template_path = folder / TEMPLATE_FILE
-        template = template_path.read_text() if template_path.is_file() else config.get("chat_template")
         eos, bos = _token_name(config.get("eos_token")), _token_name(config.get("bos_token"))
         return cls(
             vocab=max(ids.values()) + 1,
             eos_token=eos,
             eos_id=ids.get(eos) if eos else None,
-            chat_template=template if isinstance(template, str) else None,
+            chat_templates=_chat_templates(folder, config.get("chat_template")),
             bos_token=bos,
         )
+
+
+def _chat_templates(folder: Path, configured: object) -> dict[str, str]:
+    """`chat_template.jinja` and `additional_chat_templates/*.jinja`, else tokenizer_config.json's
+    `chat_template`: a string, a list of {"name", "template"}, or a mapping of names to templates."""
+    if (folder / TEMPLATE_FILE).is_file():
+        extra = sorted((folder / TEMPLATES_DIR).glob("*.jinja"))
+        return {DEFAULT_TEMPLATE: (folder / TEMPLATE_FILE).read_text(), **{p.stem: p.read_text() for p in extra}}
+    if isinstance(configured, str):
+        return {DEFAULT_TEMPLATE: configured}
+    if isinstance(configured, list):
+        configured = {item.get("name"): item.get("template") for item in configured if isinstance(item, dict)}
+    if isinstance(configured, dict):
+        return {name: text for name, text in configured.items() if isinstance(name, str) and isinstance(text, str)}
+    return {}
 
 
 def _vocabulary_ids(tokenizer: dict) -> dict[str, int]:

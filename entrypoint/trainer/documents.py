@@ -2,8 +2,9 @@
 without unpacking to disk), plain text (one document per file), Parquet, and folders a `datasets` Dataset
 was saved to with `save_to_disk`.
 
-A record is a JSON object, a Parquet row or a dataset row; `text` reads its `data.field` column, `chat`
-its `messages` list of {role, content}.
+A record is a JSON object, a Parquet row or a dataset row; `text` reads its `data.field` column, `chat` a
+conversation: `messages` (a list of {role, content}, with an optional `tools` list) or `prompt` and
+`completion` (both strings, or both message lists).
 """
 
 import gzip
@@ -17,34 +18,53 @@ from compiler.spec.token_cache_key import PARQUET_SUFFIX, TEXT_SUFFIX, kind, sou
 
 __all__ = ["records", "sources", "split_sources"]
 
+CHAT_COLUMNS = ("messages", "tools", "prompt", "completion")
 
-def records(path: Path, fmt: DataFormat, field: str) -> Iterator[str | list[dict]]:
-    """Each record's text (`text`) or messages (`chat`), in file order."""
-    column = "messages" if fmt is DataFormat.chat else field
+
+def records(path: Path, fmt: DataFormat, field: str) -> Iterator[str | dict]:
+    """Each record's text (`text`) or conversation (`chat`: a dict of its CHAT_COLUMNS), in file order."""
     if kind(path) == TEXT_SUFFIX:
         if fmt is DataFormat.chat:
             raise ValueError(f"{path}: a .txt file holds text, not conversations (data.format=chat)")
         yield path.read_text()
         return
-    for number, row in enumerate(_rows(path, column), 1):
-        value = row.get(column)
-        wanted = list if fmt is DataFormat.chat else str
-        if not isinstance(value, wanted):
-            raise ValueError(f"{path}, record {number}: no {wanted.__name__} in its '{column}' field")
+    columns = CHAT_COLUMNS if fmt is DataFormat.chat else (field,)
+    for number, row in enumerate(_rows(path, columns), 1):
+        if fmt is DataFormat.chat:
+            yield _conversation(row, f"{path}, record {number}")
+            continue
+        value = row.get(field)
+        if not isinstance(value, str):
+            raise ValueError(f"{path}, record {number}: no str in its '{field}' field")
         yield value
 
 
-def _rows(path: Path, column: str) -> Iterator[dict]:
+def _conversation(row: dict, where: str) -> dict:
+    """The record's conversation columns, with the shapes checked (None is a column this row leaves empty)."""
+    found = {name: row[name] for name in CHAT_COLUMNS if row.get(name) is not None}
+    if isinstance(found.get("messages"), list):
+        return {name: found[name] for name in ("messages", "tools") if name in found}
+    prompt, completion = found.get("prompt"), found.get("completion")
+    if isinstance(prompt, str | list) and type(prompt) is type(completion):
+        return {name: found[name] for name in ("prompt", "completion", "tools") if name in found}
+    raise ValueError(
+        f"{where}: no conversation: a 'messages' list, or 'prompt' and 'completion' (both text or both lists)"
+    )
+
+
+def _rows(path: Path, columns: tuple[str, ...]) -> Iterator[dict]:
     if path.is_dir():
         import datasets
 
-        yield from datasets.load_from_disk(str(path)).select_columns([column])
+        dataset = datasets.load_from_disk(str(path))
+        yield from dataset.select_columns([c for c in columns if c in dataset.column_names])
         return
     suffix = kind(path)
     if suffix == PARQUET_SUFFIX:
         import pyarrow.parquet as pq
 
-        for batch in pq.ParquetFile(path).iter_batches(columns=[column]):
+        table = pq.ParquetFile(path)
+        for batch in table.iter_batches(columns=[c for c in columns if c in table.schema_arrow.names]):
             yield from batch.to_pylist()
         return
     with _text_stream(path, suffix) as stream:

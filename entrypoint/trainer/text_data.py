@@ -9,6 +9,7 @@ own, padded with end-of-text tokens that are no targets and truncated (counted) 
 
 import time
 from collections.abc import Callable
+from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ import torch.distributed as dist
 from compiler.spec import Plan
 from compiler.spec.contract import TOKENIZER_CHANNEL
 from compiler.spec.s3 import download_s3
-from compiler.spec.schema import DataFormat
+from compiler.spec.schema import DataFormat, LossOn
 from compiler.spec.token_cache_key import TOKEN_CACHE_DIR, cache_key
 from compiler.spec.tokenizer import TokenizerFacts, tokenizer_location
 from entrypoint.launcher.cluster import Paths
@@ -25,6 +26,12 @@ from entrypoint.trainer import documents, token_cache
 from entrypoint.trainer.data import ShuffledWindows
 
 POLL_S = 1.0
+MIN_TARGET_SHARE = 0.01
+"""The least share of a chat split's tokens that must be targets with `data.loss_on=assistant`."""
+
+
+class TargetsError(ValueError):
+    """A chat split with no or too few target tokens."""
 
 
 class PackedDocuments(ShuffledWindows):
@@ -108,7 +115,8 @@ def ensure_cache(
     if leader and not folder.is_dir():
         log(f"token cache       building {folder}")
         root.mkdir(parents=True, exist_ok=True)
-        encoder = token_cache.Encoder(tokenizer, plan.data.format, plan.data.loss_on)
+        today = date.fromisoformat(plan.chat_date) if plan.chat_date else None
+        encoder = token_cache.Encoder(tokenizer, plan.data.format, plan.data.loss_on, today)
         fraction = plan.data.validation if isinstance(plan.data.validation, float) else None
         splits = {"train": train, "validation": validation}
         token_cache.build(root, keys[0], encoder, lambda: token_cache.batches(splits, plan, fraction), log)
@@ -131,12 +139,27 @@ def open_windows(plan: Plan, folder: Path, eos: int) -> tuple[ShuffledWindows, S
             return PackedDocuments(folder / name, seq_len, seed, plan.data.packing_mask)
         return SeparateDocuments(folder / name, seq_len, seed, eos)
 
+    check_targets(plan, meta)
     train = split("train")
     validation = split("validation") if plan.data.validation is not None else None
     if train.windows < 1 or (validation is not None and validation.windows < 1):
         empty = "training" if train.windows < 1 else "validation"
         raise ValueError(f"the {empty} documents fill less than one window of seq_len {seq_len} + 1 tokens")
     return train, validation, report_lines(plan, meta, folder, train.windows)
+
+
+def check_targets(plan: Plan, meta: token_cache.CacheMeta) -> None:
+    """A chat split whose targets are (nearly) none trains nothing while reporting a loss: refused before the
+    first step, naming the cause."""
+    if plan.data.format is not DataFormat.chat or plan.data.loss_on is not LossOn.assistant:
+        return
+    for name, counts in meta.splits.items():
+        if counts.documents and counts.targets < MIN_TARGET_SHARE * counts.tokens:
+            raise TargetsError(
+                f"data.loss_on=assistant: the {name} split has {counts.targets:,} target tokens of {counts.tokens:,} "
+                f"(under {MIN_TARGET_SHARE:.0%}): its conversations have (almost) no assistant replies the chat "
+                "template writes; check the records' roles and the tokenizer's chat template, or set data.loss_on=all"
+            )
 
 
 def report_lines(plan: Plan, meta: token_cache.CacheMeta, folder: Path, windows: int) -> list[str]:

@@ -17,7 +17,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from datetime import date
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +28,7 @@ from compiler.spec.schema import DataFormat, LossOn
 from compiler.spec.token_cache_key import META_FILE
 from compiler.spec.tokenizer import TOKENIZER_FILE, TokenizerFacts
 from entrypoint.trainer import documents
+from entrypoint.trainer.chat import ChatEncoder, ChatRecordError, Encoded, Rendering
 
 BATCH_DOCUMENTS = 1024
 PROGRESS_EVERY_S = 5.0
@@ -33,57 +36,29 @@ SPLITS = ("train", "validation")
 
 
 class Encoder:
-    """Documents → (token ids, target flags) with a Hugging Face tokenizer's `tokenizer.json`."""
+    """Documents → token ids and target flags: text with the `tokenizers` library's `tokenizer.json`, chat with
+    transformers' rendering (`entrypoint.trainer.chat`)."""
 
-    def __init__(self, folder: Path, fmt: DataFormat, loss_on: LossOn) -> None:
+    def __init__(self, folder: Path, fmt: DataFormat, loss_on: LossOn, today: date | None = None) -> None:
         from tokenizers import Tokenizer
 
-        self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
         self.facts = TokenizerFacts.read(folder)
-        self.format, self.loss_on = fmt, loss_on
-        self.template = _compiled(self.facts.chat_template) if fmt is DataFormat.chat else None
+        self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+        self.chat = ChatEncoder(folder, loss_on, today or date.today()) if fmt is DataFormat.chat else None
 
-    def encode(self, batch: list) -> list[tuple[np.ndarray, np.ndarray]]:
-        if self.template is None:
-            encodings = self.tokenizer.encode_batch(batch)
-            return [(np.asarray(e.ids, dtype=np.uint32), np.ones(len(e.ids), dtype=np.uint8)) for e in encodings]
-        rendered = [self._render(messages) for messages in batch]
-        encodings = self.tokenizer.encode_batch([text for text, _ in rendered], add_special_tokens=False)
-        return [self._chat_targets(e, spans) for e, (_, spans) in zip(encodings, rendered, strict=True)]
-
-    def _render(self, messages: list[dict]) -> tuple[str, list[tuple[int, int]]]:
-        """The conversation's text and the character spans of the assistant's replies: each reply's text up to
-        the next message, found by rendering the conversation one message longer at a time."""
-        text, spans, previous = "", [], ""
-        for index, message in enumerate(messages):
-            text = self._apply(messages[: index + 1])
-            if message.get("role") == "assistant" and text.startswith(previous):
-                found = text.find(str(message.get("content", "")), len(previous))
-                spans.append((found if found >= 0 else len(previous), len(text)))
-            previous = text
-        return text, spans
-
-    def _apply(self, messages: list[dict]) -> str:
-        special = {"bos_token": self.facts.bos_token or "", "eos_token": self.facts.eos_token or ""}
-        return self.template.render(messages=messages, add_generation_prompt=False, **special)
-
-    def _chat_targets(self, encoding, spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-        ids = np.asarray(encoding.ids, dtype=np.uint32)
-        if self.loss_on is LossOn.all:
-            return ids, np.ones(len(ids), dtype=np.uint8)
-        starts = np.asarray([start for start, _ in encoding.offsets] or [0])[: len(ids)]
-        targets = np.zeros(len(ids), dtype=np.uint8)
-        for begin, end in spans:
-            targets |= ((starts >= begin) & (starts < end)).astype(np.uint8)
-        return ids, targets
+    def encode(self, batch: list[tuple[str, Any]]) -> list[Encoded]:
+        """`batch` holds (where the record is, for errors: "file, record n"; the record)."""
+        if self.chat is None:
+            encodings = self.tokenizer.encode_batch([text for _, text in batch])
+            return [Encoded(np.asarray(e.ids, dtype=np.uint32), np.ones(len(e.ids), dtype=np.uint8)) for e in encodings]
+        return self.chat.tokenize([_rendered(self.chat, where, record) for where, record in batch])
 
 
-def _compiled(template: str | None):
-    """The chat template in a sandbox, as transformers renders it (jinja2 comes with torch)."""
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    return environment.from_string(template or "")
+def _rendered(chat: ChatEncoder, where: str, record: dict) -> Rendering:
+    try:
+        return chat.render(record)
+    except ChatRecordError as error:
+        raise ChatRecordError(f"{where}: {error}") from None
 
 
 @dataclass
@@ -117,15 +92,14 @@ def build(
     target, partial = folder / key, folder / f".{key}.{uuid.uuid4().hex}.partial"  # nodes may share the folder
     parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {split: [] for split in SPLITS}
     meta, started, shown = CacheMeta(key), time.perf_counter(), time.perf_counter()
-    eos = np.asarray([encoder.facts.eos_id], dtype=np.uint32)
     for split, batch in split_documents():
         counts = meta.splits.setdefault(split, SplitCounts())
-        for ids, targets in encoder.encode(batch):
-            eos_target = targets[-1:] if len(targets) else np.ones(1, dtype=np.uint8)
-            parts[split].append((np.concatenate([ids, eos]), np.concatenate([targets, eos_target])))
+        for encoded in encoder.encode(batch):
+            ids, targets = _with_eos(encoded, encoder.facts.eos_id)
+            parts[split].append((ids, targets))
             counts.documents, counts.tokens, counts.targets = (
                 counts.documents + 1,
-                counts.tokens + len(ids),
+                counts.tokens + len(ids) - 1,
                 counts.targets + int(targets.sum()),
             )
         if time.perf_counter() - shown > PROGRESS_EVERY_S:
@@ -142,6 +116,19 @@ def build(
     except OSError:
         shutil.rmtree(partial)  # another writer's folder is in place, with the same contents
     return meta
+
+
+def _with_eos(encoded: Encoded, eos: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """A document followed by the end-of-text token, which separates documents in the stream: appended unless the
+    rendering already ends with it (Phi's templates), and a target where the document does not end its last turn
+    itself (text; a chat template without an end-of-turn marker)."""
+    ids, targets = encoded.ids, encoded.targets
+    if len(ids) and ids[-1] == eos:
+        return ids, np.concatenate([targets[:-1], [int(encoded.eos_target)]]).astype(np.uint8)
+    return (
+        np.concatenate([ids, np.asarray([eos], dtype=np.uint32)]),
+        np.concatenate([targets, [int(encoded.eos_target)]]).astype(np.uint8),
+    )
 
 
 def _write_split(folder: Path, docs: list[tuple[np.ndarray, np.ndarray]]) -> None:
@@ -166,8 +153,8 @@ def batches(splits: dict[str, list[Path]], plan: Plan, fraction: float | None) -
     for split, paths in splits.items():
         batch: list = []
         for path in paths:
-            for record in documents.records(path, plan.data.format, plan.data.field):
-                batch.append(record)
+            for number, record in enumerate(documents.records(path, plan.data.format, plan.data.field), 1):
+                batch.append((f"{path}, record {number}", record))
                 if len(batch) == BATCH_DOCUMENTS:
                     yield from _drawn(split, batch, draw, fraction)
                     batch = []

@@ -26,6 +26,7 @@ from compiler.spec.tokenizer import TokenizerFacts
 from entrypoint.launcher.cluster import Paths
 from entrypoint.launcher.main import DEFAULT_TIMEOUT_S
 from entrypoint.trainer import checkpoint, restarts, text_data
+from entrypoint.trainer.chat import ChatRecordError
 from entrypoint.trainer.compiled import use_warm_cache
 from entrypoint.trainer.data import Batches, data_folder, make_source
 from entrypoint.trainer.engines import Engine, make_engine
@@ -279,12 +280,15 @@ def main(argv: list[str] | None = None) -> None:
     plan = Plan.from_json(args.plan.read_text())
     stop = os.environ.get("DOCKYARD_STOP_AT_STEP")
     with named_hangs():
-        train(
-            plan,
-            Paths(Path(os.environ.get("DOCKYARD_ROOT", "/opt/ml"))),
-            float(os.environ.get("DOCKYARD_TIMEOUT", DEFAULT_TIMEOUT_S)),
-            int(stop) if stop else None,
-        )
+        try:
+            train(
+                plan,
+                Paths(Path(os.environ.get("DOCKYARD_ROOT", "/opt/ml"))),
+                float(os.environ.get("DOCKYARD_TIMEOUT", DEFAULT_TIMEOUT_S)),
+                int(stop) if stop else None,
+            )
+        except (ChatRecordError, text_data.TargetsError) as error:  # the data's fault, said in one line
+            raise SystemExit(f"dockyard: {error}") from None
     leave(0)  # every rank has passed the final barrier with its files closed
 
 
