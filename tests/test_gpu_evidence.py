@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from bench import planner_accuracy
 from bench.gpu_evidence import apply, jobs
+from compiler.config.compose import compose_config
+from compiler.launch.plan import checked_plan
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "bench" / "gpu_evidence.sh"
@@ -86,6 +89,25 @@ def test_the_budget_stops_a_part_at_its_share_and_skips_the_rest_with_a_note(tmp
     assert len(paths["rows"]) + skipped == len(jobs.path_jobs("cpu", jobs.CPU_INSTANCE))
     assert parts["mfu"]["status"] != "done" and parts["accuracy"]["status"] == "waiting"
     assert "budget spent: skipped" in (out / "gpu_evidence.md").read_text()
+
+
+def test_every_job_of_the_gpu_run_plans_on_an_h100(hf_checkpoints):
+    """The CPU mode runs other shapes: the GPU run's own plans are checked here, so that a planner rule
+    added later cannot turn a lease's jobs into ConfigErrors."""
+    gpu_jobs = jobs.all_jobs("cuda", "NVIDIA H100 80GB HBM3")
+    for job in gpu_jobs["paths"] + gpu_jobs["mfu"]:
+        checkpoint = [f"model.path={hf_checkpoints['llama']}"] if job.get("kind") == "hf" else []
+        plan = checked_plan(compose_config([*job["overrides"], *checkpoint]))
+        assert plan.instance.gpu_memory_gib > 70 and plan.layout.world_size == job.get("world", 1)
+        assert plan.estimate.memory.total < plan.instance.gpu_memory_gib * 2**30, job["name"]  # fits one GPU
+    for job in gpu_jobs["accuracy"]:
+        args = (tuple(job["extra"]), job["strategy"], job["ranks"], job["micro_batch"], job["checkpointing"])
+        assert planner_accuracy.plan_for(*args).layout.world_size == job["ranks"]
+    assert len(gpu_jobs["accuracy"]) >= 12 and {job["name"] for job in gpu_jobs["mfu"]} == {
+        "gpt2-124m",
+        "gpt2-350m",
+        "llama3.2-1b",
+    }
 
 
 GPU_RUN = {
