@@ -16,6 +16,7 @@ import queue
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from datetime import UTC, datetime
@@ -48,6 +49,11 @@ def row(part: str, job: dict, result: dict) -> dict:
     return label(part, job) | result
 
 
+WORKER_OPTIONS = {"cwd": REPO, "stdout": subprocess.PIPE, "text": True, "start_new_session": True}
+"""A worker reports on its standard output, in a session of its own: stopping it stops its children too
+(torchrun and its ranks)."""
+
+
 class Worker:
     """A worker process and a thread reading its lines, so that waiting for the next one can time out."""
 
@@ -56,9 +62,7 @@ class Worker:
         path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         environment = {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore::FutureWarning"}
         self.log = log.open("a")
-        self.process = subprocess.Popen(
-            command, cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True
-        )
+        self.process = subprocess.Popen(command, env=environment, stderr=self.log, **WORKER_OPTIONS)
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -80,8 +84,15 @@ class Worker:
 
 def run_part(part: str, jobs: list[dict], device: str, deadline: float, evidence: Evidence, folder: Path) -> str:
     """The part's jobs, restarting a worker after each crash; the part's status."""
-    jobs_file = folder / f".{part}-jobs.json"
-    jobs_file.write_text(json.dumps(jobs))
+    with tempfile.TemporaryDirectory(prefix="gpu-evidence-") as temporary:
+        jobs_file = Path(temporary) / "jobs.json"
+        jobs_file.write_text(json.dumps(jobs))
+        return run_jobs(part, jobs, device, deadline, evidence, folder, jobs_file)
+
+
+def run_jobs(
+    part: str, jobs: list[dict], device: str, deadline: float, evidence: Evidence, folder: Path, jobs_file: Path
+) -> str:
     log = folder / f"gpu_evidence-{part}.log"
     log.write_text("")
     done = 0
@@ -113,7 +124,11 @@ def run_part(part: str, jobs: list[dict], device: str, deadline: float, evidence
             evidence.note(part, f"the worker did not start: {error}")
             return "failed: the worker did not start"
         if current == done:  # the worker died inside job `done`; otherwise it ended after a job run alone
-            evidence.add_row(part, label(part, jobs[done]) | {"ok": False, "error": f"worker died (exit status {worker.process.returncode}): {error}"})
+            evidence.add_row(
+                part,
+                label(part, jobs[done])
+                | {"ok": False, "error": f"worker died (exit status {worker.process.returncode}): {error}"},
+            )
             done += 1
     return "done"
 
@@ -162,7 +177,8 @@ def main() -> None:
         status = run_part(part, all_jobs[part], device, part_started + share, evidence, args.out)
         evidence.finish(part, status, time.monotonic() - part_started)
     passed = all(
-        evidence.part(p)["status"] == "done" and all(r.get("ok") is not False for r in evidence.part(p)["rows"]) for p in args.parts
+        evidence.part(p)["status"] == "done" and all(r.get("ok") is not False for r in evidence.part(p)["rows"])
+        for p in args.parts
     )
     print((args.out / "gpu_evidence.md").read_text())
     sys.exit(0 if passed else 1)

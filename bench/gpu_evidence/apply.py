@@ -73,7 +73,10 @@ def updated_assumptions(text: str, found: dict, source: str) -> str:
 def updated_readme(text: str, found: dict) -> str:
     for figure, value in found.items():
         phrase = CONSTANTS[figure][3].format(r"[\d.]+").replace(" ", r"\s+")  # the README wraps its lines
-        text = re.sub(phrase, lambda m, v=readme_value(figure, value): m[0].replace(m[1], v, 1), text, count=1)
+        match = re.search(phrase, text)
+        if match:
+            start, end = match.span(1)
+            text = text[:start] + readme_value(figure, value) + text[end:]
     return text
 
 
@@ -98,7 +101,7 @@ def main() -> None:
     for name in (JSON_NAME, MARKDOWN_NAME):
         shutil.copyfile(args.run / name, args.root / "bench" / name)
     for figure in CONSTANTS:
-        print(f"{figure:<18} {found[figure] if figure in found else 'no passing rows: left as it was'}")
+        print(f"{figure:<18} {found.get(figure, 'no passing rows: left as it was')}")
     print("next: review the diff, `pytest --update-golden`, and say in the README's prose which figures are measured")
 
 

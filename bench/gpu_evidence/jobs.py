@@ -143,7 +143,9 @@ def mfu_jobs(device: str, instance: str) -> list[dict]:
     jobs = []
     for model, extra in MFU_MODELS[device]:
         for scope in ("false", "blocks"):
-            overrides = plan_overrides(instance, 1, "parallelism=ddp", *extra, NO_RECOMPUTATION, f"trainer.compile={scope}")
+            overrides = plan_overrides(
+                instance, 1, "parallelism=ddp", *extra, NO_RECOMPUTATION, f"trainer.compile={scope}"
+            )
             overrides.append(f"trainer.steps={warmup + timed}")
             jobs.append({"name": model, "compile": scope, "warmup": warmup, "overrides": overrides})
     return jobs

@@ -48,12 +48,16 @@ class Evidence:
             os.replace(temporary, self.folder / name)
 
 
+MIB_KEYS = ("predicted_tensors", "allocated", "predicted_reserved", "reserved", "outside_allocator")
+ERROR_KEYS = ("error_allocated", "error_states_only", "error_reserved", "error_step")
+"""An accuracy row's byte counts and relative errors (the keys `bench/planner_accuracy.py` names)."""
+
+
 def accuracy_summary(rows: list[dict]) -> dict:
-    """Median and worst |error| of each measured comparison (the keys `bench/planner_accuracy.py` names)."""
+    """Median and worst |error| of each measured comparison."""
     measured = [row for row in rows if "error" not in row]
-    keys = ("error_allocated", "error_states_only", "error_reserved", "error_step")
     summary = {}
-    for key in keys:
+    for key in ERROR_KEYS:
         errors = [abs(row[key]) for row in measured if row.get(key) is not None]
         if errors:
             summary[key] = {"median": statistics.median(errors), "worst": max(errors), "count": len(errors)}
@@ -117,12 +121,12 @@ def accuracy_table(rows: list[dict], summary: dict) -> list[str]:
         if "error" in r:
             cells.append([r["config"], *[""] * 9, "FAIL: " + r["error"][:150]])
             continue
-        mib = lambda key: number(r[key] / MIB if r.get(key) is not None else None, ".0f")  # noqa: E731
-        percent = lambda key: number(r.get(key), "+.1%")  # noqa: E731
+        mib = {key: number(r[key] / MIB if r.get(key) is not None else None, ".0f") for key in MIB_KEYS}
+        percent = {key: number(r.get(key), "+.1%") for key in ERROR_KEYS}
         cells.append(
-            [r["config"], mib("predicted_tensors"), mib("allocated"), percent("error_allocated")]
-            + [mib("predicted_reserved"), mib("reserved"), percent("error_reserved"), mib("outside_allocator")]
-            + [number(r.get("predicted_step"), ".3f"), number(r.get("step"), ".3f"), percent("error_step")]
+            [r["config"], mib["predicted_tensors"], mib["allocated"], percent["error_allocated"]]
+            + [mib["predicted_reserved"], mib["reserved"], percent["error_reserved"], mib["outside_allocator"]]
+            + [number(r.get("predicted_step"), ".3f"), number(r.get("step"), ".3f"), percent["error_step"]]
         )
     names = {
         "error_allocated": "planner vs max_memory_allocated",
@@ -148,7 +152,12 @@ def markdown(evidence: Evidence) -> str:
     render = {"paths": paths_table, "mfu": mfu_table}
     for name, title in PARTS.items():
         part = document["parts"][name]
-        lines += ["", f"## {title}", "", f"Status: {part['status']}" + (f", {part['seconds']} s" if "seconds" in part else "")]
+        lines += [
+            "",
+            f"## {title}",
+            "",
+            f"Status: {part['status']}" + (f", {part['seconds']} s" if "seconds" in part else ""),
+        ]
         lines += ["", *(f"- {note}" for note in part["notes"])] if part["notes"] else []
         if part["rows"]:
             rows = part["rows"]
