@@ -152,10 +152,11 @@ def mfu_jobs(device: str, instance: str) -> list[dict]:
 
 
 def accuracy_jobs(device: str) -> list[dict]:
-    """Every GPU configuration, or a CPU sample of each engine; each job makes its own fake group, and a
-    DeepSpeed job (which keeps its groups in globals) gets a worker of its own."""
+    """Every GPU configuration, or on CPU two (DDP; FSDP with tensor parallelism), enough to keep the part
+    working; each job makes its own fake group, and a DeepSpeed job (which keeps its groups in globals) gets
+    a worker of its own."""
     cpu = planner_accuracy.CPU_CONFIGS
-    configs = planner_accuracy.GPU_CONFIGS if device == "cuda" else [cpu[1], cpu[4], cpu[12], cpu[6]]
+    configs = planner_accuracy.GPU_CONFIGS if device == "cuda" else [cpu[1], cpu[12]]
     return [
         {
             "name": label,
