@@ -4,8 +4,8 @@ result, so that the parent knows which job a crash or a hang took down and resta
     python -m bench.gpu_evidence.worker PART DEVICE JOBS.json FIRST
 
 Every job makes its plan with the planner's own code (`compose_config`, `checked_plan`) and runs the
-trainer's own code (`make_engine`, `checkpoint.Checkpoints`, `save_final_model`, `entrypoint.trainer`);
-the process group is made for the job and destroyed after it.
+trainer's own code (`make_engine`, `checkpoint.Checkpoints`, `save_final_model`, `entrypoint.trainer`),
+in the process group `start_group` gives it.
 """
 
 import gc
@@ -97,7 +97,8 @@ def path_job(job: dict, device: torch.device, folder: Path) -> dict:
     plan = checked_plan(compose_config(overrides))
     if job["kind"] == "trainer":
         if device.type == "cuda" and torch.cuda.device_count() < plan.layout.world_size:
-            return {"ok": None, "error": f"skipped: needs {plan.layout.world_size} GPUs, this machine has 1"}
+            have = torch.cuda.device_count()
+            return {"ok": None, "error": f"skipped: needs {plan.layout.world_size} GPUs, this machine has {have}"}
         return {"group": "nccl" if plan.instance.has_gpus else "gloo", "loss": trainer_loop(plan, folder)}
     group = start_group(job["world"], device)
     engine = make_engine(plan, device)
