@@ -99,12 +99,20 @@ dockyard launch experiment=mine target=sagemaker --dry-run   # the request anoth
 """
 
 
+DOCKERIGNORE = """\
+# What the image's code layer leaves out of this folder (trainer.source_dir): dockyard's results.
+outputs
+multirun
+"""
+
+
 def project_files(name: str) -> dict[str, str]:
     """Path in the project → its text."""
     return {
         f"{PROJECT_CONF}/experiment/{EXPERIMENT}.yaml": EXPERIMENT_YAML,
         "train.py": TRAIN_PY,
         "README.md": README_MD.format(name=name),
+        ".dockerignore": DOCKERIGNORE,
     }
 
 
