@@ -20,6 +20,15 @@ REPO = Path(__file__).resolve().parents[1]
 CHECKOUT_DOCKYARD = Path(sys.executable).with_name("dockyard")
 IMAGE_STACK = ("torch", "deepspeed", "transformers", "tensorboard", "mlflow-skinny", "wandb")
 """What belongs to the image (and the `train` extra), never to the host's own requirements."""
+SAGEMAKER = (
+    "hardware=ml.m5.xlarge",
+    "target.role_arn=arn:aws:iam::123456789012:role/dockyard-training",
+    "image.push=true",
+    "image.registry=123456789012.dkr.ecr.us-east-1.amazonaws.com",
+    "target.output_uri=s3://my-bucket/dockyard",
+)
+"""An instance type, and what a SageMaker dry run takes from the caller's account when it has credentials
+(the test gives none)."""
 IMAGE_TAG = re.compile(r"dockyard/mine:[0-9a-f]{20}")
 
 
@@ -82,7 +91,7 @@ def test_an_initialised_project_trains_from_the_wheel(installed: tuple[Path, Pat
     [model] = project.glob("outputs/mine/*/model/model.pt")
     assert model.stat().st_size > 0
 
-    sagemaker = run([dockyard, "launch", "experiment=mine", "target=sagemaker", "--dry-run"], project)
+    sagemaker = run([dockyard, "launch", "experiment=mine", "target=sagemaker", "--dry-run", *SAGEMAKER], project)
     assert '"TrainingJobName"' in sagemaker
     kubernetes = run([dockyard, "launch", "experiment=mine", "target=kubernetes", "--dry-run"], project)
     [image] = set(IMAGE_TAG.findall(kubernetes))
