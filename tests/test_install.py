@@ -93,11 +93,10 @@ def test_an_initialised_project_trains_from_the_wheel(installed: tuple[Path, Pat
 
     sagemaker = run([dockyard, "launch", "experiment=mine", "target=sagemaker", "--dry-run", *SAGEMAKER], project)
     assert '"TrainingJobName"' in sagemaker
-    kubernetes = run([dockyard, "launch", "experiment=mine", "target=kubernetes", "--dry-run"], project)
-    [image] = set(IMAGE_TAG.findall(kubernetes))
-    from_checkout = run([str(CHECKOUT_DOCKYARD), "launch", "experiment=mine", "target=kubernetes", "--dry-run"], project)
+    kubernetes = ("launch", "experiment=mine", "target=kubernetes", "--dry-run")
+    [image] = set(IMAGE_TAG.findall(run([dockyard, *kubernetes], project)))
+    from_checkout = run([str(CHECKOUT_DOCKYARD), *kubernetes], project)
     assert set(IMAGE_TAG.findall(from_checkout)) == {image}  # the same runtime, wherever dockyard is installed
 
-    swept = run([dockyard, "launch", "-m", "experiment=mine", "target=kubernetes", "trainer.steps=5,10", "--dry-run"],
-                project)  # fmt: skip
+    swept = run([dockyard, "launch", "-m", "trainer.steps=5,10", *kubernetes[1:]], project)
     assert len(list(project.glob("multirun/mine/*/*/request*"))) == 2, swept

@@ -45,7 +45,8 @@ def test_init_overwrites_nothing(tmp_path: Path) -> None:
     result = dockyard("init", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr == "dockyard: error: init: train.py exists already; run it in a new or empty folder\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"] and (tmp_path / "train.py").read_text() == "mine\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
+    assert (tmp_path / "train.py").read_text() == "mine\n"
 
 
 def test_the_projects_code_is_read_from_the_project_whatever_the_current_folder(project: Path, tmp_path: Path) -> None:

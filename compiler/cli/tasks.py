@@ -60,7 +60,9 @@ def build_task(cfg: DictConfig) -> None:
 
     run_dir = run_folder()
     with folders.results_in(run_dir) as stage:
-        build_and_record(compile_into(to_config(cfg), stage, run_dir), run_dir, cwd=project_dir(HydraConfig.get()), stage=stage)
+        build_and_record(
+            compile_into(to_config(cfg), stage, run_dir), run_dir, cwd=project_dir(HydraConfig.get()), stage=stage
+        )
 
 
 @modes.sweeps_as(modes.LAUNCH)

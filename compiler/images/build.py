@@ -158,7 +158,9 @@ def ensure_base_image(client: docker.DockerClient, image: schema.ImageConfig, ou
             f"load it (docker load), or use image.base={LOCAL_BASE}",
         )
     print(f"base      {image.base} is missing: making it with {MAKE_BASE} (debootstrap, a minute or two)", file=out)
-    result = subprocess.run(["bash", str(MAKE_BASE), image.base], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    result = subprocess.run(
+        ["bash", str(MAKE_BASE), image.base], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     if result.returncode != 0:
         last = result.stderr.strip().splitlines()[-1:] or ["no output"]
         raise BuildError("image.base", f"{MAKE_BASE.name} failed: {last[0]}", "run it by hand to see why")
