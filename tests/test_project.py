@@ -72,3 +72,11 @@ def test_a_config_dir_variable_naming_no_folder_is_one_line(tmp_path: Path) -> N
     assert result.returncode == 2
     assert result.stderr.startswith(f"dockyard: error: DOCKYARD_CONFIG_DIR: '{tmp_path / 'none'}' is not a folder")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_edit_to_the_projects_config_is_composed_again(project: Path) -> None:
+    """The compose cache hashes the bytes of every folder of the search path, the user's included."""
+    assert "steps=20" in dockyard("plan", "experiment=mine", cwd=project).stdout
+    experiment = project / "conf" / "experiment" / "mine.yaml"
+    experiment.write_text(experiment.read_text().replace("steps: 20", "steps: 7"))
+    assert "steps=7" in dockyard("plan", "experiment=mine", cwd=project).stdout

@@ -18,14 +18,16 @@ from compiler.spec.errors import ConfigError
 CONFIG_DIR_VARIABLE = "DOCKYARD_CONFIG_DIR"
 PROJECT_CONF = "conf"
 CONFIG_DIR_FLAGS = ("-cd", "--config-dir")
+NAMING_FLAGS = (*CONFIG_DIR_FLAGS, "-cp", "--config-path")
 COMMAND_LINE = "command-line"
 """The provider Hydra names the `--config-dir` folder by in `hydra.runtime.config_sources`."""
 
 
 def user_config_dir(args: list[str]) -> Path | None:
-    """The user's config folder when the command line names none: `$DOCKYARD_CONFIG_DIR`, or the current
-    folder's `conf/` (unless it is dockyard's own, in a checkout of dockyard)."""
-    if any(arg in CONFIG_DIR_FLAGS or arg.startswith("--config-dir=") for arg in args):
+    """The user's config folder when the command line names none (`-cd`, or `-cp` for a primary config of
+    their own): `$DOCKYARD_CONFIG_DIR`, or the current folder's `conf/` (unless it is dockyard's own, in a
+    checkout of dockyard)."""
+    if any(arg in NAMING_FLAGS or arg.startswith(("--config-dir=", "--config-path=")) for arg in args):
         return None
     named = os.environ.get(CONFIG_DIR_VARIABLE)
     if named:
