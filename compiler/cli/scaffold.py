@@ -10,6 +10,11 @@ from pathlib import Path
 from compiler.config.project import PROJECT_CONF
 from compiler.spec.errors import ConfigError
 
+USAGE = """usage: dockyard init [FOLDER]
+
+Write a project into FOLDER (the current folder by default; nothing that exists is overwritten): conf/ with
+experiment/mine.yaml (searched before dockyard's own configs), train.py (its trainer=script), .dockerignore
+and a README. Then: dockyard launch experiment=mine"""
 EXPERIMENT = "mine"
 """The scaffolded experiment's name: `dockyard launch experiment=mine`."""
 
@@ -131,6 +136,8 @@ def init_project(folder: Path) -> list[Path]:
 
 
 def main(args: list[str]) -> None:
+    if args in (["-h"], ["--help"]):
+        return print(USAGE)
     if len(args) > 1 or any(arg.startswith("-") for arg in args):
         raise ConfigError("init", f"takes one folder, not {' '.join(args)}", "dockyard init [FOLDER]")
     folder = Path(args[0] if args else ".")
