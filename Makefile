@@ -1,19 +1,32 @@
-# Every target sets up what it needs on first use: the virtualenv and its packages.
+# Every target sets up what it needs on first use: the virtualenv and its packages. The verbs need only the
+# host's packages (`pip install dockyard`: torch and the trainer's stack are the image's); the tests, the
+# linters and the benchmarks install the extras too (`.[dev,train,optuna]`).
 SHELL := /bin/bash
 VENV ?= .venv
 BIN := $(VENV)/bin
+HOST_STAMP := $(VENV)/.installed-host
 STAMP := $(VENV)/.installed
 ARGS ?=
 
 .PHONY: run test test-quick test-services setup base torchrun-loop plan build docker slurm lint docs-check bench bench-build clean
 
-$(STAMP): pyproject.toml
-	python3 -m venv $(VENV) || { apt-get update -qq && apt-get install -y -qq python3-venv && python3 -m venv $(VENV); }
+define make-venv
+	[ -x $(BIN)/python ] || python3 -m venv $(VENV) \
+		|| { apt-get update -qq && apt-get install -y -qq python3-venv && python3 -m venv $(VENV); }
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,train,optuna]'
+endef
+
+$(HOST_STAMP): pyproject.toml
+	$(make-venv)
+	$(BIN)/pip install -q -e .
 	touch $@
 
-run: $(STAMP) docker  ## the main job: plan, image, and training on two local container nodes
+$(STAMP): pyproject.toml
+	$(make-venv)
+	$(BIN)/pip install -q -e '.[dev,train,optuna]'
+	touch $@ $(HOST_STAMP)
+
+run: $(HOST_STAMP) docker  ## the main job: plan, image, and training on two local container nodes
 	$(BIN)/dockyard launch experiment=smoke
 
 # A Docker engine: docker.io is installed and dockerd started when missing (as root). Without one the
@@ -57,12 +70,12 @@ torchrun-loop: $(STAMP) test-services
 setup: $(STAMP) test-services base
 
 base: docker  ## the local base image, made once (debootstrap) when the engine lacks it
-	@docker image inspect dockyard/base:bookworm-py311 >/dev/null 2>&1 || images/make-base dockyard/base:bookworm-py311
+	@docker image inspect dockyard/base:bookworm-py311 >/dev/null 2>&1 || bash compiler/images/make-base dockyard/base:bookworm-py311
 
-plan: $(STAMP)  ## make plan ARGS="experiment=llama3-8b-p5x4 parallelism.tp=2"
+plan: $(HOST_STAMP)  ## make plan ARGS="experiment=llama3-8b-p5x4 parallelism.tp=2"
 	$(BIN)/dockyard plan $(ARGS)
 
-build: $(STAMP) docker  ## make build ARGS="experiment=llama3-8b-p5x4"
+build: $(HOST_STAMP) docker  ## make build ARGS="experiment=llama3-8b-p5x4"
 	$(BIN)/dockyard build $(ARGS)
 
 lint: $(STAMP)

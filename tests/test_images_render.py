@@ -206,14 +206,14 @@ def dockyard_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A copy of dockyard's tree that the build context reads instead of the real one, to edit freely."""
     root = Path(__file__).resolve().parents[1]
     copy = tmp_path / "dockyard"
-    for name in ("README.md", "pyproject.toml", "images", "conf", "compiler", "entrypoint", "hydra_plugins"):
+    for name in ("README.md", "pyproject.toml", "conf", "compiler", "entrypoint", "hydra_plugins"):
         source = root / name
         if source.is_dir():
             shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             copy.mkdir(exist_ok=True)
             shutil.copy(source, copy / name)
-    monkeypatch.setattr(context, "DOCKYARD_ROOT", copy)
+    monkeypatch.setattr(context, "PACKAGES_ROOT", copy)
     return copy
 
 
@@ -246,6 +246,16 @@ def test_only_a_runtime_edit_changes_the_image_tag(dockyard_copy: Path) -> None:
         after = build_context(plan, cwd=dockyard_copy, base_id="sha256:base").tag
         assert after != before, name
         before = after
+
+
+def test_only_python_modules_of_the_runtime_go_into_the_image(dockyard_copy: Path) -> None:
+    """A wheel installs the runtime's modules only: another file in a checkout's runtime folders (an editor's
+    backup, notes) must not make its image differ from the installed dockyard's."""
+    plan = plan_of("experiment=smoke")
+    before = build_context(plan, cwd=dockyard_copy, base_id="sha256:base")
+    (dockyard_copy / "entrypoint" / "launcher" / "main.py.orig").write_text("an editor's backup\n")
+    after = build_context(plan, cwd=dockyard_copy, base_id="sha256:base")
+    assert after.tag == before.tag and after.files == before.files
 
 
 def test_wheelhouse_defaults_to_pips_find_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,8 +1,12 @@
 """`dockyard --version` and `dockyard plan|build|launch --help`: dockyard's own words first; Hydra's help
 stays one flag away (`--hydra-help`)."""
 
+import dataclasses
 from importlib import metadata
 from pathlib import Path
+
+from compiler.images.render import CONSTRAINTS
+from compiler.spec.schema import ImageConfig
 
 PROG = "dockyard"
 VERSIONS_SHOWN = ("hydra-core", "omegaconf", "torch", "docker", "boto3", "kubernetes")
@@ -19,7 +23,23 @@ def version_text(*, verbose: bool) -> str:
     lines = [f"{PROG} {_version(PROG)}"]
     if verbose:  # read from the installed metadata: torch is never imported on the host
         lines += [f"  {name} {_version(name)}" for name in VERSIONS_SHOWN]
+        lines += image_pins()
     return "\n".join(lines)
+
+
+def image_pins() -> list[str]:
+    """What the images this dockyard builds install: the `image.<name>` defaults, and the versions of what
+    they pull in (the package's constraints file)."""
+    pins = [
+        f"{field.name} {field.default}"
+        for field in dataclasses.fields(ImageConfig)
+        if isinstance(field.default, str) and field.default[:1].isdigit()
+    ]
+    constrained = [line for line in CONSTRAINTS.read_text().splitlines() if "==" in line and not line.startswith("#")]
+    return [
+        f"  image pins (image.<name>): {', '.join(pins)}",
+        f"    and {len(constrained)} versions of what they pull in: {CONSTRAINTS}",
+    ]
 
 
 def _version(distribution: str) -> str:
@@ -29,16 +49,19 @@ def _version(distribution: str) -> str:
         return "(not installed)"
 
 
-def config_groups(conf_dir: Path) -> list[str]:
-    """`group: option, option, ...` for each folder of the config tree the user picks from."""
-    return [
-        f"  {group.name}: {', '.join(sorted(option.stem for option in group.glob('*.yaml')))}"
-        for group in sorted(conf_dir.iterdir())
-        if group.is_dir() and any(group.glob("*.yaml"))
-    ]
+def config_groups(conf_dirs: list[Path]) -> list[str]:
+    """`group: option, option, ...` for each group of the config folders the user picks from (theirs and
+    dockyard's together)."""
+    options: dict[str, set[str]] = {}
+    for conf_dir in conf_dirs:
+        for group in conf_dir.iterdir():
+            found = {option.stem for option in group.glob("*.yaml")} if group.is_dir() else set()
+            if found:
+                options.setdefault(group.name, set()).update(found)
+    return [f"  {group}: {', '.join(sorted(options[group]))}" for group in sorted(options)]
 
 
-def verb_usage(verb: str, conf_dir: Path) -> str:
+def verb_usage(verb: str, conf_dirs: list[Path]) -> str:
     dry_run = "[--dry-run] " if verb == "launch" else ""
     lines = [
         f"usage: {PROG} {verb} {dry_run}[-m] [group=option ...] [key=value ...] [Hydra flags]",
@@ -61,7 +84,7 @@ def verb_usage(verb: str, conf_dir: Path) -> str:
         "  --hydra-help    Hydra's own help",
         "",
         "config groups (group=option):",
-        *config_groups(conf_dir),
+        *config_groups(conf_dirs),
         "",
         "keys: any key of the composed config as key=value (trainer.steps=200 parallelism.tp=2);",
         "  each is documented on its field in compiler/spec/schema/<group>.py; --cfg job shows them all",

@@ -1,7 +1,8 @@
 """`dockyard VERB [hydra overrides...]`.
 
 Each verb is a Hydra app over the same `conf/`, so every Hydra flag works after the verb (`-m`,
-`--cfg job`, `--info`, `-cn`/`-cd`, shell completion). Hydra's compose errors and dockyard's own
+`--cfg job`, `--info`, `-cn`/`-cd`, shell completion); the user's own config folder is searched first
+(`compiler.config.project`). Hydra's compose errors and dockyard's own
 `ConfigError`s end the same way: one line on stderr, exit status 2, nothing left behind.
 """
 
@@ -32,6 +33,7 @@ from compiler.config.compose import (
     reject_alias_bombs,
     reject_numbers_in_files,
 )
+from compiler.config.project import config_dirs, user_config_dir
 from compiler.launch.errors import InvalidSweepError, PointFailedError
 from compiler.spec.errors import ConfigError, PlatformError, UnknownNameError
 
@@ -66,7 +68,14 @@ def main(argv: list[str] | None = None) -> None:
     if verb in VERBS and {"-h", "--help"} & set(overrides):
         from compiler.cli import about
 
-        return print(about.verb_usage(verb, CONF_DIR))
+        return print(about.verb_usage(verb, config_dirs(overrides)))
+    if verb == "init":
+        from compiler.cli import scaffold
+
+        try:
+            return scaffold.main(overrides)
+        except ConfigError as error:
+            _fail(error.one_line())
     if verb in RUN_VERBS:
         from compiler.cli import runs
 
@@ -79,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     if verb == CONVERT:
         return _convert(overrides)
     if verb not in VERBS:
-        _fail(UnknownNameError("verb", "verb", verb, [*VERBS, *RUN_VERBS, CONVERT]).one_line())
+        _fail(UnknownNameError("verb", "verb", verb, [*VERBS, *RUN_VERBS, CONVERT, "init"]).one_line())
     task = VERBS[verb]
     if verb == "launch" and "--dry-run" in overrides:
         task, overrides = tasks.dry_run_task, [o for o in overrides if o != "--dry-run"]
@@ -132,6 +141,12 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
             raise
 
     guarded.__wrapped__ = task  # how the sweep launcher recognises dockyard's own tasks
+    try:
+        user_configs = user_config_dir(overrides)
+    except ConfigError as error:
+        _fail(error.one_line())
+    if user_configs is not None:
+        overrides = [f"--config-dir={user_configs}", *overrides]
     app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=CONFIG_NAME)(guarded)
     user_wants_traceback = "HYDRA_FULL_ERROR" in os.environ
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
@@ -251,7 +266,8 @@ def usage() -> str:
         "  runs                     the launched runs, newest first (--status, --target, --limit, -o json)\n"
         "  status, logs, stop RUN   a launched run, by its id (from any folder) or its folder\n"
         "  warm-pool release RUN    end the warm pool a SageMaker run keeps (keep-alive to 0)\n"
-        "  convert RECIPE           a TrainingArguments JSON, TRL config or axolotl YAML as overrides\n\n"
+        "  convert RECIPE           a TrainingArguments JSON, TRL config or axolotl YAML as overrides\n"
+        "  init [FOLDER]            a project of your own: conf/ (searched before dockyard's), train.py\n\n"
         f"examples:\n  {PROG} plan experiment=llama3-8b-p5x4 parallelism.tp=2\n"
         f"  {PROG} build experiment=smoke image.push=true image.registry=127.0.0.1:5000\n"
         f"  {PROG} launch experiment=smoke          (train on two local container nodes)\n"

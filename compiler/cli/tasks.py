@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 from compiler.cli import folders
 from compiler.config.compose import to_config
+from compiler.config.project import project_dir
 from compiler.launch import modes
 from compiler.launch.plan import PLAN_FILE, REPORT_FILE, checked_plan, with_account_defaults, write_plan
 from compiler.planner.summary import report_markdown, summary_lines
@@ -59,7 +60,9 @@ def build_task(cfg: DictConfig) -> None:
 
     run_dir = run_folder()
     with folders.results_in(run_dir) as stage:
-        build_and_record(compile_into(to_config(cfg), stage, run_dir), run_dir, cwd=Path.cwd(), stage=stage)
+        build_and_record(
+            compile_into(to_config(cfg), stage, run_dir), run_dir, cwd=project_dir(HydraConfig.get()), stage=stage
+        )
 
 
 @modes.sweeps_as(modes.LAUNCH)
@@ -94,9 +97,9 @@ def _launch(cfg: DictConfig, resuming: Resume | None) -> None:
             check_reshard(resuming.plan, checked_plan(config))
         plan = compile_into(config, stage, run_dir, resuming.plan.chat_date if resuming else None)
         run_id = runs.run_id_for(plan, datetime.now(UTC)) if resuming is None else resuming.job_id
-        planned = runs.dry_run_image(plan, planned_reference(plan, cwd=Path.cwd()))
+        planned = runs.dry_run_image(plan, planned_reference(plan, cwd=project_dir(HydraConfig.get())))
         runs.preflight(plan, runs.translate(plan, planned, run_id, run_dir))  # refusals before any side effect
-        built = build_and_record(plan, run_dir, cwd=Path.cwd(), stage=stage)
+        built = build_and_record(plan, run_dir, cwd=project_dir(HydraConfig.get()), stage=stage)
         if resuming is not None:
             keep_attempt(resuming)
         request = runs.translate(plan, built.digest or built.reference, run_id, run_dir)
@@ -131,7 +134,7 @@ def dry_run_task(cfg: DictConfig) -> None:
             to_config(cfg),
             run_dir,
             run_id=lambda plan: runs.run_id_for(plan, datetime.now(UTC)),
-            planned=lambda plan: planned_reference(plan, cwd=Path.cwd()),
+            planned=lambda plan: planned_reference(plan, cwd=project_dir(HydraConfig.get())),
         )
         print("\n".join(summary_lines(prepared.plan)), file=sys.stderr)
         runs.print_notes(prepared.plan, prepared.request)

@@ -19,15 +19,15 @@ import docker
 from docker.errors import DockerException, ImageNotFound
 
 from compiler.core.terminal import is_terminal, plain
-from compiler.images import DOCKYARD_ROOT
+from compiler.images import PACKAGE_DIR
 from compiler.images.context import BuildContext, build_context, code_commit
 from compiler.images.render import has_user_code
 from compiler.spec import Plan, schema
 from compiler.spec.errors import ConfigError
 
 LOCAL_BASE = "dockyard/base:bookworm-py311"
-"""The cpu-local base that `images/make-base` makes here when the engine lacks it."""
-MAKE_BASE = DOCKYARD_ROOT / "images" / "make-base"
+"""The cpu-local base that `make-base` (this package's script) makes here when the engine lacks it."""
+MAKE_BASE = PACKAGE_DIR / "make-base"
 
 
 class BuildError(ConfigError):
@@ -158,7 +158,9 @@ def ensure_base_image(client: docker.DockerClient, image: schema.ImageConfig, ou
             f"load it (docker load), or use image.base={LOCAL_BASE}",
         )
     print(f"base      {image.base} is missing: making it with {MAKE_BASE} (debootstrap, a minute or two)", file=out)
-    result = subprocess.run([str(MAKE_BASE), image.base], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    result = subprocess.run(
+        ["bash", str(MAKE_BASE), image.base], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     if result.returncode != 0:
         last = result.stderr.strip().splitlines()[-1:] or ["no output"]
         raise BuildError("image.base", f"{MAKE_BASE.name} failed: {last[0]}", "run it by hand to see why")

@@ -22,15 +22,16 @@ from typing import IO
 
 from docker.utils.build import exclude_paths
 
-from compiler.images import DOCKYARD_ROOT
+from compiler.images import PACKAGES_ROOT
 from compiler.images.digests import file_sha256
 from compiler.images.render import CONSTRAINTS, has_user_code, render_dockerfile, uses_constraints
 from compiler.spec import Plan, schema
 from compiler.spec.errors import ConfigError
 
 RUNTIME_SOURCES = ("compiler/__init__.py", "compiler/spec", "entrypoint")
-"""What the image runs of dockyard: the entrypoint and the Plan's types (`compiler.spec`), nothing else."""
-"""What `pip install` needs to install dockyard's distribution in the image."""
+"""What the image runs of dockyard: the entrypoint and the Plan's types (`compiler.spec`), nothing else. Only
+their Python modules are taken, the files a wheel installs, so an installed dockyard and a checkout (whose
+folders may hold other files) give the same image."""
 ALWAYS_IGNORED = (".git", "**/__pycache__", "**/*.pyc", "**/.pytest_cache")
 """Ignored in the user's code before its own `.dockerignore` (which can bring them back with `!`)."""
 BASE_PYTHON_TAG = "cp311"
@@ -133,13 +134,13 @@ def find_torch_wheel(image: schema.ImageConfig, folders: Iterable[Path]) -> Path
 
 def _dockyard_files() -> Iterable[tuple[str, Path]]:
     for name in RUNTIME_SOURCES:
-        path = DOCKYARD_ROOT / name
+        path = PACKAGES_ROOT / name
         if path.is_file():
             yield f"dockyard/{name}", path
         elif path.is_dir():
-            for file in sorted(path.rglob("*")):
-                if file.is_file() and "__pycache__" not in file.parts and file.suffix != ".pyc":
-                    yield f"dockyard/{file.relative_to(DOCKYARD_ROOT)}", file
+            for file in sorted(path.rglob("*.py")):
+                if file.is_file() and "__pycache__" not in file.parts:
+                    yield f"dockyard/{file.relative_to(PACKAGES_ROOT)}", file
 
 
 def user_code_files(source_dir: Path) -> dict[str, Path]:

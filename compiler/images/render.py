@@ -1,4 +1,4 @@
-"""The Dockerfile of a plan's image, rendered from the family's jinja2 template in `images/`.
+"""The Dockerfile of a plan's image, rendered from the family's jinja2 template (this package's `*.j2`).
 
 Everything a template prints comes from the Plan, whose values `image_rules.check_image` has validated, and
 strings that reach a shell are quoted; the result depends on nothing on this machine, so golden files
@@ -9,12 +9,11 @@ import shlex
 
 import jinja2
 
-from compiler.images import DOCKYARD_ROOT
+from compiler.images import PACKAGE_DIR
 from compiler.spec import Plan, schema
 from compiler.spec.contract import CODE_DIR, RUN_AS_USER
 from compiler.spec.schema.trainer import sagemaker_mlflow
 
-TEMPLATES_DIR = DOCKYARD_ROOT / "images"
 TEMPLATES = {
     schema.ImageFamily.cpu_local: "cpu-local.Dockerfile.j2",
     schema.ImageFamily.cuda: "cuda.Dockerfile.j2",
@@ -28,7 +27,8 @@ COMPILER_PACKAGES = ("g++", "python3-dev")
 """What torch.compile's inductor needs to build its kernels on CPU and its launchers on GPU: a C++ compiler and
 Python's headers (its kernels include Python.h). The slim base of the cpu-local family has neither (the cuda
 family installs build-essential and python3-dev, the DLC has both)."""
-CONSTRAINTS = TEMPLATES_DIR / "constraints.txt"
+CONSTRAINTS = PACKAGE_DIR / "constraints.txt"
+"""The versions of everything the image's pins pull in: they travel in the package (`dockyard --version -v`)."""
 CONSTRAINTS_IN_IMAGE = "/etc/dockyard/constraints.txt"
 
 
@@ -104,7 +104,7 @@ def feature_dependencies(plan: Plan) -> list[str]:
 
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        loader=jinja2.FileSystemLoader(PACKAGE_DIR),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

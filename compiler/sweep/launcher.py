@@ -28,6 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from compiler.config import cache
 from compiler.config.compose import as_config_error, reject_numbers_in_files, to_config
+from compiler.config.project import project_dir
 from compiler.launch import runs, summary
 from compiler.launch.errors import InvalidSweepError, PointFailedError
 from compiler.launch.plan import write_plan
@@ -99,6 +100,8 @@ class Sweep:
         self.composer = PointComposer(config_loader, config)
         self.options = options
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
+        self.project = project_dir(config.hydra)
+        """The folder a relative `trainer.source_dir` is read from (`compiler.config.project`)."""
         self.started = datetime.now(UTC)
         self.references: dict[str, str] = {}
         """The image reference of each distinct build input (see `_expected_image`)."""
@@ -187,7 +190,7 @@ class Sweep:
 
         key = repr((plan.image, plan.trainer.entry, plan.trainer.source_dir, system_packages(plan)))
         if key not in self.references:
-            self.references[key] = planned_reference(plan, cwd=Path.cwd())
+            self.references[key] = planned_reference(plan, cwd=self.project)
         return self.references[key]
 
     def _discard_if_empty(self) -> None:
@@ -214,7 +217,7 @@ class Sweep:
             expected = self._expected_image(point.plan)
             point.run_dir.mkdir(parents=True, exist_ok=True)
             if expected not in built_by_tag:
-                built_by_tag[expected] = build_and_record(point.plan, point.run_dir, cwd=Path.cwd(), out=self.out)
+                built_by_tag[expected] = build_and_record(point.plan, point.run_dir, cwd=self.project, out=self.out)
             built = built_by_tag[expected]
             (point.run_dir / IMAGE_FILE).write_text(built.to_json() + "\n")
             request = runs.translate(point.plan, built.digest or built.reference, point.run_id, point.run_dir)
