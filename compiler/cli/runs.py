@@ -12,7 +12,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import IO
+from typing import IO, NoReturn
 
 from compiler.cli import show
 from compiler.core import home
@@ -51,7 +51,8 @@ def status(record: RunRecord, output: str = TABLE) -> None:
         fields = {"image": record.image, "detail": record.detail, "exit_status": record.exit_status}
         counts = {"attempts": record.attempts, "restarts": record.restarts, "resumed": record.resumed}
         events = {"restart_events": runs.restart_events(Path(record.run_dir))}
-        print(json.dumps({**now.to_json(), **fields, **counts, **events, "results": results}, indent=2))
+        skipped = {"skipped_lines": runs.skipped_lines(Path(record.run_dir))}
+        print(json.dumps({**now.to_json(), **fields, **counts, **events, **skipped, "results": results}, indent=2))
         return
     print(f"run       {record.run_id} ({record.target})")
     print(f"folder    {record.run_dir}")
@@ -62,6 +63,8 @@ def status(record: RunRecord, output: str = TABLE) -> None:
     print(f"status    {record.status}{detail} after {record.attempts} attempt(s){restarts}{exit_text}")
     for event in runs.restart_events(Path(record.run_dir)):
         print(f"restart   {runs.restart_text(event)}")
+    for path, lines in runs.skipped_lines(Path(record.run_dir)).items():
+        print(f"skipped   {lines} unreadable line(s) of {path} (a node stopped mid-write?)")
     for label, text in show.status_lines(now):
         print(f"{label:<9} {text}")
     if record.warm_pool:
@@ -129,7 +132,10 @@ def release_warm_pool(record: RunRecord) -> None:
 def list_runs(args: argparse.Namespace) -> None:
     """Every registered run, newest first; open ones are asked of their target (one that cannot be reached
     is listed as last recorded, with the error as its detail, so one lost cluster does not hide the rest)."""
-    chosen = [record for record in records.registered() if args.target in (None, record.target)]
+    found, unreadable = records.registered()
+    for error in unreadable:
+        print(f"dockyard: warning: left out {error.one_line()}", file=sys.stderr)
+    chosen = [record for record in found if args.target in (None, record.target)]
     rows = []
     for record in chosen:
         if record.status in OPEN_STATUSES:
@@ -159,19 +165,44 @@ def sweep_status(sweep_dir: Path, sort_by: str | None) -> None:
     print((sweep_dir / summary.SUMMARY_MD).read_text(), end="")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's usage errors as one ConfigError line naming the option (argparse prints its whole usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        option, colon, problem = message.removeprefix("argument ").partition(": ")
+        if message.startswith("argument ") and colon:
+            raise ConfigError(option.split("/")[-1], problem, f"`{self.prog} --help` lists the options")
+        if message.startswith("the following arguments are required: "):
+            raise ConfigError(
+                message.rpartition(": ")[2].split(", ")[0], "is required", f"{self.format_usage().strip()}"
+            )
+        raise ConfigError("overrides", message, f"`{self.prog} --help` lists the options")
+
+
+def count(text: str) -> int:
+    """A number of runs or lines: a whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative: give a count of 0 or more")
+    return value
+
+
 def main(verb: str, args: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog=f"dockyard {verb}")
+    parser = OneLineParser(prog=f"dockyard {verb}")
     if verb == "runs":
         parser.add_argument("--status", choices=STATUSES, help="only the runs in this status")
         parser.add_argument("--target", choices=registry.kinds(), help="only the runs on this target")
-        parser.add_argument("--limit", type=int, metavar="N", help="the newest N runs")
+        parser.add_argument("--limit", type=count, metavar="N", help="the newest N runs")
     if verb in ("runs", "status"):
         parser.add_argument("-o", "--output", choices=(TABLE, JSON), default=TABLE, help="json: machine-readable")
     if verb == "runs":
-        return list_runs(parser.parse_args(args))  # argparse exits 2 with one usage line on a mistake
+        return list_runs(parser.parse_args(args))
     if verb == "logs":
         parser.add_argument("-f", "--follow", action="store_true", help="print new lines until the run ends")
-        parser.add_argument("--tail", type=int, metavar="N", help="only the last N lines (before following)")
+        parser.add_argument("--tail", type=count, metavar="N", help="only the last N lines (before following)")
         parser.add_argument("--node", metavar="NAME", help="only this node's lines (algo-2, n1, a pod's host)")
     if verb == "status":
         parser.add_argument("--plot", action="store_true", help="draw RUN/loss.png from the metrics in its folder")

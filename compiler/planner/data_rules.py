@@ -135,14 +135,7 @@ def _tokenizer_facts(config: schema.Config, targets: TargetCapabilities) -> Toke
             f"a host folder cannot reach target={config.target.kind.value}",
             "upload it to S3 and give its s3:// prefix",
         )
-    try:
-        return TokenizerFacts.read(folder)
-    except ValueError as error:
-        raise ConfigError(
-            "data.tokenizer",
-            f"{folder / TOKENIZER_FILE} is not a tokenizer ({error})",
-            "save the tokenizer with save_pretrained",
-        ) from error
+    return TokenizerFacts.read(folder)
 
 
 def _check_validation(data: schema.DataConfig) -> None:
