@@ -8,6 +8,7 @@ target gave the job; the target answers from there (`compiler.targets.base.Targe
 import argparse
 import dataclasses
 import json
+import re
 import sys
 import time
 from collections import Counter
@@ -18,7 +19,7 @@ from compiler.cli import show
 from compiler.core import home
 from compiler.launch import runs, summary
 from compiler.launch.progress import Progress, for_people, progress
-from compiler.spec.errors import ConfigError
+from compiler.spec.errors import ConfigError, shown
 from compiler.targets import index, records, registry
 from compiler.targets.base import FINAL_STATUSES, STATUSES
 from compiler.targets.records import OPEN_STATUSES, RunRecord
@@ -180,11 +181,11 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def count(text: str) -> int:
-    """A number of runs or lines: a whole number, 0 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    """A number of runs or lines: a whole number, 0 or more, in ASCII digits (`int` also takes other
+    scripts' digits, such as a full-width '２')."""
+    if not re.fullmatch(r"-?[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number")
+    value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is negative: give a count of 0 or more")
     return value

@@ -42,6 +42,12 @@ def shown(value: object) -> str:
     return text if len(text) <= 80 else f"{text[:60]}...' ({len(str(value))} characters)"
 
 
+def withheld(value: object) -> str:
+    """What a message says instead of a value where a secret belongs or may have been pasted by mistake (a
+    token where a secret's reference should be): its length only."""
+    return f"the value given ({len(str(value))} characters, not shown: it may be a secret)"
+
+
 def as_json(value: object) -> str:
     """A value read from a JSON file, as JSON writes it (so a string "2" and a number 2 differ), in the same
     printable, cut and masked form as `shown`."""
