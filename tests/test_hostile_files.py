@@ -97,6 +97,22 @@ def test_a_config_json_shape_its_architecture_cannot_have_is_one_line(tmp_path, 
     assert "\x1b" not in outcome.stderr and len(outcome.stderr) < 500
 
 
+@pytest.mark.parametrize(
+    ("model_type", "targets", "problem"),
+    [
+        ("llama", "[c_attn]", "'c_attn' names no projection of llama; choose among q_proj, k_proj"),
+        ("llama", "[self_attn.qkv]", "'self_attn.qkv' names no projection of llama"),
+        ("gpt2", "[q_proj]", "'q_proj' names no projection of gpt2; choose among c_attn, c_proj, c_fc"),
+    ],
+)
+def test_lora_targets_name_projections_the_architecture_has_even_with_lora_off(tmp_path, model_type, targets, problem):
+    gpt2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 128, "vocab_size": 256}
+    (tmp_path / "config.json").write_text(json.dumps(gpt2 if model_type == "gpt2" else LLAMA3_8B))
+    outcome = invoke(["plan", "model=hf", f"model.path={tmp_path}", f"model.lora.targets={targets}"], tmp_path)
+    assert outcome.status == 2 and outcome.error_keys == ["model.lora.targets"], outcome.stderr
+    assert problem in outcome.stderr
+
+
 def test_a_malformed_s3_model_path_fails_its_grammar_before_any_request(tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # a request would fail differently
     outcome = invoke(["plan", "model=hf", "model.path=s3://My_Bucket/models/x"], tmp_path)

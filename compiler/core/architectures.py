@@ -34,6 +34,9 @@ class Architecture:
     tensor_parallel: bool = True
     """transformers gives it a tensor-parallel plan of column- and row-wise linear layers only (the plans
     dockyard applies with DTensor under FSDP)."""
+    linear_names: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    """The names of a decoder layer's projections in transformers' modeling file: what `model.lora.targets`
+    may name."""
 
 
 ARCHITECTURES = {
@@ -50,6 +53,7 @@ ARCHITECTURES = {
         o_bias=True,
         tied_default=True,
         tensor_parallel=False,  # fused Conv1D projections: transformers has no tensor-parallel plan for it
+        linear_names=("c_attn", "c_proj", "c_fc"),
     ),
 }
 LLAMA_LIKE = ARCHITECTURES["llama"]
