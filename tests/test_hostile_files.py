@@ -157,3 +157,16 @@ def test_a_tokenizer_with_impossible_ids_is_one_line_on_the_host_and_the_node(tm
 def test_a_good_tokenizer_still_reads(tmp_path):
     facts = TokenizerFacts.read(tokenizer_folder(tmp_path / "t", [{"content": "</s>", "id": 2}]))
     assert (facts.vocab, facts.eos_id) == (3, 2)
+
+
+def test_the_plan_summary_is_printed_in_one_printable_form():
+    """A warning quoting a value from a file (a path, a model type) cannot erase the screen or forge a line."""
+    import dataclasses
+
+    from compiler.planner.summary import summary_lines
+    from tests.helpers import plan_for
+
+    plan = plan_for("experiment=smoke")
+    lines = summary_lines(dataclasses.replace(plan, warnings=("data.validation: v\x1b[2J\ndockyard: ok",)))
+    assert "warning   data.validation: v\\x1b[2J\\ndockyard: ok" in lines
+    assert all(line.isprintable() for line in lines)

@@ -164,3 +164,17 @@ def test_status_and_stop_of_a_sagemaker_run_without_an_endpoint_are_one_line(tmp
     for verb in ("status", "stop", "logs"):
         text = one_line(invoke([verb, "sm-run"], tmp_path), "SageMaker cannot be asked about job a-job", status=1)
         assert "Could not connect to the endpoint URL" in text, text
+
+
+def test_a_records_values_reach_the_terminal_in_one_printable_form(tmp_path):
+    """A run id, an image and a platform's detail with escapes and newlines cannot forge or erase a line."""
+    forged = "x\x1b[2J\ndockyard: error: forged\x07\x00"
+    folder = recorded(tmp_path / "run", image=forged, detail=forged)
+    record = json.loads((folder / records.RECORD_FILE).read_text())
+    (folder / records.RECORD_FILE).write_text(json.dumps(record | {"run_id": f"forged{forged}"}))
+    for args in (["status", str(folder)], ["runs"], ["stop", str(folder)]):
+        outcome = invoke(args, tmp_path)
+        assert outcome.status == 0, outcome.stderr
+        assert not {"\x1b", "\x07", "\x00"} & set(outcome.stdout), outcome.stdout
+        assert "\ndockyard: error: forged" not in outcome.stdout
+        assert "x\\x1b[2J\\ndockyard: error: forged" in outcome.stdout

@@ -19,7 +19,7 @@ from compiler.cli import show
 from compiler.core import home
 from compiler.launch import runs, summary
 from compiler.launch.progress import Progress, for_people, progress
-from compiler.spec.errors import ConfigError, shown
+from compiler.spec.errors import ConfigError, printable, shown
 from compiler.targets import index, records, registry
 from compiler.targets.base import FINAL_STATUSES, STATUSES
 from compiler.targets.records import OPEN_STATUSES, RunRecord
@@ -40,6 +40,12 @@ def find_record(run: str) -> RunRecord:
     return records.load(folder)
 
 
+def say(line: str) -> None:
+    """A line about a run, in the one printable form: a record's values (its id, the platform's detail)
+    come from a file and a platform, and cannot forge or erase a line."""
+    print(printable(line))
+
+
 def progress_of(record: RunRecord) -> Progress:
     return progress(record, runs.loss_curve(Path(record.run_dir)), time.time())
 
@@ -55,26 +61,26 @@ def status(record: RunRecord, output: str = TABLE) -> None:
         skipped = {"skipped_lines": runs.skipped_lines(Path(record.run_dir))}
         print(json.dumps({**now.to_json(), **fields, **counts, **events, **skipped, "results": results}, indent=2))
         return
-    print(f"run       {record.run_id} ({record.target})")
-    print(f"folder    {record.run_dir}")
-    print(f"image     {record.image}")
+    say(f"run       {record.run_id} ({record.target})")
+    say(f"folder    {record.run_dir}")
+    say(f"image     {record.image}")
     detail = f": {record.detail}" if record.detail else ""
     exit_text = "" if record.exit_status is None else f", exit status {record.exit_status}"
     restarts = f", {record.restarts} in-job restart(s)" if record.restarts else ""
-    print(f"status    {record.status}{detail} after {record.attempts} attempt(s){restarts}{exit_text}")
+    say(f"status    {record.status}{detail} after {record.attempts} attempt(s){restarts}{exit_text}")
     for event in runs.restart_events(Path(record.run_dir)):
-        print(f"restart   {runs.restart_text(event)}")
+        say(f"restart   {runs.restart_text(event)}")
     for path, lines in runs.skipped_lines(Path(record.run_dir)).items():
-        print(f"skipped   {lines} unreadable line(s) of {path} (a node stopped mid-write?)")
+        say(f"skipped   {lines} unreadable line(s) of {path} (a node stopped mid-write?)")
     for label, text in show.status_lines(now):
-        print(f"{label:<9} {text}")
+        say(f"{label:<9} {text}")
     if record.warm_pool:
-        print(f"warm pool {record.warm_pool}")
+        say(f"warm pool {record.warm_pool}")
     if record.billable_s is not None:
         saving = "" if record.spot_saving is None else f", {record.spot_saving:.0%} saved by spot"
-        print(f"billing   trained {record.training_s:.0f} s, billed {record.billable_s:.0f} s{saving}")
+        say(f"billing   trained {record.training_s:.0f} s, billed {record.billable_s:.0f} s{saving}")
     for label, path in results.items():
-        print(f"  {label:<11} {path}")
+        say(f"  {label:<11} {path}")
 
 
 def logs(record: RunRecord, args: argparse.Namespace) -> None:
@@ -116,10 +122,10 @@ def _follow(record: RunRecord, printed: Counter, node: str | None, out: IO[str])
 def stop(record: RunRecord) -> None:
     record = runs.refresh(record)
     if record.status in FINAL_STATUSES:
-        print(f"{record.run_id} had already ended ({record.status}); nothing to stop")
+        say(f"{record.run_id} had already ended ({record.status}); nothing to stop")
         return
     runs.stop(record)
-    print(f"stopped   {record.run_id}")
+    say(f"stopped   {record.run_id}")
 
 
 def release_warm_pool(record: RunRecord) -> None:
@@ -127,7 +133,7 @@ def release_warm_pool(record: RunRecord) -> None:
     if not target.capabilities.warm_pools:
         raise ConfigError("run", f"target={record.target} keeps no warm pools", "give a SageMaker run")
     target.release_warm_pool(record.handle)
-    print(f"released  the warm pool of {record.run_id} (keep-alive set to 0)")
+    say(f"released  the warm pool of {record.run_id} (keep-alive set to 0)")
 
 
 def list_runs(args: argparse.Namespace) -> None:
