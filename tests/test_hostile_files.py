@@ -170,3 +170,23 @@ def test_the_plan_summary_is_printed_in_one_printable_form():
     lines = summary_lines(dataclasses.replace(plan, warnings=("data.validation: v\x1b[2J\ndockyard: ok",)))
     assert "warning   data.validation: v\\x1b[2J\\ndockyard: ok" in lines
     assert all(line.isprintable() for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("index", "problem"),
+    [
+        ({"weight_map": {"w": "../../etc/passwd"}}, "has no weight_map of tensor names to shard files beside it"),
+        ({"weight_map": {"w": "/etc/passwd"}}, "has no weight_map of tensor names to shard files beside it"),
+        ({"weight_map": {"w": 3}}, "has no weight_map of tensor names to shard files beside it"),
+        ({"metadata": {}}, "has no weight_map of tensor names to shard files beside it"),
+        ([], "holds a JSON list, not an object"),
+    ],
+)
+def test_the_nodes_read_a_safetensors_index_through_the_same_reader(tmp_path, index, problem):
+    """The trainer loads a checkpoint's shards from its index: a shard outside the folder is never opened."""
+    from entrypoint.trainer.models.weights import SAFETENSORS_INDEX, load_safetensors
+
+    (tmp_path / SAFETENSORS_INDEX).write_text(json.dumps(index))
+    with pytest.raises(files.FileError) as error:
+        load_safetensors(tmp_path)
+    assert error.value.one_line() == f"model.path: {tmp_path / SAFETENSORS_INDEX} {problem}; fix or replace the file"

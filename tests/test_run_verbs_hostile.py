@@ -142,6 +142,8 @@ def test_a_metrics_line_of_the_wrong_shape_is_skipped_not_charted(tmp_path):
 def test_resuming_a_run_with_a_missing_or_broken_file_is_one_line(tmp_path, missing, content, words):
     assert invoke(["plan", "experiment=smoke", "hydra.run.dir=run"], tmp_path).status == 0
     folder = recorded(tmp_path / "run")
+    (folder / "checkpoints/step-00000010").mkdir(parents=True)
+    (folder / "checkpoints/step-00000010/dockyard.json").write_text("{}")
     (folder / missing).unlink()
     if content is not None:
         (folder / missing).write_text(content)

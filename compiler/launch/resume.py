@@ -51,6 +51,7 @@ def prepare_resume(record: RunRecord) -> Resume:
     run_dir = Path(record.run_dir)
     if record.status in OPEN_STATUSES:
         raise ConfigError("--resume", f"run {record.run_id} is still {record.status}", f"dockyard stop {record.run_id}")
+    checkpoints = registry.get(record.target).resume_checkpoints(record.run_id, run_dir)
     plan_file, overrides_file = run_dir / "plan.json", run_dir / ".hydra" / "overrides.yaml"
     try:
         plan = Plan.from_json(files.read_text(plan_file, "--resume"))
@@ -66,7 +67,6 @@ def prepare_resume(record: RunRecord) -> Resume:
         raise files.FileError(
             "--resume", overrides_file, "is not the list of overrides Hydra writes", "give a run dockyard launched"
         )
-    checkpoints = registry.get(record.target).resume_checkpoints(record.run_id, run_dir)
     return Resume(record, plan, overrides, checkpoints)
 
 

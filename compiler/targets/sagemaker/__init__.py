@@ -14,7 +14,7 @@ from typing import IO
 from botocore.exceptions import BotoCoreError, ClientError
 
 from compiler.core.capabilities import Capabilities
-from compiler.spec import DataSource, Plan
+from compiler.spec import DataSource, Plan, files
 from compiler.spec.errors import ConfigError, PlatformError
 from compiler.spec.schema import Config
 from compiler.targets.base import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, STOPPED, JobState
@@ -78,7 +78,7 @@ class SageMakerTarget:
 
     def resume_checkpoints(self, run_id: str, run_dir: Path) -> list[str]:
         """The run's own checkpoint prefix, where the first attempt wrote under its output location."""
-        target = Plan.from_json((run_dir / "plan.json").read_text()).target
+        target = Plan.from_json(files.read_text(run_dir / "plan.json", "--resume")).target
         output = getattr(target, "output_uri", None)
         if output and not getattr(target, "checkpoint_uri", None):
             return [f"target.checkpoint_uri={output.rstrip('/')}/{run_id}/checkpoints"]
