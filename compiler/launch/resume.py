@@ -13,7 +13,7 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # (no stubs installed; its error type only)
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
