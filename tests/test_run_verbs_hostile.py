@@ -3,9 +3,12 @@ every mistake is one line naming what to fix, never a traceback; a node's half-w
 and counted."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from compiler.targets import records
 from compiler.targets.base import COMPLETED, RUNNING
@@ -180,3 +183,23 @@ def test_a_records_values_reach_the_terminal_in_one_printable_form(tmp_path):
         assert not {"\x1b", "\x07", "\x00"} & set(outcome.stdout), outcome.stdout
         assert "\ndockyard: error: forged" not in outcome.stdout
         assert "x\\x1b[2J\\ndockyard: error: forged" in outcome.stdout
+
+
+RUN_VERB_WORDS = st.sampled_from(
+    ["--status", "--limit", "--tail", "--node", "--target", "-o", "-f", "--plot", "--sort", "-1", "0", "7", "json",
+     "table", "bogus", "a-run", "completed", "local", "\uff12", "\x1b[2J", "a\nb", "", "-", "--", "x" * 300]
+)  # fmt: skip
+
+
+@settings(max_examples=int(os.environ.get("HOSTILE_EXAMPLES", "60")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(verb=st.sampled_from(["runs", "status", "logs", "stop"]), args=st.lists(RUN_VERB_WORDS, max_size=4))
+def test_any_run_verb_command_line_ends_in_output_or_one_line(tmp_path_factory, verb, args):
+    cwd = tmp_path_factory.mktemp("verbs")
+    recorded(cwd / "run", started=1.0, ended=2.0)
+    outcome = invoke([verb, *args], cwd)
+    text = outcome.stdout + outcome.stderr
+    assert "Traceback" not in text and "\x1b" not in text, text
+    assert outcome.status in (0, 2), text
+    if outcome.status == 2:
+        assert outcome.stderr.count("\n") == 1 and len(outcome.error_keys) == 1, outcome.stderr

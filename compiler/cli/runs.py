@@ -12,6 +12,8 @@ import re
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, NoReturn
 
@@ -20,6 +22,7 @@ from compiler.core import home
 from compiler.launch import runs, summary
 from compiler.launch.progress import Progress, for_people, progress
 from compiler.spec.errors import ConfigError, printable, shown
+from compiler.spec.files import FileError
 from compiler.targets import index, records, registry
 from compiler.targets.base import FINAL_STATUSES, STATUSES
 from compiler.targets.records import OPEN_STATUSES, RunRecord
@@ -221,15 +224,30 @@ def main(verb: str, args: list[str]) -> None:
     if verb == "status" and records.holds_file(Path(parsed.run), summary.SUMMARY_CSV):
         return sweep_status(Path(parsed.run), parsed.sort)
     record = find_record(parsed.run)
-    if verb == "status":
-        status(record, parsed.output)
-        if parsed.plot:
-            draw_plot(record)
-        return None
-    if verb == "logs":
-        return logs(record, parsed)
-    ACTIONS[verb](record)
-    return None
+    with handle_checked(record):
+        if verb == "status":
+            status(record, parsed.output)
+            if parsed.plot:
+                draw_plot(record)
+        elif verb == "logs":
+            logs(record, parsed)
+        else:
+            ACTIONS[verb](record)
+
+
+@contextmanager
+def handle_checked(record: RunRecord) -> Iterator[None]:
+    """A record's handle is the target's to read (`Target.submit` wrote it): one the target cannot use, a
+    key missing from an edited or foreign record, is one line naming the record."""
+    try:
+        yield
+    except KeyError as missing:
+        raise FileError(
+            "run",
+            Path(record.run_dir) / records.RECORD_FILE,
+            f"has no {missing} in the handle target={printable(record.target)} needs",
+            "give a run dockyard launched",
+        ) from None
 
 
 def draw_plot(record: records.RunRecord) -> None:
