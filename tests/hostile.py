@@ -69,7 +69,7 @@ def invoke(args: list[str], cwd: Path) -> Outcome:
 
 def is_config_key(key: str) -> bool:
     """A dotted key that the schema has (a group, a field, or an entry of a map field)."""
-    if key in NOT_SCHEMA_KEYS:
+    if key in NOT_SCHEMA_KEYS or key.startswith("-"):  # a flag of the command line: --resume, --limit
         return True
     types: list[object] = [schema.Config]
     for name in key.split("."):

@@ -9,7 +9,7 @@ import pytest
 from botocore.exceptions import ClientError, ParamValidationError
 
 import compiler.targets.sagemaker as sagemaker_target
-from compiler.spec.errors import ConfigError
+from compiler.spec.errors import ConfigError, PlatformError
 from compiler.targets.base import STOPPED
 from compiler.targets.sagemaker import submit as sagemaker_submit
 from compiler.targets.sagemaker import translate as sagemaker
@@ -163,8 +163,8 @@ def test_stop_stops_a_running_job(monkeypatch):
     sagemaker_target.TARGET.stop(handle)
     assert sagemaker_target.TARGET.status(handle).detail == "Stopping (Stopping)"
     assert sagemaker_target.TARGET.status(handle).status == STOPPED
-    with pytest.raises(ClientError, match="job is Stopped"):
-        sagemaker_target.TARGET.stop(handle)  # as SageMaker refuses to stop a job that has ended
+    with pytest.raises(PlatformError, match="job is Stopped"):
+        sagemaker_target.TARGET.stop(handle)  # as SageMaker refuses to stop a job that has ended: one line
     with pytest.raises(ParamValidationError):
         fake.stop_training_job(TrainingJobName="dockyard-stop-1", Force=True)  # not in StopTrainingJob's model
     with pytest.raises(ParamValidationError):

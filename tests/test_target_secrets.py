@@ -74,5 +74,7 @@ def test_a_wrong_sagemaker_secret_is_one_line(overrides, message):
 
 
 def test_a_wrong_kubernetes_secret_is_one_line():
-    with pytest.raises(ConfigError, match=r"^target.secrets.WANDB_API_KEY: 'Wandb_Keys' is not a Secret's name"):
+    """The refusal does not repeat the value: a token pasted where the Secret's name belongs would leak."""
+    message = r"^target.secrets.WANDB_API_KEY: the value given \(10 characters, not shown: .*\) is not a Secret's name"
+    with pytest.raises(ConfigError, match=message):
         plan_for("target=kubernetes", "+target.secrets.WANDB_API_KEY=Wandb_Keys/key")  # checked when planning

@@ -8,17 +8,21 @@ target gave the job; the target answers from there (`compiler.targets.base.Targe
 import argparse
 import dataclasses
 import json
+import re
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, NoReturn
 
 from compiler.cli import show
 from compiler.core import home
 from compiler.launch import runs, summary
 from compiler.launch.progress import Progress, for_people, progress
-from compiler.spec.errors import ConfigError
+from compiler.spec.errors import ConfigError, printable, shown
+from compiler.spec.files import FileError
 from compiler.targets import index, records, registry
 from compiler.targets.base import FINAL_STATUSES, STATUSES
 from compiler.targets.records import OPEN_STATUSES, RunRecord
@@ -39,6 +43,12 @@ def find_record(run: str) -> RunRecord:
     return records.load(folder)
 
 
+def say(line: str) -> None:
+    """A line about a run, in the one printable form: a record's values (its id, the platform's detail)
+    come from a file and a platform, and cannot forge or erase a line."""
+    print(printable(line))
+
+
 def progress_of(record: RunRecord) -> Progress:
     return progress(record, runs.loss_curve(Path(record.run_dir)), time.time())
 
@@ -51,26 +61,29 @@ def status(record: RunRecord, output: str = TABLE) -> None:
         fields = {"image": record.image, "detail": record.detail, "exit_status": record.exit_status}
         counts = {"attempts": record.attempts, "restarts": record.restarts, "resumed": record.resumed}
         events = {"restart_events": runs.restart_events(Path(record.run_dir))}
-        print(json.dumps({**now.to_json(), **fields, **counts, **events, "results": results}, indent=2))
+        skipped = {"skipped_lines": runs.skipped_lines(Path(record.run_dir))}
+        print(json.dumps({**now.to_json(), **fields, **counts, **events, **skipped, "results": results}, indent=2))
         return
-    print(f"run       {record.run_id} ({record.target})")
-    print(f"folder    {record.run_dir}")
-    print(f"image     {record.image}")
+    say(f"run       {record.run_id} ({record.target})")
+    say(f"folder    {record.run_dir}")
+    say(f"image     {record.image}")
     detail = f": {record.detail}" if record.detail else ""
     exit_text = "" if record.exit_status is None else f", exit status {record.exit_status}"
     restarts = f", {record.restarts} in-job restart(s)" if record.restarts else ""
-    print(f"status    {record.status}{detail} after {record.attempts} attempt(s){restarts}{exit_text}")
+    say(f"status    {record.status}{detail} after {record.attempts} attempt(s){restarts}{exit_text}")
     for event in runs.restart_events(Path(record.run_dir)):
-        print(f"restart   {runs.restart_text(event)}")
+        say(f"restart   {runs.restart_text(event)}")
+    for path, lines in runs.skipped_lines(Path(record.run_dir)).items():
+        say(f"skipped   {lines} unreadable line(s) of {path} (a node stopped mid-write?)")
     for label, text in show.status_lines(now):
-        print(f"{label:<9} {text}")
+        say(f"{label:<9} {text}")
     if record.warm_pool:
-        print(f"warm pool {record.warm_pool}")
+        say(f"warm pool {record.warm_pool}")
     if record.billable_s is not None:
         saving = "" if record.spot_saving is None else f", {record.spot_saving:.0%} saved by spot"
-        print(f"billing   trained {record.training_s:.0f} s, billed {record.billable_s:.0f} s{saving}")
+        say(f"billing   trained {record.training_s:.0f} s, billed {record.billable_s:.0f} s{saving}")
     for label, path in results.items():
-        print(f"  {label:<11} {path}")
+        say(f"  {label:<11} {path}")
 
 
 def logs(record: RunRecord, args: argparse.Namespace) -> None:
@@ -112,10 +125,10 @@ def _follow(record: RunRecord, printed: Counter, node: str | None, out: IO[str])
 def stop(record: RunRecord) -> None:
     record = runs.refresh(record)
     if record.status in FINAL_STATUSES:
-        print(f"{record.run_id} had already ended ({record.status}); nothing to stop")
+        say(f"{record.run_id} had already ended ({record.status}); nothing to stop")
         return
     runs.stop(record)
-    print(f"stopped   {record.run_id}")
+    say(f"stopped   {record.run_id}")
 
 
 def release_warm_pool(record: RunRecord) -> None:
@@ -123,13 +136,16 @@ def release_warm_pool(record: RunRecord) -> None:
     if not target.capabilities.warm_pools:
         raise ConfigError("run", f"target={record.target} keeps no warm pools", "give a SageMaker run")
     target.release_warm_pool(record.handle)
-    print(f"released  the warm pool of {record.run_id} (keep-alive set to 0)")
+    say(f"released  the warm pool of {record.run_id} (keep-alive set to 0)")
 
 
 def list_runs(args: argparse.Namespace) -> None:
     """Every registered run, newest first; open ones are asked of their target (one that cannot be reached
     is listed as last recorded, with the error as its detail, so one lost cluster does not hide the rest)."""
-    chosen = [record for record in records.registered() if args.target in (None, record.target)]
+    found, unreadable = records.registered()
+    for error in unreadable:
+        print(f"dockyard: warning: left out {error.one_line()}", file=sys.stderr)
+    chosen = [record for record in found if args.target in (None, record.target)]
     rows = []
     for record in chosen:
         if record.status in OPEN_STATUSES:
@@ -159,19 +175,44 @@ def sweep_status(sweep_dir: Path, sort_by: str | None) -> None:
     print((sweep_dir / summary.SUMMARY_MD).read_text(), end="")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's usage errors as one ConfigError line naming the option (argparse prints its whole usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        option, colon, problem = message.removeprefix("argument ").partition(": ")
+        if message.startswith("argument ") and colon:
+            raise ConfigError(option.split("/")[-1], problem, f"`{self.prog} --help` lists the options")
+        if message.startswith("the following arguments are required: "):
+            raise ConfigError(
+                message.rpartition(": ")[2].split(", ")[0], "is required", f"{self.format_usage().strip()}"
+            )
+        raise ConfigError("overrides", message, f"`{self.prog} --help` lists the options")
+
+
+def count(text: str) -> int:
+    """A number of runs or lines: a whole number, 0 or more, in ASCII digits (`int` also takes other
+    scripts' digits, such as a full-width '２')."""
+    if not re.fullmatch(r"-?[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number")
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative: give a count of 0 or more")
+    return value
+
+
 def main(verb: str, args: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog=f"dockyard {verb}")
+    parser = OneLineParser(prog=f"dockyard {verb}")
     if verb == "runs":
         parser.add_argument("--status", choices=STATUSES, help="only the runs in this status")
         parser.add_argument("--target", choices=registry.kinds(), help="only the runs on this target")
-        parser.add_argument("--limit", type=int, metavar="N", help="the newest N runs")
+        parser.add_argument("--limit", type=count, metavar="N", help="the newest N runs")
     if verb in ("runs", "status"):
         parser.add_argument("-o", "--output", choices=(TABLE, JSON), default=TABLE, help="json: machine-readable")
     if verb == "runs":
-        return list_runs(parser.parse_args(args))  # argparse exits 2 with one usage line on a mistake
+        return list_runs(parser.parse_args(args))
     if verb == "logs":
         parser.add_argument("-f", "--follow", action="store_true", help="print new lines until the run ends")
-        parser.add_argument("--tail", type=int, metavar="N", help="only the last N lines (before following)")
+        parser.add_argument("--tail", type=count, metavar="N", help="only the last N lines (before following)")
         parser.add_argument("--node", metavar="NAME", help="only this node's lines (algo-2, n1, a pod's host)")
     if verb == "status":
         parser.add_argument("--plot", action="store_true", help="draw RUN/loss.png from the metrics in its folder")
@@ -183,15 +224,30 @@ def main(verb: str, args: list[str]) -> None:
     if verb == "status" and records.holds_file(Path(parsed.run), summary.SUMMARY_CSV):
         return sweep_status(Path(parsed.run), parsed.sort)
     record = find_record(parsed.run)
-    if verb == "status":
-        status(record, parsed.output)
-        if parsed.plot:
-            draw_plot(record)
-        return None
-    if verb == "logs":
-        return logs(record, parsed)
-    ACTIONS[verb](record)
-    return None
+    with handle_checked(record):
+        if verb == "status":
+            status(record, parsed.output)
+            if parsed.plot:
+                draw_plot(record)
+        elif verb == "logs":
+            logs(record, parsed)
+        else:
+            ACTIONS[verb](record)
+
+
+@contextmanager
+def handle_checked(record: RunRecord) -> Iterator[None]:
+    """A record's handle is the target's to read (`Target.submit` wrote it): one the target cannot use, a
+    key missing from an edited or foreign record, is one line naming the record."""
+    try:
+        yield
+    except KeyError as missing:
+        raise FileError(
+            "run",
+            Path(record.run_dir) / records.RECORD_FILE,
+            f"has no {missing} in the handle target={printable(record.target)} needs",
+            "give a run dockyard launched",
+        ) from None
 
 
 def draw_plot(record: records.RunRecord) -> None:

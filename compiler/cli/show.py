@@ -4,6 +4,7 @@ from typing import IO
 
 from compiler.core.terminal import coloured
 from compiler.launch.progress import NONE, Progress, duration
+from compiler.spec.errors import printable
 from compiler.targets.base import COMPLETED, FAILED
 
 
@@ -63,6 +64,7 @@ def runs_table(rows: list[Progress], now: float, out: IO[str]) -> str:
         )
         for row in rows
     ]
+    cells = [tuple(printable(text) for text in line) for line in cells]  # a run id from a record is a file's
     widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
     status = COLUMNS.index("STATUS")
 

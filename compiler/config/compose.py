@@ -65,7 +65,7 @@ OmegaConf.register_new_resolver("oc.env", _refuse_environment, replace=True)
 def to_config(cfg: DictConfig) -> schema.Config:
     """The typed config, every interpolation resolved; a missing value or an added key is a ConfigError."""
     try:
-        if OmegaConf.select(cfg, "model.family") == "hf":
+        if not OmegaConf.is_missing(cfg, "model") and OmegaConf.select(cfg, "model.family") == "hf":  # ~model
             pretrained.fill_from_checkpoint(cfg.model)
         try:
             _reject_added_keys(cfg)

@@ -6,7 +6,6 @@ or from the Hub over HTTPS for a Hub id (with the caller's HF_TOKEN for gated mo
 machine, the plan records only the id). The nodes fetch the weights themselves.
 """
 
-import json
 import os
 import re
 from pathlib import Path
@@ -14,8 +13,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from compiler.core import grammar
 from compiler.core.architectures import model_fields
-from compiler.spec.errors import ConfigError
+from compiler.spec.errors import ConfigError, shown
+from compiler.spec.files import SMALL_FILE, decoded, json_object, read_json_object
 
 CONFIG_FILE = "config.json"
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
@@ -50,39 +51,33 @@ def fill_from_checkpoint(model: DictConfig) -> None:
 
 def read_config(path: str) -> dict[str, Any]:
     """The checkpoint's config.json, from a folder, an s3:// prefix or the Hub."""
+    where = f"{path}/{CONFIG_FILE}"
     if path.startswith("s3://"):
-        text = _read_s3(path)
-    elif Path(path).is_dir():
+        grammar.check_s3_uri("model.path", path)  # before the network: S3 would refuse it slower
+        return json_object(decoded(_read_s3(path), "model.path", where), "model.path", where)
+    if Path(path).is_dir():
         file = Path(path) / CONFIG_FILE
-        if not file.is_file():
+        if not file.exists() and not file.is_symlink():
             raise ConfigError("model.path", f"{path} holds no {CONFIG_FILE}", "point it at a save_pretrained folder")
-        text = file.read_text()
-    elif HUB_ID.match(path) and not path.startswith((".", "/")):
-        text = _read_hub(path)
-    else:
-        raise ConfigError("model.path", f"{path} is not a folder, an s3:// prefix or a Hub id", "check the path")
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError("model.path", f"{path}/{CONFIG_FILE} is not JSON ({exc.msg})", "fix the file") from None
-    if not isinstance(config, dict):
-        raise ConfigError("model.path", f"{path}/{CONFIG_FILE} is not a JSON object", "fix the file")
-    return config
+        return read_json_object(file, "model.path")
+    if HUB_ID.match(path) and not path.startswith((".", "/")):
+        return json_object(decoded(_read_hub(path), "model.path", where), "model.path", where)
+    raise ConfigError("model.path", f"{shown(path)} is not a folder, an s3:// prefix or a Hub id", "check the path")
 
 
-def _read_s3(uri: str) -> str:
+def _read_s3(uri: str) -> bytes:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
     bucket, _, prefix = uri.removeprefix("s3://").partition("/")
     key = f"{prefix.rstrip('/')}/{CONFIG_FILE}" if prefix else CONFIG_FILE
     try:
-        return boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+        return boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read(SMALL_FILE + 1)
     except (BotoCoreError, ClientError) as exc:
         raise ConfigError("model.path", f"cannot read s3://{bucket}/{key} ({exc})", "check the prefix") from None
 
 
-def _read_hub(model_id: str) -> str:
+def _read_hub(model_id: str) -> bytes:
     import urllib.error  # only here: every command imports this module, few read the Hub
     import urllib.request
 
@@ -93,7 +88,7 @@ def _read_hub(model_id: str) -> str:
         request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=20) as response:
-            return response.read().decode()
+            return response.read(SMALL_FILE + 1)
     except (urllib.error.URLError, TimeoutError) as exc:
         raise ConfigError(
             "model.path",

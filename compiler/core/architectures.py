@@ -7,10 +7,12 @@ An unknown `model_type` is planned as a Llama-style decoder (the layout most new
 warning that its parameter count is an estimate.
 """
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from compiler.spec.errors import ConfigError
+from compiler.spec.files import FileError, as_json, integer, number
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,9 @@ class Architecture:
     tensor_parallel: bool = True
     """transformers gives it a tensor-parallel plan of column- and row-wise linear layers only (the plans
     dockyard applies with DTensor under FSDP)."""
+    linear_names: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    """The names of a decoder layer's projections in transformers' modeling file: what `model.lora.targets`
+    may name."""
 
 
 ARCHITECTURES = {
@@ -48,6 +53,7 @@ ARCHITECTURES = {
         o_bias=True,
         tied_default=True,
         tensor_parallel=False,  # fused Conv1D projections: transformers has no tensor-parallel plan for it
+        linear_names=("c_attn", "c_proj", "c_fc"),
     ),
 }
 LLAMA_LIKE = ARCHITECTURES["llama"]
@@ -66,35 +72,58 @@ def architecture(model_type: str) -> Architecture:
 
 
 def model_fields(config: dict[str, Any], where: str) -> dict[str, Any]:
-    """`ModelConfig`'s shape fields from a checkpoint's config.json (read from `where`)."""
+    """`ModelConfig`'s shape fields from a checkpoint's config.json (read from `where`), each checked against
+    the architecture: whole numbers where counts belong, key/value heads that divide the heads, a head size
+    the hidden size allows, a finite rope base."""
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise ConfigError("model.path", f"{where} has no model_type", "point model.path at a transformers checkpoint")
+    if not GRAMMAR.fullmatch(model_type):
+        raise FileError("model.path", where, f"gives model_type = {as_json(model_type)}, not a transformers model type")
     arch = architecture(model_type)
     keys = GPT2_KEYS if model_type == "gpt2" else LLAMA_KEYS
     shape = {name: _integer(config, key, where) for name, key in keys.items()}
     hidden, heads = shape["hidden"], shape["heads"]
-    gpt2_ffn = config.get("n_inner") or 4 * hidden
-    ffn = gpt2_ffn if model_type == "gpt2" else _integer(config, "intermediate_size", where)
-    rope = config.get("rope_parameters") or {}
-    attention_bias = bool(config.get("attention_bias", False))
+
+    def optional(key: str, default: int | None) -> int | None:
+        return default if config.get(key) is None else _integer(config, key, where)
+
+    ffn = optional("n_inner", 4 * hidden) if model_type == "gpt2" else _integer(config, "intermediate_size", where)
+    kv_heads = optional("num_key_value_heads", heads) or heads
+    head_dim = optional("head_dim", None)
+    if heads % kv_heads:
+        raise FileError("model.path", where, f"gives {kv_heads} key/value heads, which do not divide {heads} heads")
+    if head_dim is None and hidden % heads:
+        raise FileError("model.path", where, f"gives {heads} heads, which do not divide hidden_size {hidden}")
+    rope = config.get("rope_parameters")
+    rope = rope if isinstance(rope, dict) else {}
+    theta_from = config if config.get("rope_theta") is not None else rope
+    attention_bias = _flag(config, "attention_bias", False, where)
     return shape | {
         "architecture": model_type,
-        "kv_heads": config.get("num_key_value_heads") or heads,
-        "head_dim": config.get("head_dim") or hidden // heads,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim or hidden // heads,
         "ffn_hidden": ffn,
         "vocab": _integer(config, "vocab_size", where),
         "activation": "swiglu" if arch.gated else "gelu",
         "norm": "layernorm" if arch.layernorm else "rmsnorm",
         "position": "learned" if arch.learned_positions else "rope",
-        "rope_theta": float(config.get("rope_theta") or rope.get("rope_theta") or 10000.0),
-        "tied_embeddings": bool(config.get("tie_word_embeddings", arch.tied_default)),
+        "rope_theta": number(theta_from, "rope_theta", "model.path", where, default=10000.0),
+        "tied_embeddings": _flag(config, "tie_word_embeddings", arch.tied_default, where),
         "bias": arch.o_bias or attention_bias,
     }
 
 
+GRAMMAR = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+"""A transformers model type (`llama`, `gpt_neox`, `xlm-roberta`; remote code may use capitals)."""
+
+
 def _integer(config: dict[str, Any], key: str, where: str) -> int:
-    value = config.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError("model.path", f"{where}: {key} is {value!r}, not a positive integer", "fix config.json")
+    return integer(config, key, "model.path", where)
+
+
+def _flag(config: dict[str, Any], key: str, default: bool, where: str) -> bool:
+    value = config.get(key, default)
+    if not isinstance(value, bool):
+        raise FileError("model.path", where, f"gives {key} = {as_json(value)}, not true or false")
     return value

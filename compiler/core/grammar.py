@@ -12,7 +12,7 @@ or request takes. A value is shown in a message with any `user:password@` in it 
 import math
 import re
 
-from compiler.spec.errors import ConfigError
+from compiler.spec.errors import ConfigError, shown
 
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 DOMAIN = re.compile(rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]{{1,5}})?")
@@ -48,16 +48,6 @@ ECR_REGISTRY = re.compile(r"(?P<account>[0-9]{12})\.dkr\.ecr(-fips)?\.(?P<region
 def check(key: str, value: str, pattern: re.Pattern, what: str, fix: str) -> None:
     if not isinstance(value, str) or not pattern.fullmatch(value):
         raise ConfigError(key, f"{shown(value)} is not {what}", fix)
-
-
-CREDENTIALS = re.compile(r"[^\s/@:]+:[^\s/@]*@")
-"""`user:password@` before a host, as a registry or URL may carry it."""
-
-
-def shown(value: object) -> str:
-    """A value as a message shows it: quoted, escapes visible, long ones cut, credentials masked."""
-    text = repr(CREDENTIALS.sub("***@", str(value)))
-    return text if len(text) <= 80 else f"{text[:60]}...' ({len(str(value))} characters)"
 
 
 def check_name(value: str) -> None:

@@ -13,9 +13,11 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import yaml  # type: ignore[import-untyped]  # (no stubs installed; its error type only)
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from compiler.spec import Plan
+from compiler.spec import Plan, PlanError, files
 from compiler.spec.errors import ConfigError
 from compiler.spec.strategies import DEEPSPEED_ENGINE, facts
 from compiler.targets import records, registry
@@ -50,10 +52,22 @@ def prepare_resume(record: RunRecord) -> Resume:
     if record.status in OPEN_STATUSES:
         raise ConfigError("--resume", f"run {record.run_id} is still {record.status}", f"dockyard stop {record.run_id}")
     checkpoints = registry.get(record.target).resume_checkpoints(record.run_id, run_dir)
-    overrides = OmegaConf.to_container(OmegaConf.load(run_dir / ".hydra" / "overrides.yaml"))
-    assert isinstance(overrides, list)  # Hydra writes the overrides as a list of strings
-    plan = Plan.from_json((run_dir / "plan.json").read_text())
-    return Resume(record, plan, [str(o) for o in overrides], checkpoints)
+    plan_file, overrides_file = run_dir / "plan.json", run_dir / ".hydra" / "overrides.yaml"
+    try:
+        plan = Plan.from_json(files.read_text(plan_file, "--resume"))
+    except PlanError as error:
+        raise files.FileError(
+            "--resume", plan_file, f"is not a plan ({error})", "give a run dockyard launched"
+        ) from None
+    try:
+        overrides = OmegaConf.to_container(OmegaConf.create(files.read_text(overrides_file, "--resume")))
+    except (OmegaConfBaseException, yaml.YAMLError):
+        overrides = None
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        raise files.FileError(
+            "--resume", overrides_file, "is not the list of overrides Hydra writes", "give a run dockyard launched"
+        )
+    return Resume(record, plan, overrides, checkpoints)
 
 
 def resume_overrides(resume: Resume) -> list[str]:

@@ -3,7 +3,6 @@ translate, submit, record, follow, stop. It asks the registry for the plan's tar
 that is.
 """
 
-import json
 import re
 import sys
 import time
@@ -13,9 +12,9 @@ from typing import IO
 
 from compiler.launch.plot import LOSS_PLOT, plot_losses
 from compiler.planner.summary import predicted_seconds
-from compiler.spec import Plan
-from compiler.spec.contract import METRICS_FILE, RESTARTS_FILE
-from compiler.spec.errors import ConfigError, PlatformError
+from compiler.spec import Plan, files
+from compiler.spec.contract import METRICS_FILE, REPORTED_METRICS, RESTARTS_FILE
+from compiler.spec.errors import ConfigError, PlatformError, printable
 from compiler.targets import records, registry
 from compiler.targets.base import FINAL_STATUSES, PENDING, RUNNING, STOPPED, JobState, Request
 from compiler.targets.records import RunRecord
@@ -156,15 +155,20 @@ def restarts_in(run_dir: Path) -> int:
 def restart_events(run_dir: Path) -> list[dict]:
     """What the trainer recorded of each in-job restart (its cause, the checkpoint it resumed from, the steps
     lost), in the order they happened, where the nodes' outputs land in the run folder."""
-    found = {path for pattern in METRICS_GLOBS for path in run_dir.glob(pattern.replace(METRICS_FILE, RESTARTS_FILE))}
-    return [json.loads(line) for path in sorted(found) for line in path.read_text().splitlines() if line.strip()]
+    return [event for path in _restart_files(run_dir) for event in _json_lines(path)[0]]
+
+
+def _restart_files(run_dir: Path) -> list[Path]:
+    globs = (pattern.replace(METRICS_FILE, RESTARTS_FILE) for pattern in METRICS_GLOBS)
+    return sorted({path for pattern in globs for path in run_dir.glob(pattern)})
 
 
 def restart_text(event: dict) -> str:
     """`1 of 2: local rank 0 on node 1 (algo-2): killed by SIGKILL; resumed from step 5, 3 steps lost`."""
-    lost = "?" if event.get("steps_lost") is None else event["steps_lost"]
-    cause = event.get("cause") or "cause unknown"
-    return f"{event['restart']} of {event['of']}: {cause}; resumed from step {event['resumed_step']}, {lost} steps lost"
+    names = ("restart", "of", "resumed_step", "steps_lost")
+    restart, of, step, lost = ("?" if event.get(name) is None else printable(str(event[name])) for name in names)
+    cause = printable(str(event.get("cause") or "cause unknown"))
+    return f"{restart} of {of}: {cause}; resumed from step {step}, {lost} steps lost"
 
 
 def metrics_file(run_dir: Path) -> Path | None:
@@ -174,9 +178,32 @@ def metrics_file(run_dir: Path) -> Path | None:
 
 def loss_curve(run_dir: Path) -> list[dict]:
     path = metrics_file(run_dir)
-    if path is None:
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [] if path is None else _json_lines(path)[0]
+
+
+def skipped_lines(run_dir: Path) -> dict[str, int]:
+    """How many lines of each metrics or restarts log were skipped: a node killed mid-write leaves half a
+    line, and a line that is no metrics line is not charted."""
+    path = metrics_file(run_dir)
+    logs = [*_restart_files(run_dir), *([] if path is None else [path])]
+    return {str(log): count for log in logs if (count := _json_lines(log)[1])}
+
+
+def _json_lines(path: Path) -> tuple[list[dict], int]:
+    """The JSON objects of a log the nodes wrote, and the number of lines skipped (metrics lines that
+    `_is_metrics_line` refuses count as skipped too)."""
+    found, skipped = files.read_json_lines(path, "run")
+    if path.name == METRICS_FILE:
+        kept = [line for line in found if _is_metrics_line(line)]
+        return kept, skipped + len(found) - len(kept)
+    return found, skipped
+
+
+def _is_metrics_line(line: dict) -> bool:
+    """A step number, and a number (or nothing) for each value that is charted or reported."""
+    values = [line.get(name) for name in ("step", "elapsed_s", *REPORTED_METRICS)]
+    numbers = [v for v in values if v is not None and not isinstance(v, bool) and isinstance(v, int | float)]
+    return type(line.get("step")) is int and len(numbers) == sum(v is not None for v in values)
 
 
 def plot_run(run_dir: Path, run_id: str) -> Path | None:

@@ -69,7 +69,7 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
             config, parallelism=dataclasses.replace(config.parallelism, mixed_precision=precision)
         )
     batch = resolve_batch(config.parallelism, config.model.seq_len, layout)
-    _check_batch_fits(batch)
+    _check_batch_fits(batch, config.parallelism)
     for check in rules.CROSS_FIELD_CHECKS:
         warnings += check(config, instance, layout, targets)
     config = dataclasses.replace(config, parallelism=_resolved(config.parallelism, layout, batch))
@@ -120,10 +120,11 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
     return dataclasses.replace(plan, warnings=tuple(warnings))
 
 
-def _check_batch_fits(batch: Batch) -> None:
+def _check_batch_fits(batch: Batch, par: schema.ParallelismConfig) -> None:
     """The plan's counts are 64-bit integers for every reader of plan.json (a resolved global batch of
-    2^62 nodes' micro batches is not)."""
-    for key, value in (("parallelism.global_batch", batch.global_batch), ("model.seq_len", batch.tokens_per_step)):
+    2^62 nodes' micro batches is not); named as the key given (a derived global batch is the micro batch's)."""
+    given = "parallelism.global_batch" if par.global_batch != -1 else "parallelism.micro_batch"
+    for key, value in ((given, batch.global_batch), ("model.seq_len", batch.tokens_per_step)):
         if value > grammar.INT64_MAX:
             raise ConfigError(
                 key, f"makes {value:.3g} per step, past the 64 bits a plan holds", "use fewer nodes or a smaller batch"

@@ -21,6 +21,12 @@ from compiler.spec.tokenizer import TOKENIZER_FILE, TokenizerFacts, tokenizer_lo
 def check_format(config: schema.Config, targets: TargetCapabilities) -> Iterator[str]:
     data = config.data
     _check_evaluation(config)
+    if data.claim is not None and data.source not in (schema.DataSource.fsx, schema.DataSource.efs):
+        raise ConfigError(  # an option no target reads here would otherwise pass without a word
+            "data.claim",
+            f"mounts a file system (data=fsx or efs), and data={data.source.value} reads none",
+            "remove data.claim, or use data=fsx or efs",
+        )
     if data.tokens is not None and data.tokens < 1:
         raise ConfigError("data.tokens", f"{data.tokens} is not a token count", "give the dataset's token count")
     if data.format is schema.DataFormat.tokens:
@@ -142,14 +148,7 @@ def _tokenizer_facts(config: schema.Config, targets: TargetCapabilities) -> Toke
             f"a host folder cannot reach target={config.target.kind.value}",
             "upload it to S3 and give its s3:// prefix",
         )
-    try:
-        return TokenizerFacts.read(folder)
-    except ValueError as error:
-        raise ConfigError(
-            "data.tokenizer",
-            f"{folder / TOKENIZER_FILE} is not a tokenizer ({error})",
-            "save the tokenizer with save_pretrained",
-        ) from error
+    return TokenizerFacts.read(folder)
 
 
 def _check_validation(data: schema.DataConfig) -> None:

@@ -7,12 +7,13 @@ A family answers for a stretch of the model: `layers` of its repeated blocks, wi
 (`first`: embeddings) and the output side (`last`: final norm, head) or not, as a pipeline rank holds it.
 """
 
+import re
 from collections.abc import Iterator
 from typing import Protocol
 
 from compiler.core.architectures import ARCHITECTURES, architecture
 from compiler.spec import schema
-from compiler.spec.errors import ConfigError, UnknownNameError
+from compiler.spec.errors import ConfigError, UnknownNameError, shown
 from compiler.spec.transformers_export import transformers_architecture
 
 
@@ -72,6 +73,7 @@ class DecoderFamily:
     """
 
     def check(self, model: schema.ModelConfig) -> Iterator[str]:
+        check_lora(model.lora)  # the built-in decoder takes no adapters, but its values are checked too
         for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "context", "seq_len"):
             if getattr(model, name) < 1:
                 raise ConfigError(f"model.{name}", f"must be at least 1 (got {getattr(model, name)})")
@@ -187,11 +189,18 @@ class PretrainedFamily(DecoderFamily):
                 f"model.architecture: {model.architecture} is planned as a Llama-style decoder; its parameter "
                 f"count is an estimate (known: {', '.join(ARCHITECTURES)})"
             )
-        lora = model.lora
-        if lora.rank < 0 or lora.alpha <= 0 or not 0 <= lora.dropout < 1:
-            raise ConfigError("model.lora", "needs rank >= 0, alpha > 0 and 0 <= dropout < 1", "fix the values")
-        if lora.rank and not lora.targets:
+        if model.lora.rank and not model.lora.targets:
             raise ConfigError("model.lora.targets", "is empty", "name the linear layers to adapt, like [q_proj,v_proj]")
+        given = model.lora.rank or model.lora.targets != schema.LoraConfig().targets  # the default is Llama's names
+        if given and model.architecture in ARCHITECTURES:  # another's module names are unknown here: peft finds them
+            names = ARCHITECTURES[model.architecture].linear_names
+            for target in model.lora.targets:
+                if target.rpartition(".")[2] not in names:
+                    raise ConfigError(
+                        "model.lora.targets",
+                        f"{shown(target)} names no projection of {model.architecture}",
+                        f"choose among {', '.join(names)}",
+                    )
 
     def parameter_count(self, model: schema.ModelConfig, layers: int, first: bool, last: bool) -> int:
         arch = architecture(model.architecture)
@@ -240,3 +249,25 @@ def family(model: schema.ModelConfig) -> ModelFamily:
     if model.family not in FAMILIES:
         raise UnknownNameError("model.family", "model family", model.family, FAMILIES)
     return FAMILIES[model.family]
+
+
+MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*")
+"""A module's name or dotted path (`q_proj`, `self_attn.q_proj`): peft matches each as a name, never a regex."""
+MAX_LORA_TARGETS = 64
+
+
+def check_lora(lora: schema.LoraConfig) -> None:
+    """`model.lora`'s values, checked where LoRA is off too (rank 0), as every value is."""
+    if lora.rank < 0 or lora.alpha <= 0 or not 0 <= lora.dropout < 1:  # compose refuses nan and inf
+        raise ConfigError("model.lora", "needs rank >= 0, alpha > 0 and 0 <= dropout < 1", "fix the values")
+    if len(lora.targets) > MAX_LORA_TARGETS or len(set(lora.targets)) < len(lora.targets):
+        raise ConfigError(
+            "model.lora.targets", f"lists {len(lora.targets)} names, or one twice", "name each projection once"
+        )
+    for target in lora.targets:
+        if not isinstance(target, str) or not MODULE_NAME.fullmatch(target):
+            raise ConfigError(
+                "model.lora.targets",
+                f"{shown(target)} is not a module's name (a regular expression is not taken)",
+                "name the projections, like [q_proj,v_proj]",
+            )

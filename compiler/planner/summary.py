@@ -5,6 +5,7 @@ from compiler.planner.estimate import GIB, Memory
 from compiler.planner.pipeline import bubble_fraction
 from compiler.planner.schedule_rules import differences_from_trainer
 from compiler.spec import Plan
+from compiler.spec.errors import printable
 from compiler.spec.records import DatasetTokens
 from compiler.spec.schema import Compile, DataFormat, Entry, LrScaling
 from compiler.spec.strategies import facts
@@ -12,6 +13,12 @@ from compiler.spec.tokenizer import tokenizer_location
 
 
 def summary_lines(plan: Plan) -> list[str]:
+    """The plan in a few lines for a terminal, each in the one printable form: a value from a file or an
+    override (a path, a model type) cannot carry a control character that forges or erases a line."""
+    return [printable(line) for line in _summary(plan)]
+
+
+def _summary(plan: Plan) -> list[str]:
     layout, batch, instance = plan.layout, plan.batch, plan.instance
     devices = f"{instance.gpus} × {instance.gpu_model}" if instance.has_gpus else "CPU"
     shard = f", shard group {layout.shard_degree}" if facts(plan.parallelism.strategy).shard_groups else ""

@@ -28,7 +28,7 @@ def check_trackers(trainer: schema.TrainerConfig) -> Iterator[str]:
             "are the built-in trainer's; a script logs to its own trackers",
             "leave trainer.trackers out with trainer=script",
         )
-    if "mlflow" in trainer.trackers:
+    if "mlflow" in trainer.trackers or trainer.mlflow.tracking_uri is not None:  # checked where it is off too
         check_mlflow_uri(trainer.mlflow.tracking_uri)
         if sagemaker_mlflow(trainer.mlflow.tracking_uri):
             yield (
@@ -51,14 +51,16 @@ def check_mlflow_uri(uri: str | None) -> None:
             "give arn:aws:sagemaker:REGION:ACCOUNT:mlflow-tracking-server/NAME, as the SageMaker console shows it",
         )
     parts = urlsplit(uri)
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ConfigError(
+            key,
+            "holds credentials, which would be stored in the plan"
+            if parts.username or parts.password
+            else "holds a query or fragment (where a token would be), which would be stored in the plan",
+            "export MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) instead: "
+            "the local and Slurm targets pass them to the nodes, target.secrets does on SageMaker and Kubernetes",
+        )
     if parts.scheme not in ("http", "https") or not parts.hostname or not grammar.DOMAIN.fullmatch(parts.netloc):
-        if parts.username or parts.password:
-            raise ConfigError(
-                key,
-                "holds credentials, which would be stored in the plan",
-                "export MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) instead: "
-                "the target passes them to the nodes",
-            )
         raise ConfigError(
             key,
             f"{grammar.shown(uri)} is not an http(s)://HOST[:PORT] URL",

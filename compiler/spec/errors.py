@@ -5,6 +5,8 @@ line with exit status 2 and no traceback.
 """
 
 import difflib
+import json
+import re
 from collections.abc import Iterable
 
 
@@ -27,6 +29,30 @@ class ConfigError(Exception):
 def printable(text: str) -> str:
     """`text` with its control characters shown escaped, so it stays one line."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+CREDENTIALS = re.compile(r"[^\s/@:]+:[^\s/@]*@")
+"""`user:password@` before a host, as a registry or URL may carry it."""
+
+
+def shown(value: object) -> str:
+    """A value as a message shows it (from an override, a file, a platform): quoted, escapes visible, long
+    ones cut, credentials masked. Every value a message echoes goes through here."""
+    text = repr(CREDENTIALS.sub("***@", str(value)))
+    return text if len(text) <= 80 else f"{text[:60]}...' ({len(str(value))} characters)"
+
+
+def withheld(value: object) -> str:
+    """What a message says instead of a value where a secret belongs or may have been pasted by mistake (a
+    token where a secret's reference should be): its length only."""
+    return f"the value given ({len(str(value))} characters, not shown: it may be a secret)"
+
+
+def as_json(value: object) -> str:
+    """A value read from a JSON file, as JSON writes it (so a string "2" and a number 2 differ), in the same
+    printable, cut and masked form as `shown`."""
+    text = printable(CREDENTIALS.sub("***@", json.dumps(value, ensure_ascii=False, default=str)))
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
 
 
 class PlatformError(Exception):

@@ -8,10 +8,11 @@ list of named templates; newer ones write it to `chat_template.jinja` and the ot
 `additional_chat_templates/<name>.jinja`).
 """
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from compiler.spec import files
+from compiler.spec.errors import as_json
 from compiler.spec.schema import DataConfig, ModelConfig
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -45,28 +46,29 @@ class TokenizerFacts:
         return self.chat_templates.get(DEFAULT_TEMPLATE)
 
     @classmethod
-    def read(cls, folder: Path) -> "TokenizerFacts":
-        """Raises FileNotFoundError without tokenizer.json, ValueError on a file that is not a tokenizer's."""
-        tokenizer = json.loads((folder / TOKENIZER_FILE).read_text())
-        config_path = folder / CONFIG_FILE
-        config = json.loads(config_path.read_text()) if config_path.is_file() else {}
-        ids = _vocabulary_ids(tokenizer)
+    def read(cls, folder: Path, key: str = "data.tokenizer") -> "TokenizerFacts":
+        """The facts of the tokenizer in `folder`; a file that is not a tokenizer's is a FileError naming `key`."""
+        tokenizer_path, config_path = folder / TOKENIZER_FILE, folder / CONFIG_FILE
+        tokenizer = files.read_json_object(tokenizer_path, key, files.LARGE_FILE)
+        config = files.read_json_object(config_path, key) if _present(config_path) else {}
+        ids = _vocabulary_ids(tokenizer, key, tokenizer_path)
         eos, bos = _token_name(config.get("eos_token")), _token_name(config.get("bos_token"))
         return cls(
-            vocab=max(ids.values()) + 1,
+            vocab=max(ids.values(), default=-1) + 1,
             eos_token=eos,
             eos_id=ids.get(eos) if eos else None,
-            chat_templates=_chat_templates(folder, config.get("chat_template")),
+            chat_templates=_chat_templates(folder, config.get("chat_template"), key),
             bos_token=bos,
         )
 
 
-def _chat_templates(folder: Path, configured: object) -> dict[str, str]:
+def _chat_templates(folder: Path, configured: object, key: str) -> dict[str, str]:
     """`chat_template.jinja` and `additional_chat_templates/*.jinja`, else tokenizer_config.json's
     `chat_template`: a string, a list of {"name", "template"}, or a mapping of names to templates."""
-    if (folder / TEMPLATE_FILE).is_file():
+    if _present(folder / TEMPLATE_FILE):
         extra = sorted((folder / TEMPLATES_DIR).glob("*.jinja"))
-        return {DEFAULT_TEMPLATE: (folder / TEMPLATE_FILE).read_text(), **{p.stem: p.read_text() for p in extra}}
+        named = {p.stem: files.read_text(p, key) for p in extra}
+        return {DEFAULT_TEMPLATE: files.read_text(folder / TEMPLATE_FILE, key), **named}
     if isinstance(configured, str):
         return {DEFAULT_TEMPLATE: configured}
     if isinstance(configured, list):
@@ -76,18 +78,34 @@ def _chat_templates(folder: Path, configured: object) -> dict[str, str]:
     return {}
 
 
-def _vocabulary_ids(tokenizer: dict) -> dict[str, int]:
+def _present(path: Path) -> bool:
+    """A file the folder has, or a link (one to nothing is the reader's to report)."""
+    return path.exists() or path.is_symlink()
+
+
+def _vocabulary_ids(tokenizer: dict, key: str, path: Path) -> dict[str, int]:
     """Token → id over the model's vocabulary (a mapping for BPE and WordPiece, a list of (piece, score)
-    for Unigram) and the added tokens."""
-    model = tokenizer.get("model") or {}
-    vocab = model.get("vocab")
+    for Unigram) and the added tokens; every id a whole number ≥ 0."""
+    model = tokenizer.get("model")
+    vocab = model.get("vocab") if isinstance(model, dict) else None
     if isinstance(vocab, dict):
         ids = dict(vocab)
-    elif isinstance(vocab, list):
+    elif isinstance(vocab, list) and all(isinstance(entry, list) and entry for entry in vocab):
         ids = {entry[0]: index for index, entry in enumerate(vocab)}
     else:
-        raise ValueError("tokenizer.json has no model.vocab")
-    ids.update({token["content"]: token["id"] for token in tokenizer.get("added_tokens", [])})
+        raise files.FileError(
+            key, path, "has no model.vocab (a mapping or a list of pieces)", "save it with save_pretrained"
+        )
+    added = tokenizer.get("added_tokens", [])
+    if not isinstance(added, list) or not all(isinstance(token, dict) for token in added):
+        raise files.FileError(key, path, "gives added_tokens that are not a list of objects")
+    for index, token in enumerate(added):
+        ids[token.get("content")] = files.integer(token, "id", key, f"{path} added_tokens[{index}]", minimum=0)
+    for token, number in ids.items():
+        if not isinstance(token, str) or type(number) is not int or number < 0:
+            raise files.FileError(
+                key, path, f"gives the token {as_json(token)} the id {as_json(number)}, not a whole number ≥ 0"
+            )
     return ids
 
 

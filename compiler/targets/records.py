@@ -12,9 +12,13 @@ import errno
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from compiler.spec import files
+from compiler.spec.errors import as_json, shown
 from compiler.targets import index
 from compiler.targets.base import FINAL_STATUSES, PENDING, RUNNING
 
@@ -97,7 +101,28 @@ def save(record: RunRecord) -> RunRecord:
 
 
 def load(run_dir: Path) -> RunRecord:
-    return RunRecord(**json.loads((run_dir / RECORD_FILE).read_text()))
+    """The record in `run_dir`; one that is not a record this dockyard writes is a FileError naming `run`."""
+    path = run_dir / RECORD_FILE
+    values = files.read_json_object(path, "run")
+    kinds = {f.name: _json_types(f.type) for f in fields(RunRecord)}
+    unknown = sorted(set(values) - set(kinds))
+    if unknown:
+        raise files.FileError(
+            "run", path, f"has the unknown key {shown(unknown[0])}", "give a run this dockyard version launched"
+        )
+    if "run_dir" not in values:
+        raise files.FileError("run", path, "has no run_dir", "give a run this dockyard version launched")
+    for name, value in values.items():
+        if not isinstance(value, kinds[name]) or (isinstance(value, bool) and bool not in kinds[name]):
+            raise files.FileError("run", path, f"gives {name} = {as_json(value)}, of the wrong type")
+    return RunRecord(**values)
+
+
+def _json_types(annotation: object) -> tuple[type, ...]:
+    """The JSON values a record field's annotation takes (JSON writes a float 1.0 as 1)."""
+    union = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    kinds = tuple(typing.get_origin(a) or a for a in union)
+    return (*kinds, int) if float in kinds else kinds
 
 
 def load_all(folder: Path) -> list[RunRecord]:
@@ -125,7 +150,15 @@ def find(run: str) -> Path | None:
     return folder if folder is not None and holds_file(folder, RECORD_FILE) else None
 
 
-def registered() -> list[RunRecord]:
-    """The records of every registered run whose folder is still there, newest first."""
-    found = [load(folder) for folder in index.folders() if holds_file(folder, RECORD_FILE)]
-    return sorted(found, key=lambda record: math.inf if record.started is None else record.started, reverse=True)
+def registered() -> tuple[list[RunRecord], list[files.FileError]]:
+    """The records of every registered run whose folder is still there, newest first, and why each record
+    that cannot be read was left out (one broken record must not hide the others)."""
+    found, unreadable = [], []
+    for folder in index.folders():
+        if holds_file(folder, RECORD_FILE):
+            try:
+                found.append(load(folder))
+            except files.FileError as error:
+                unreadable.append(error)
+    found.sort(key=lambda record: math.inf if record.started is None else record.started, reverse=True)
+    return found, unreadable

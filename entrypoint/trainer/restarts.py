@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from compiler.spec import files
 from compiler.spec.contract import RESTARTS_FILE
 from entrypoint.launcher.main import FAILURES_FILE
 
@@ -71,7 +72,7 @@ def failures(notes: Path, local_leader: bool) -> list[dict]:
     if local_leader:
         path = notes / FAILURES_FILE
         if path.is_file():
-            taken = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            taken = files.read_json_lines(path, "trainer.restarts")[0]  # a node killed mid-line left half of one
             path.unlink()
     gathered: list[list[dict] | None] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, taken)

@@ -16,7 +16,7 @@ import jsonschema
 import kubernetes_validate
 
 from compiler.spec import KubernetesTargetConfig, Plan, TargetConfig
-from compiler.spec.errors import ConfigError
+from compiler.spec.errors import ConfigError, shown, withheld
 from compiler.targets.secrets import check_secret_names
 
 KUBERNETES_VERSION = "1.35.0"
@@ -62,11 +62,12 @@ def check_config_names(target: KubernetesTargetConfig, data_claim: str | None) -
     subdomain = f"a DNS-1123 subdomain (at most {MAX_SUBDOMAIN} lower-case letters, digits, '-' and '.')"
     for key in ("service_account", "priority_class", "scheduler_name", "claim", "hub_token_secret"):
         if getattr(target, key) is not None:
-            _check(DNS_SUBDOMAIN, f"target.{key}", getattr(target, key), subdomain)
+            _check(DNS_SUBDOMAIN, f"target.{key}", getattr(target, key), subdomain, echo=key != "hub_token_secret")
     for name, reference in check_secret_names(target).items():
         secret, _, key = reference.partition("/")
-        _check(DNS_SUBDOMAIN, f"target.secrets.{name}", secret, f"a Secret's name ({subdomain}), then /key")
-        _check(SECRET_KEY, f"target.secrets.{name}", key or name, "a Secret's key (letters, digits, '-', '_', '.')")
+        _check(DNS_SUBDOMAIN, f"target.secrets.{name}", secret, f"a Secret's name ({subdomain}), then /key", echo=False)
+        what = "a Secret's key (letters, digits, '-', '_', '.')"
+        _check(SECRET_KEY, f"target.secrets.{name}", key or name, what, echo=False)
     if data_claim is not None:
         _check(DNS_SUBDOMAIN, "data.claim", data_claim, subdomain)
     for index, secret in enumerate(target.image_pull_secrets):
@@ -82,9 +83,12 @@ def check_config_names(target: KubernetesTargetConfig, data_claim: str | None) -
         _check(ENV_NAME, f"target.environment.{name}", name, "an environment variable name")
 
 
-def _check(grammar: re.Pattern, key: str, value: str, what: str, limit: int = MAX_SUBDOMAIN) -> None:
+def _check(grammar: re.Pattern, key: str, value: str, what: str, limit: int = MAX_SUBDOMAIN, *, echo=True) -> None:
+    """`echo=False` where a secret may have been pasted (a Secret's name): a refusal never repeats it."""
     if not grammar.fullmatch(value) or len(value) > limit:
-        raise ConfigError(key, f"'{value}' is not {what}", "Kubernetes would refuse it")
+        raise ConfigError(
+            key, f"{shown(value) if echo else withheld(value)} is not {what}", "Kubernetes would refuse it"
+        )
 
 
 def _check_keys(key: str, names: Iterable[str]) -> None:

@@ -5,6 +5,8 @@ SageMaker later. Clients come from one boto3 session, so `AWS_ENDPOINT_URL` (mot
 the user's profile apply as in AWS's own tools.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
@@ -12,8 +14,8 @@ from typing import IO
 from botocore.exceptions import BotoCoreError, ClientError
 
 from compiler.core.capabilities import Capabilities
-from compiler.spec import DataSource, Plan
-from compiler.spec.errors import ConfigError
+from compiler.spec import DataSource, Plan, files
+from compiler.spec.errors import ConfigError, PlatformError
 from compiler.spec.schema import Config
 from compiler.targets.base import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, STOPPED, JobState
 from compiler.targets.logs import LogLine
@@ -76,7 +78,7 @@ class SageMakerTarget:
 
     def resume_checkpoints(self, run_id: str, run_dir: Path) -> list[str]:
         """The run's own checkpoint prefix, where the first attempt wrote under its output location."""
-        target = Plan.from_json((run_dir / "plan.json").read_text()).target
+        target = Plan.from_json(files.read_text(run_dir / "plan.json", "--resume")).target
         output = getattr(target, "output_uri", None)
         if output and not getattr(target, "checkpoint_uri", None):
             return [f"target.checkpoint_uri={output.rstrip('/')}/{run_id}/checkpoints"]
@@ -107,12 +109,14 @@ class SageMakerTarget:
     def release_warm_pool(self, handle: dict) -> None:
         from compiler.targets.sagemaker import warm_pools
 
-        warm_pools.release(handle["job_name"], _session(handle["region"]).client("sagemaker"))
+        with _asking(handle):
+            warm_pools.release(handle["job_name"], _session(handle["region"]).client("sagemaker"))
 
     def status(self, handle: dict) -> JobState:
         from compiler.targets.sagemaker import submit, warm_pools
 
-        job = submit.describe(handle["job_name"], _session(handle["region"]))
+        with _asking(handle):
+            job = submit.describe(handle["job_name"], _session(handle["region"]))
         secondary = job.get("SecondaryStatus", "")
         status = STATES.get(job["TrainingJobStatus"], CANCELLED)
         if status == RUNNING and secondary in WAITING:
@@ -129,12 +133,14 @@ class SageMakerTarget:
     def logs(self, handle: dict) -> list[LogLine]:
         from compiler.targets.sagemaker import submit
 
-        return submit.log_lines(_session(handle["region"]).client("logs"), handle["job_name"])
+        with _asking(handle):
+            return submit.log_lines(_session(handle["region"]).client("logs"), handle["job_name"])
 
     def stop(self, handle: dict) -> None:
         from compiler.targets.sagemaker import submit
 
-        submit.stop(handle["job_name"], _session(handle["region"]))
+        with _asking(handle):
+            submit.stop(handle["job_name"], _session(handle["region"]))
 
 
 def job_billing(job: dict) -> dict[str, float] | None:
@@ -147,6 +153,16 @@ def job_billing(job: dict) -> dict[str, float] | None:
 def job_metrics(job: dict) -> dict[str, float]:
     """A job's final metrics as SageMaker reports them (named as `translate.metric_definitions` names them)."""
     return {m["MetricName"]: m["Value"] for m in job.get("FinalMetricDataList", [])}
+
+
+@contextmanager
+def _asking(handle: dict) -> Iterator[None]:
+    """SageMaker's answer about a launched job, or a PlatformError in one line where it cannot be had (no
+    endpoint reachable, no credentials, the job unknown to the account)."""
+    try:
+        yield
+    except (BotoCoreError, ClientError) as error:
+        raise PlatformError(f"SageMaker cannot be asked about job {handle['job_name']}: {error}") from None
 
 
 def _session(region: str):

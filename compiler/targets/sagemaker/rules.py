@@ -8,10 +8,10 @@ import re
 
 import botocore.session
 
-from compiler.core.grammar import ECR_REGISTRY, check_hours, check_s3_uri, shown
+from compiler.core.grammar import ECR_REGISTRY, check_hours, check_s3_uri
 from compiler.spec import DataSource, Plan, SageMakerTargetConfig
 from compiler.spec.contract import SECRET_PREFIX
-from compiler.spec.errors import ConfigError, UnknownNameError
+from compiler.spec.errors import ConfigError, UnknownNameError, shown, withheld
 from compiler.targets.channels import CheckpointSource, checkpoint_source
 from compiler.targets.secrets import check_secret_names
 
@@ -50,8 +50,9 @@ def regions() -> frozenset[str]:
     )
 
 
-def check_shape(key: str, shape: str, value) -> None:
-    """`value` within the shape's length or range, and (a string) matching its whole pattern."""
+def check_shape(key: str, shape: str, value, *, echo: bool = True) -> None:
+    """`value` within the shape's length or range, and (a string) matching its whole pattern; `echo=False`
+    where a secret may have been pasted (a role's or a secret's ARN): a refusal then never repeats it."""
     low, high, pattern = limit(shape, "min"), limit(shape, "max"), limit(shape, "pattern")
     size = value if isinstance(value, int) else len(value)
     what = "" if isinstance(value, int) else " characters" if isinstance(value, str) else " entries"
@@ -60,7 +61,8 @@ def check_shape(key: str, shape: str, value) -> None:
         raise ConfigError(key, f"SageMaker takes {bounds}{what} here (got {size}{what})")
     # ASCII classes: botocore's patterns are Java's, where \d is [0-9] (Python's also takes other scripts' digits)
     if isinstance(value, str) and pattern and "\\p" not in pattern and not re.fullmatch(pattern, value, re.ASCII):
-        raise ConfigError(key, f"{shown(value)} does not match SageMaker's pattern {pattern}")
+        given = shown(value) if echo else withheld(value)
+        raise ConfigError(key, f"{given} does not match SageMaker's pattern {pattern}")
 
 
 def check(plan: Plan) -> list[str]:
@@ -97,7 +99,7 @@ def check(plan: Plan) -> list[str]:
             "checkpoint and continue in a new job for longer runs",
         )
     if target.role_arn is not None:
-        check_shape("target.role_arn", "RoleArn", target.role_arn)
+        check_shape("target.role_arn", "RoleArn", target.role_arn, echo=False)
     for key in ("output_uri", "checkpoint_uri"):
         if getattr(target, key) is not None:
             check_s3_uri(f"target.{key}", getattr(target, key))
@@ -139,10 +141,10 @@ def check(plan: Plan) -> list[str]:
     _check_environment(target.environment, len(target.secrets))
     _check_hyperparameters(plan.trainer.hyperparameters)
     if target.hub_token_secret is not None:
-        check_shape("target.hub_token_secret", "SecretArn", target.hub_token_secret)
+        check_shape("target.hub_token_secret", "SecretArn", target.hub_token_secret, echo=False)
     for name, arn in check_secret_names(target).items():
         if name in target.secrets:
-            check_shape(f"target.secrets.{name}", "SecretArn", arn)
+            check_shape(f"target.secrets.{name}", "SecretArn", arn, echo=False)
             check_shape(f"target.secrets.{name}", "TrainingEnvironmentKey", SECRET_PREFIX + name)
     if checkpoint_source(plan) is CheckpointSource.folder:
         return [

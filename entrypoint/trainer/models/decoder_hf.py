@@ -8,7 +8,6 @@ Llama's RoPE rotates the two halves of a head (`rotate_half`) where the built-in
 so the q and k rows of every head are reordered: pair i's two rows become rows i and i + head_dim / 2.
 """
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 import torch
 
-from compiler.spec import ModelConfig
+from compiler.spec import ModelConfig, files
 from compiler.spec.plan import model_from_dict
 from compiler.spec.transformers_export import GPT2, LLAMA, transformers_architecture
 from entrypoint.trainer.models.weights import CONFIG_FILE, SHARD_SIZE, TorchFile, load_safetensors, save_safetensors
@@ -232,7 +231,7 @@ class DecoderWeights:
 
     def load(self, folder: Path) -> dict[str, torch.Tensor]:
         """The weights under the trainer's names, from either layout (its config.json says which)."""
-        config = json.loads((folder / CONFIG_FILE).read_text())
+        config = files.read_json_object(folder / CONFIG_FILE, "model.path")
         if "architectures" not in config:
             return TorchFile().load(folder)
         _, from_hf, _ = EXPORTS[config["architectures"][0]]

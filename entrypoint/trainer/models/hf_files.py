@@ -3,13 +3,13 @@ asked for) and writes the trained model back as a folder `transformers` (and vLL
 config and tokenizer files, and with LoRA the merged model plus the adapter `peft` loads.
 """
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import safe_open
 
+from compiler.spec import files
 from entrypoint.trainer.models.weights import (
     GENERATION_CONFIG_FILE,
     copy_tokenizer,
@@ -89,10 +89,10 @@ class PretrainedFiles:
 
     def save(self, folder: Path, state: dict[str, torch.Tensor], config: dict[str, Any]) -> None:
         source = Path(config["path"])
-        hf_config = json.loads((source / "config.json").read_text())
+        hf_config = files.read_json_object(source / "config.json", "model.path")
         hf_config["dtype"] = str(next(iter(state.values())).dtype).removeprefix("torch.")
         generation = source / GENERATION_CONFIG_FILE
-        generation_config = json.loads(generation.read_text()) if generation.is_file() else {}
+        generation_config = files.read_json_object(generation, "model.path") if generation.exists() else {}
         lora = config["lora"]
         weights = merged_weights(state, lora["alpha"] / lora["rank"]) if lora["rank"] else state
         save_safetensors(folder, weights, hf_config, generation_config)
