@@ -39,6 +39,7 @@ MODELS = {
     "qwen3": Model(None, "<|im_end|>", ("<|endoftext|>", "<|im_start|>"), "<|im_end|>", False),
     "mistral-v0.3": Model("<s>", "</s>", ("[INST]", "[/INST]", "[TOOL_CALLS]"), "</s>", True),
     "gemma2": Model("<bos>", "<eos>", ("<start_of_turn>", "<end_of_turn>"), "<end_of_turn>", True),
+    "gemma3": Model("<bos>", "<eos>", ("<start_of_turn>", "<end_of_turn>"), "<end_of_turn>", True),
     "phi3.5": Model("<s>", "<|endoftext|>", ("<|system|>", "<|user|>", "<|assistant|>", "<|end|>"), "<|end|>", False),
     "phi4-mini": Model(None, "<|endoftext|>", ("<|system|>", "<|user|>", "<|assistant|>", "<|end|>"), "<|end|>", False),
     "smollm2": Model("<|im_start|>", "<|im_end|>", ("<|endoftext|>",), "<|im_end|>", False),
@@ -102,7 +103,8 @@ def test_ids_are_transformers_and_targets_are_the_replies(encoders, name, conver
     encoder, model, messages = encoders[name], MODELS[name], CONVERSATIONS[conversation]
     try:
         expected_ids = encoder.tokenizer.apply_chat_template(messages, tokenize=True)["input_ids"]
-    except TemplateError as error:  # the template refuses the conversation (Gemma 2 with a system message)
+    except TemplateError as error:  # the template refuses the conversation (Gemma 2 with a system message;
+        # Gemma 3 accepts one, prefixed to the first user turn)
         with pytest.raises(ChatRecordError, match=f"the chat template raised: {error}"):
             encoder.encode({"messages": messages})
         return
