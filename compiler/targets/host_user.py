@@ -9,6 +9,7 @@ to the image's own unprivileged user.
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -25,3 +26,12 @@ def invoking_user() -> HostUser | None:
     local targets reads it and hands it to their pure translators."""
     uid = os.getuid()
     return None if uid == 0 else HostUser(uid, os.getgid())
+
+
+def make_run_folders(folders: list[str] | tuple[str, ...]) -> None:
+    """The folders training writes on the host, never world-writable: 0700 for a launching user, who trains in
+    them; 0755 after a launch by root, whose image user another root launch must be able to read them as (a
+    model exported by one run fine-tuned by the next: `check_checkpoint_readable`)."""
+    mode = 0o755 if invoking_user() is None else 0o700
+    for folder in folders:
+        Path(folder).mkdir(mode=mode, parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ from docker.types import DeviceRequest
 
 from compiler.spec.contract import TRACKER_CREDENTIALS
 from compiler.spec.s3 import download_s3
+from compiler.targets.host_user import make_run_folders
 from compiler.targets.local.forward import relaying
 from compiler.targets.local.translate import HOST_ALIAS, ContainerSpec, LocalRequest
 from compiler.targets.logs import stamped
@@ -64,9 +65,7 @@ def prepare_host_folders(request: LocalRequest, plan_json: str) -> None:
         for name, text in spec.contract_files.items():
             (config / name).write_text(text)
     (run_dir / "logs").mkdir(exist_ok=True)
-    for folder in request.host_folders:
-        # 0700: the launching user's, whom training runs as (after a launch by root, the image's user's)
-        Path(folder).mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_run_folders(request.host_folders)
 
 
 def run(request: LocalRequest, *, client=None, out: IO[str] = sys.stdout, interrupted=None) -> Ending:

@@ -18,6 +18,7 @@ from compiler.spec.errors import ConfigError
 from compiler.spec.hostlist import expand_hostlist
 from compiler.spec.s3 import download_s3
 from compiler.targets.base import COMPLETED, FAILED, FINAL_STATUSES, PENDING, RUNNING, STOPPED, JobState
+from compiler.targets.host_user import make_run_folders
 from compiler.targets.logs import LogLine
 from compiler.targets.slurm.translate import SlurmRequest
 
@@ -57,9 +58,7 @@ def submit(request: SlurmRequest, plan_json: str, *, out: IO[str]) -> dict:
     run_dir = Path(request.run_dir)
     (run_dir / "plan").mkdir(parents=True, exist_ok=True)
     (run_dir / "plan" / "plan.json").write_text(plan_json)
-    for folder in request.host_folders:
-        # 0700: the launching user's, whom training runs as (after a launch by root, the image's user's)
-        Path(folder).mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_run_folders(request.host_folders)
     for folder, uri in request.downloads.items():
         out.write(f"data      copying {uri} to {folder}\n")
         download_s3(uri, Path(folder))
