@@ -9,13 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from compiler.config.compose import compose_config
+from compiler.launch.plan import checked_plan
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import DataFormat, LossOn
 from compiler.spec.token_cache_key import cache_key
 from compiler.spec.tokenizer import TokenizerFacts
 from entrypoint.trainer import documents, text_data, token_cache
 from entrypoint.trainer.chat import ChatEncoder, ChatRecordError, Encoded
-from tests.entrypoint_support import tiny_plan
+from tests.entrypoint_support import TINY, tiny_plan
 from tests.test_chat_templates import TEMPLATES_DIR, make_tokenizer, target_runs
 from tests.text_corpus import write_jsonl
 
@@ -141,6 +143,8 @@ def test_a_chat_plan_is_dated_and_its_template_compiled(tmp_path, qwen):
     plan = tiny_plan(*overrides, "data.format=chat")
     assert plan.chat_date == datetime.now(UTC).date().isoformat()
     assert tiny_plan(*overrides, "data.format=text").chat_date is None
+    resumed = checked_plan(compose_config((*TINY, *overrides, "data.format=chat")), "2031-02-03")
+    assert resumed.chat_date == "2031-02-03"  # a resumed run keeps its first attempt's date
     files = [tmp_path / "data" / "a.jsonl"]
     import dataclasses
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from compiler.core import grammar
 from compiler.core.architectures import ARCHITECTURES
 from compiler.core.capabilities import TargetCapabilities
-from compiler.planner.chat_templates import check_first_records, check_templates
 from compiler.spec import Layout, schema
 from compiler.spec.contract import TOKENIZER_CHANNEL
 from compiler.spec.errors import ConfigError
@@ -110,9 +109,11 @@ def check_tokenizer(config: schema.Config, facts: TokenizerFacts) -> None:
             "use a tokenizer with chat_template (chat_template.jinja), or data.format=text",
         )
     if config.data.format is schema.DataFormat.chat:
-        check_templates(facts, "data.tokenizer")
+        from compiler.planner import chat_templates  # jinja2 for chat plans only: `dockyard plan` starts fast
+
+        chat_templates.check_templates(facts, "data.tokenizer")
         if config.data.source is schema.DataSource.local and config.data.path and Path(config.data.path).exists():
-            check_first_records(facts, sources(Path(config.data.path)))
+            chat_templates.check_first_records(facts, sources(Path(config.data.path)))
 
 
 def _tokenizer_facts(config: schema.Config, targets: TargetCapabilities) -> TokenizerFacts | None:

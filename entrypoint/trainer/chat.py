@@ -57,6 +57,18 @@ class Encoded:
     with its own end-of-turn marker, nor after a conversation that ends with no reply."""
 
 
+@dataclass(frozen=True)
+class Rendering:
+    """A record's text and where its targets are, before tokenization (which runs on a batch at once)."""
+
+    text: str
+    spans: list[tuple[int, int]] | None
+    """The replies' characters; None: every token is a target (`data.loss_on=all`)."""
+    last_is_reply: bool = True
+    masked: tuple[list[int], list[int]] | None = None
+    """transformers' ids and assistant mask, for a template with `{% generation %}` blocks."""
+
+
 def conversation(record: dict) -> tuple[list[dict], list[dict] | None, int]:
     """(messages, tools, first completion message): a prompt/completion row as one conversation whose targets
     start at the completion."""
@@ -80,34 +92,60 @@ class ChatEncoder:
             return midnight.strftime(format)
 
         self.strftime_now = strftime_now
-        added = self.tokenizer.added_tokens_decoder
-        self.special_ids = np.asarray(sorted(i for i, token in added.items() if token.special), dtype=np.int64)
+        special = [i for i, token in self.tokenizer.added_tokens_decoder.items() if token.special]
+        self.is_special = np.zeros(len(self.tokenizer), dtype=bool)
+        self.is_special[special] = True
 
     def encode(self, record: dict) -> Encoded:
+        return self.tokenize([self.render(record)])[0]
+
+    def render(self, record: dict) -> Rendering:
+        """The record's text as the template writes it, with its targets' places (raises ChatRecordError)."""
         if isinstance(record.get("prompt"), str):
-            return self._plain_completion(record["prompt"], record["completion"])
+            text = record["prompt"] + record["completion"]
+            return Rendering(text, [(len(record["prompt"]), len(text))])
         messages, tools, first = conversation(record)
         if self.loss_on is LossOn.all:
-            ids = np.asarray(
-                self._apply(messages, tools, tokenize=True, return_dict=True)["input_ids"], dtype=np.uint32
-            )
-            return Encoded(ids, np.ones(len(ids), dtype=np.uint8))
-        template = self.tokenizer.get_chat_template(tools=tools)
-        if GENERATION_TAG.search(template) and first == 0:
-            out = self._apply(messages, tools, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
-            ids, targets = np.asarray(out["input_ids"]), np.asarray(out["assistant_masks"], dtype=np.uint8)
-        else:
-            ids, targets = self._found_replies(messages, tools, first)
-        trained = np.flatnonzero(targets)
-        ends_turn = bool(len(trained)) and bool(np.isin(ids[trained[-1]], self.special_ids))
+            return Rendering(self._apply(messages, tools, tokenize=False), None)
         last_is_reply = len(messages) > first and messages[-1].get("role") == "assistant"
-        return Encoded(ids.astype(np.uint32), targets, eos_target=last_is_reply and not ends_turn)
+        if GENERATION_TAG.search(self.tokenizer.get_chat_template(tools=tools)) and first == 0:
+            out = self._apply(messages, tools, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+            return Rendering("", [], last_is_reply, masked=(out["input_ids"], out["assistant_masks"]))
+        return Rendering(*self._found_replies(messages, tools, first), last_is_reply)
 
-    def _plain_completion(self, prompt: str, completion: str) -> Encoded:
-        encoding = self.tokenizer(prompt + completion, add_special_tokens=False, return_offsets_mapping=True)
-        ends = np.asarray([end for _, end in encoding["offset_mapping"]], dtype=np.int64)
-        ids = np.asarray(encoding["input_ids"], dtype=np.uint32)
-        return Encoded(ids, (ends > len(prompt)).astype(np.uint8))  # a token across the join is the completion's
+    def tokenize(self, renderings: list[Rendering]) -> list[Encoded]:
+        """Renderings → ids and targets, the texts encoded in one batch (as `apply_chat_template` encodes one)."""
+        texts = [r.text for r in renderings if r.masked is None]
+        encoded = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True) if texts else None
+        encodings = iter(encoded.encodings if encoded else [])
+        return [self._encoded(r, None if r.masked else next(encodings)) for r in renderings]
+
+    def _encoded(self, rendering: Rendering, encoding) -> Encoded:
+        if rendering.masked is not None:
+            ids, targets = (np.asarray(values, dtype=np.int64) for values in rendering.masked)
+        else:
+            ids = np.asarray(encoding.ids, dtype=np.int64)
+            offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
+            if rendering.spans is None:
+                return Encoded(ids.astype(np.uint32), np.ones(len(ids), dtype=np.uint8))
+            targets = self._span_targets(ids, offsets, rendering.spans, len(rendering.text))
+        trained = np.flatnonzero(targets)
+        ends_turn = bool(len(trained)) and bool(self.is_special[ids[trained[-1]]])
+        eos_target = rendering.last_is_reply and not ends_turn
+        return Encoded(ids.astype(np.uint32), targets.astype(np.uint8), eos_target)
+
+    def _span_targets(self, ids: np.ndarray, offsets: np.ndarray, spans: list[tuple[int, int]], length: int):
+        """1 on each token of a span (one that starts on the space before a reply is in it), and on what the
+        template writes after the reply in its turn (tool calls) through the first special token, its marker."""
+        starts, ends = offsets[:, 0], offsets[:, 1]
+        targets = np.zeros(len(ids), dtype=np.uint8)
+        special = self.is_special[ids]
+        for (begin, end), limit in zip(spans, [b for b, _ in spans[1:]] + [length], strict=True):
+            targets[(starts < end) & (ends > begin)] = 1
+            marker = np.flatnonzero(special & (starts >= end) & (starts < limit))
+            if len(marker):
+                targets[(starts >= end) & (starts <= starts[marker[0]])] = 1
+        return targets
 
     def _apply(self, messages: list[dict], tools: list[dict] | None, **options):
         from jinja2 import TemplateError  # transformers' environment raises it; loaded with transformers
@@ -132,7 +170,7 @@ class ChatEncoder:
             del names["strftime_now"]
 
     def _found_replies(self, messages: list[dict], tools: list[dict] | None, first: int):
-        """The ids of the conversation, and 1 on each assistant reply (from message `first` on) and its marker."""
+        """The conversation's text and the span of each assistant reply (from message `first` on) in it."""
         replies = [i for i, m in enumerate(messages) if i >= first and m.get("role") == "assistant"]
         text = self._apply(messages, tools, tokenize=False)
         spans = _aligned(text, self._skeleton(messages, tools, replies, skip_empty=False), messages, replies)
@@ -143,18 +181,7 @@ class ChatEncoder:
             raise ChatRecordError(
                 "the chat template writes the assistant's replies in a form dockyard cannot place in the rendering"
             )
-        encoding = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        ids = np.asarray(encoding["input_ids"], dtype=np.int64)
-        offsets = np.asarray(encoding["offset_mapping"], dtype=np.int64).reshape(-1, 2)
-        starts, ends = offsets[:, 0], offsets[:, 1]
-        targets = np.zeros(len(ids), dtype=np.uint8)
-        special = np.isin(ids, self.special_ids)
-        for (begin, end), limit in zip(spans, [b for b, _ in spans[1:]] + [len(text)], strict=True):
-            targets[(starts < end) & (ends > begin)] = 1  # a token that starts on the space before a reply is in it
-            marker = np.flatnonzero(special & (starts >= end) & (starts < limit))
-            if len(marker):  # what the template writes after the reply in its turn (tool calls), and the marker
-                targets[(starts >= end) & (starts <= starts[marker[0]])] = 1
-        return ids, targets
+        return text, spans
 
     def _skeleton(self, messages: list[dict], tools: list[dict] | None, replies: list[int], skip_empty: bool) -> str:
         marked = list(messages)

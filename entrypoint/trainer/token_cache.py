@@ -28,7 +28,7 @@ from compiler.spec.schema import DataFormat, LossOn
 from compiler.spec.token_cache_key import META_FILE
 from compiler.spec.tokenizer import TOKENIZER_FILE, TokenizerFacts
 from entrypoint.trainer import documents
-from entrypoint.trainer.chat import ChatEncoder, ChatRecordError, Encoded
+from entrypoint.trainer.chat import ChatEncoder, ChatRecordError, Encoded, Rendering
 
 BATCH_DOCUMENTS = 1024
 PROGRESS_EVERY_S = 5.0
@@ -51,12 +51,12 @@ class Encoder:
         if self.chat is None:
             encodings = self.tokenizer.encode_batch([text for _, text in batch])
             return [Encoded(np.asarray(e.ids, dtype=np.uint32), np.ones(len(e.ids), dtype=np.uint8)) for e in encodings]
-        return [_chat_record(self.chat, where, record) for where, record in batch]
+        return self.chat.tokenize([_rendered(self.chat, where, record) for where, record in batch])
 
 
-def _chat_record(chat: ChatEncoder, where: str, record: dict) -> Encoded:
+def _rendered(chat: ChatEncoder, where: str, record: dict) -> Rendering:
     try:
-        return chat.encode(record)
+        return chat.render(record)
     except ChatRecordError as error:
         raise ChatRecordError(f"{where}: {error}") from None
 
