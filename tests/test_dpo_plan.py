@@ -12,9 +12,21 @@ from compiler.planner.layout import resolve_batch, resolve_layout
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError
 from tests.helpers import plan_for
+from tests.text_corpus import train_tokenizer, write_jsonl
 
 DPO = "trainer.objective=dpo"
 LLAMA_P5 = "experiment=llama3-8b-p5x4"
+S3_PAIRS = ("data.format=preference", "data.tokenizer=s3://bucket/tokenizer")
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory) -> tuple[str, ...]:
+    """Overrides reading a local folder of pairs with a tokenizer made here."""
+    root = tmp_path_factory.mktemp("pairs")
+    tokenizer = train_tokenizer(root / "tokenizer")
+    write_jsonl(root / "data/train.jsonl", [{"prompt": "say: hi", "chosen": " hi.", "rejected": " hi!"}])
+    return ("data=local", f"data.path={root / 'data'}", "data.format=preference", f"data.tokenizer={tokenizer}")
+
 
 INVALID = [
     ([DPO, "trainer.dpo.beta=0"], "trainer.dpo.beta", "must be positive"),
@@ -22,26 +34,40 @@ INVALID = [
     ([DPO, "trainer.dpo.label_smoothing=0.5"], "trainer.dpo.label_smoothing", "must be in [0, 0.5)"),
     ([DPO, "trainer.dpo.label_smoothing=0.1"], "trainer.dpo.label_smoothing", "unused by loss=sigmoid"),
     (["trainer.dpo.beta=0.5"], "trainer.dpo", "only used with trainer.objective=dpo"),
+    ([DPO], "data.format", "trains on preference pairs, not tokens"),
+    (["PAIRS"], "data.format", "preference pairs train with trainer.objective=dpo"),
     (
-        [DPO, "trainer=script", "trainer.source_dir=src", "trainer.script=t.py"],
+        ["PAIRS", DPO, "trainer=script", "trainer.source_dir=src", "trainer.script=t.py"],
         "trainer.objective",
         "a user script trains as it is written",
     ),
+    (["PAIRS", DPO, "data.loss_on=all"], "data.loss_on", "cover its completions only"),
+    (["PAIRS", DPO, "data.packing_mask=true"], "data.packing_mask", "never packed"),
     (
-        [DPO, "parallelism.pp=2", "model.tied_embeddings=false", "parallelism.dp=-1"],
+        ["PAIRS", DPO, "parallelism.pp=2", "model.tied_embeddings=false", "parallelism.dp=-1"],
         "trainer.objective",
         "not supported with pipeline parallelism",
     ),
-    ([DPO], "trainer.objective", "not built into the trainer yet"),
+    (["PAIRS", DPO, "trainer.dpo.precompute_reference=true"], "trainer.dpo.precompute_reference", "not built"),
+    (["PAIRS", DPO, "parallelism=zero2"], "parallelism.strategy", "zero2 does not run trainer.objective=dpo yet"),
+    (["PAIRS", DPO, "parallelism=fsdp"], "model.lora.rank", "built for ddp only, not fsdp"),
 ]
 
 
 @pytest.mark.parametrize(("overrides", "key", "message"), INVALID, ids=[case[1] + ":" + case[2] for case in INVALID])
-def test_invalid_dpo_config_names_key_and_fix(overrides, key, message):
+def test_invalid_dpo_config_names_key_and_fix(overrides, key, message, pairs):
+    overrides = [o for override in overrides for o in (pairs if override == "PAIRS" else (override,))]
     with pytest.raises(ConfigError) as caught:
         plan_for(*overrides)
     assert caught.value.key == key
     assert message in caught.value.one_line()
+
+
+def test_a_dpo_plan_of_pairs_on_the_small_model(pairs):
+    plan = plan_for(*pairs, DPO, "trainer.dpo.loss=ipo", "trainer.dpo.beta=0.3")
+    assert plan.trainer.objective is schema.Objective.dpo and plan.trainer.dpo.loss is schema.DpoLoss.ipo
+    assert plan.batch.tokens_per_step == 2 * plan.batch.global_batch * plan.model.seq_len
+    assert plan.chat_date is not None  # message lists are rendered with the chat template, dated as chat is
 
 
 def test_sft_stays_the_default_and_its_plan_holds_no_reference():
@@ -51,8 +77,8 @@ def test_sft_stays_the_default_and_its_plan_holds_no_reference():
 
 
 def dpo_memory(*overrides: str) -> tuple[estimate.Memory, int]:
-    """The planner's peak per GPU and tokens per step for the composed config (the plan itself is refused while
-    the trainer lacks its DPO loop)."""
+    """The planner's peak per GPU and tokens per step for the composed config (the trainer refuses a whole
+    reference copy beside FSDP so far, the planner counts it)."""
     config = compose_config((LLAMA_P5, *overrides))
     instance = catalog.instance_type(config.hardware.instance_type)
     layout = resolve_layout(config, instance)
@@ -74,3 +100,18 @@ def test_dpo_counts_the_reference_model_and_twice_the_tokens():
     assert dpo.activations == pytest.approx(2 * sft.activations, rel=0.01)
     assert dpo.logits == 2 * sft.logits
     assert sft.total < precomputed.total < dpo.total
+
+
+def test_a_lora_dpo_plan_of_llama3_8b_on_p5_fits_beside_its_sft_plan(tmp_path):
+    from transformers import LlamaConfig
+
+    shape = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32)
+    LlamaConfig(**shape, num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192).save_pretrained(
+        tmp_path
+    )
+    llama = (LLAMA_P5, "model=hf", f"model.path={tmp_path}", "model.init=random", "model.lora.rank=16")
+    sft, dpo = plan_for(*llama), plan_for(*llama, DPO, *S3_PAIRS)
+    assert dpo.batch.tokens_per_step == 2 * sft.batch.tokens_per_step
+    assert dpo.estimate.memory.reference == 0  # the base model with the adapters disabled
+    assert dpo.estimate.memory.activations == 2 * sft.estimate.memory.activations
+    assert sft.estimate.memory.total < dpo.estimate.memory.total <= dpo.estimate.gpu_memory

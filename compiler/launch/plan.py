@@ -15,7 +15,7 @@ from compiler.core.capabilities import TargetCapabilities
 from compiler.launch.dataset import with_dataset_tokens
 from compiler.planner.compile import compile_plan
 from compiler.spec import Plan
-from compiler.spec.schema import Config, DataFormat
+from compiler.spec.schema import Config
 from compiler.targets import registry
 
 PLAN_FILE, REPORT_FILE = "plan.json", "report.md"
@@ -27,7 +27,7 @@ def checked_plan(config: Config, chat_date: str | None = None) -> Plan:
     target = registry.get(config.target.kind.value)
     targets = TargetCapabilities(own=target.capabilities, registered=registry.capabilities())
     plan = compile_plan(config, targets, target.check)
-    if plan.data.format is DataFormat.chat:
+    if plan.data.format.rendered:
         plan = dataclasses.replace(plan, chat_date=chat_date or datetime.now(UTC).date().isoformat())
     return with_dataset_tokens(plan)
 

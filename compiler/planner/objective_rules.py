@@ -4,15 +4,21 @@ model (`trainer.dpo`)."""
 from compiler.core.capabilities import TargetCapabilities
 from compiler.spec import InstanceType, Layout, schema
 from compiler.spec.errors import ConfigError
+from compiler.spec.strategies import TORCH_ENGINE, facts
 
 
 def check_objective(
     config: schema.Config, instance: InstanceType, layout: Layout, targets: TargetCapabilities
 ) -> list[str]:
-    trainer = config.trainer
+    trainer, data = config.trainer, config.data
+    preference = data.format is schema.DataFormat.preference
     if trainer.objective is schema.Objective.sft:
         if trainer.dpo != schema.DpoConfig():
             raise ConfigError("trainer.dpo", "is only used with trainer.objective=dpo", "set trainer.objective=dpo")
+        if preference:
+            raise ConfigError(
+                "data.format", "preference pairs train with trainer.objective=dpo", "set trainer.objective=dpo"
+            )
         return []
     _check_dpo(trainer.dpo)
     if trainer.entry is schema.Entry.script:
@@ -21,14 +27,46 @@ def check_objective(
             "dpo is the built-in trainer's; a user script trains as it is written",
             "use trainer=default, or leave trainer.objective=sft with trainer=script",
         )
+    if not preference:
+        raise ConfigError(
+            "data.format",
+            f"trainer.objective=dpo trains on preference pairs, not {data.format.value}",
+            "set data.format=preference with rows of prompt, chosen and rejected",
+        )
+    if data.loss_on is not schema.LossOn.assistant:
+        raise ConfigError(
+            "data.loss_on", "a pair's log-probabilities cover its completions only", "remove data.loss_on=all"
+        )
+    if data.packing_mask:
+        raise ConfigError("data.packing_mask", "preference pairs are never packed", "remove data.packing_mask")
     if layout.pp > 1:
         raise ConfigError("trainer.objective", "dpo is not supported with pipeline parallelism", "set parallelism.pp=1")
-    # The loss is built (entrypoint.trainer.dpo_loss); preference data and the trainer's loop are not yet.
-    raise ConfigError(
-        "trainer.objective",
-        "dpo is not built into the trainer yet (preference data and its training loop are missing)",
-        "use trainer.objective=sft",
-    )
+    _check_reference(config)
+    return []
+
+
+def _check_reference(config: schema.Config) -> None:
+    """What the trainer's reference model supports so far: the base model under LoRA with DDP or FSDP2, and a
+    frozen whole copy beside DDP's replicas."""
+    strategy, dpo = config.parallelism.strategy, config.trainer.dpo
+    if dpo.precompute_reference:
+        raise ConfigError(
+            "trainer.dpo.precompute_reference",
+            "is not built into the trainer yet",
+            "remove it (the reference model runs beside the policy)",
+        )
+    if facts(strategy).engine != TORCH_ENGINE:
+        raise ConfigError(
+            "parallelism.strategy",
+            f"{strategy.value} does not run trainer.objective=dpo yet",
+            "use parallelism.strategy=ddp or fsdp",
+        )
+    if not config.model.lora.rank and not facts(strategy).replicated:
+        raise ConfigError(
+            "model.lora.rank",
+            f"a frozen copy of the whole model as the reference is built for ddp only, not {strategy.value}",
+            "set model.lora.rank (the reference is then the base model), or parallelism.strategy=ddp",
+        )
 
 
 def _check_dpo(dpo: schema.DpoConfig) -> None:

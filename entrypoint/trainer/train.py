@@ -21,7 +21,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from compiler.spec import Plan
 from compiler.spec.s3 import download_s3
-from compiler.spec.schema import Compile, DataFormat, DataSource, TrainerConfig
+from compiler.spec.schema import Compile, DataFormat, DataSource, Objective, TrainerConfig
 from compiler.spec.tokenizer import TokenizerFacts
 from entrypoint.launcher.cluster import Paths
 from entrypoint.launcher.main import DEFAULT_TIMEOUT_S
@@ -88,13 +88,27 @@ def prepare_data(plan: Plan, paths: Paths, leader: bool) -> Data:
 
 
 def validation_metrics(engine: Engine, plan: Plan, held_out: Batches) -> dict:
-    """The mean loss over `trainer.eval_batches` validation steps (always the same batches) and its perplexity."""
+    """The mean loss over `trainer.eval_batches` validation steps (always the same batches) and its perplexity
+    (sft), or the objective's own metrics on them (dpo: the held-out pairs' rewards)."""
     accum, batches = plan.batch.grad_accum, plan.trainer.eval_batches
     total = sum(
         engine.evaluate([held_out.micro_batch(index, micro) for micro in range(accum)]) for index in range(batches)
     )
     loss = global_mean(total / (accum * batches), plan.layout.ranks_per_stage)
+    own = {f"val_{name}": value for name, value in objective_metrics(engine, plan).items()}
+    if plan.trainer.objective is not Objective.sft:
+        return {"val_loss": round(loss, 6)} | own
     return {"val_loss": round(loss, 6), "val_ppl": round(math.exp(min(loss, 50.0)), 4)}
+
+
+def objective_metrics(engine: Engine, plan: Plan) -> dict[str, float]:
+    """The objective's metrics since the last call (DPO's rewards and log-probabilities), averaged over the ranks;
+    every rank calls it."""
+    device = next(engine.parts[0].parameters()).device
+    return {
+        name: round(global_mean(torch.tensor(value, device=device), plan.layout.ranks_per_stage), 6)
+        for name, value in engine.objective.metrics().items()
+    }
 
 
 def tracked_run(plan: Plan, paths: Paths) -> TrackedRun:
@@ -233,13 +247,14 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         if validating or done_steps % trainer.log_interval == 0 or done_steps in (start + 1, trainer.steps):
             mean_loss = global_mean(loss / accum, plan.layout.ranks_per_stage)
             now = time.perf_counter()
+            trained = objective_metrics(engine, plan)
             held_out = validation_metrics(engine, plan, data.validation) if validating else {}
             if sinks:
                 record = step_record(
                     plan, device, done_steps, mean_loss, lr, norm, done_steps - last_step, now - last_time
                 )
                 for sink in sinks:
-                    sink.write(record | held_out | {"elapsed_s": round(now - started, 3)})
+                    sink.write(record | trained | held_out | {"elapsed_s": round(now - started, 3)})
             last_time, last_step = time.perf_counter(), done_steps  # a step's time leaves validation out
         if rank == 0 and trainer.restarts:
             restarts.note_reached(paths.checkpoints, done_steps)

@@ -14,6 +14,7 @@ from compiler.spec.strategies import facts
 from entrypoint.trainer.compiled import apply_compile
 from entrypoint.trainer.engines.base import MicroBatches, evaluating, materialise
 from entrypoint.trainer.models import ModelSpec
+from entrypoint.trainer.objective import NextToken
 from entrypoint.trainer.optim import adamw, set_lr
 
 
@@ -102,13 +103,14 @@ class DeepSpeedEngine:
         )
         self.model = self.engine
         self.parts = [model]
+        self.objective = NextToken(spec)  # the planner refuses trainer.objective=dpo with ZeRO
 
     def forward_backward(self, micro_batches: MicroBatches) -> torch.Tensor:
         """The sum of the step's micro batches' losses; DeepSpeed scales by 1/grad_accum and reduces at the
         accumulation boundary itself."""
         total = torch.zeros((), device=self.device)
         for index, (inputs, targets) in enumerate(micro_batches):
-            loss = self.spec.loss(self.engine(inputs.to(self.device)), targets.to(self.device))
+            loss = self.objective.loss(self.engine, inputs.to(self.device), targets.to(self.device))
             self.engine.backward(loss)
             if index < len(micro_batches) - 1:
                 self.engine.step()  # only counts the micro batch; the update happens at the boundary
@@ -119,7 +121,7 @@ class DeepSpeedEngine:
         total = torch.zeros((), device=self.device)
         with evaluating(self.engine):
             for inputs, targets in micro_batches:
-                total += self.spec.loss(self.engine(inputs.to(self.device)), targets.to(self.device))
+                total += self.objective.loss(self.engine, inputs.to(self.device), targets.to(self.device))
         return total
 
     def step(self, lr: float) -> float:
