@@ -97,6 +97,8 @@ def test_dpo_counts_the_reference_model_and_twice_the_tokens():
     assert sft.reference == precomputed.reference == lora.reference == 0
     # bf16 weights of 8.0 B parameters sharded over the 8 GPUs of a node (fsdp_hybrid)
     assert dpo.reference == pytest.approx(8.03e9 * 2 / 8, rel=0.01)
+    ddp, _ = dpo_memory(DPO, "parallelism=ddp")  # a copy of DDP's fp32 weights, run under autocast
+    assert ddp.reference == pytest.approx(8.03e9 * 4, rel=0.01)
     assert dpo.activations == pytest.approx(2 * sft.activations, rel=0.01)
     assert dpo.logits == 2 * sft.logits
     assert sft.total < precomputed.total < dpo.total

@@ -188,11 +188,11 @@ def keeps_reference(model: schema.ModelConfig, dpo: schema.DpoConfig) -> bool:
 def reference_bytes(
     model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout, share: Share, dpo: schema.DpoConfig | None
 ) -> float:
-    """The frozen reference model's weights on one GPU while training: in the compute precision (it never
-    trains), sharded like the policy's (FSDP, ZeRO-3)."""
+    """The frozen reference model's weights on one GPU while training: sharded like the policy's (FSDP, ZeRO-3),
+    in the compute precision, or in fp32 beside DDP's fp32 weights (a copy of them, run under autocast)."""
     if dpo is None or not keeps_reference(model, dpo):
         return 0.0
-    element = 4 if par.mixed_precision is schema.Precision.fp32 else 2
+    element = 4 if par.mixed_precision is schema.Precision.fp32 or _autocast(par) else 2
     shard = layout.shard_degree if facts(par.strategy).shards_parameters else 1
     return parameters_per_gpu(model, layout.tp, share) * element / shard
 
