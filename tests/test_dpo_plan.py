@@ -49,7 +49,7 @@ INVALID = [
         "not supported with pipeline parallelism",
     ),
     (["PAIRS", DPO, "trainer.dpo.precompute_reference=true"], "trainer.dpo.precompute_reference", "not built"),
-    (["PAIRS", DPO, "parallelism=zero2"], "parallelism.strategy", "zero2 does not run trainer.objective=dpo yet"),
+    (["PAIRS", DPO, "parallelism=zero2"], "model.lora.rank", "built for ddp only, not zero2"),
     (["PAIRS", DPO, "parallelism=fsdp"], "model.lora.rank", "built for ddp only, not fsdp"),
 ]
 

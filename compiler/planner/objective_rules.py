@@ -46,7 +46,7 @@ def check_objective(
 
 
 def _check_reference(config: schema.Config) -> None:
-    """What the trainer's reference model supports so far: the base model under LoRA with DDP or FSDP2, and a
+    """What the trainer's reference model supports so far: the base model under LoRA (DDP, FSDP2, ZeRO), and a
     frozen whole copy beside DDP's replicas."""
     strategy, dpo = config.parallelism.strategy, config.trainer.dpo
     if dpo.precompute_reference:
@@ -55,13 +55,7 @@ def _check_reference(config: schema.Config) -> None:
             "is not built into the trainer yet",
             "remove it (the reference model runs beside the policy)",
         )
-    if facts(strategy).engine != TORCH_ENGINE:
-        raise ConfigError(
-            "parallelism.strategy",
-            f"{strategy.value} does not run trainer.objective=dpo yet",
-            "use parallelism.strategy=ddp or fsdp",
-        )
-    if not config.model.lora.rank and not facts(strategy).replicated:
+    if not config.model.lora.rank and not (facts(strategy).replicated and facts(strategy).engine == TORCH_ENGINE):
         raise ConfigError(
             "model.lora.rank",
             f"a frozen copy of the whole model as the reference is built for ddp only, not {strategy.value}",

@@ -14,7 +14,7 @@ from compiler.spec.strategies import facts
 from entrypoint.trainer.compiled import apply_compile
 from entrypoint.trainer.engines.base import MicroBatches, evaluating, materialise
 from entrypoint.trainer.models import ModelSpec
-from entrypoint.trainer.objective import NextToken
+from entrypoint.trainer.objective import make_objective
 from entrypoint.trainer.optim import adamw, set_lr
 
 
@@ -103,7 +103,7 @@ class DeepSpeedEngine:
         )
         self.model = self.engine
         self.parts = [model]
-        self.objective = NextToken(spec)  # the planner refuses trainer.objective=dpo with ZeRO
+        self.objective = make_objective(plan, spec, model)  # with DPO: LoRA's base model (the planner's rule)
 
     def forward_backward(self, micro_batches: MicroBatches) -> torch.Tensor:
         """The sum of the step's micro batches' losses; DeepSpeed scales by 1/grad_accum and reduces at the
