@@ -7,10 +7,12 @@ import pytest
 
 from compiler.config.compose import compose_config
 from compiler.core import catalog
+from compiler.launch import summary
 from compiler.planner import estimate
 from compiler.planner.layout import resolve_batch, resolve_layout
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError
+from compiler.targets.records import RunRecord
 from tests.helpers import plan_for
 from tests.text_corpus import train_tokenizer, write_jsonl
 
@@ -117,3 +119,9 @@ def test_a_lora_dpo_plan_of_llama3_8b_on_p5_fits_beside_its_sft_plan(tmp_path):
     assert dpo.estimate.memory.reference == 0  # the base model with the adapters disabled
     assert dpo.estimate.memory.activations == 2 * sft.estimate.memory.activations
     assert sft.estimate.memory.total < dpo.estimate.memory.total <= dpo.estimate.gpu_memory
+
+
+def test_the_sweep_summary_shows_the_held_out_reward_accuracy(tmp_path):
+    point = RunRecord(run_dir=str(tmp_path), status="completed", final={"loss": 0.5, "val_rewards/accuracy": 0.875})
+    assert summary.row(point)["val_reward_accuracy"] == "0.875"
+    assert summary.row(RunRecord(run_dir="b", status="completed", final={"loss": 4.0}))["val_reward_accuracy"] == ""
