@@ -14,6 +14,7 @@ from compiler.spec import schema
 from compiler.spec.errors import ConfigError
 from compiler.targets.records import RunRecord
 from tests.helpers import plan_for
+from tests.test_chat_templates import make_tokenizer
 from tests.text_corpus import train_tokenizer, write_jsonl
 
 DPO = "trainer.objective=dpo"
@@ -125,3 +126,14 @@ def test_the_sweep_summary_shows_the_held_out_reward_accuracy(tmp_path):
     point = RunRecord(run_dir=str(tmp_path), status="completed", final={"loss": 0.5, "val_rewards/accuracy": 0.875})
     assert summary.row(point)["val_reward_accuracy"] == "0.875"
     assert summary.row(RunRecord(run_dir="b", status="completed", final={"loss": 4.0}))["val_reward_accuracy"] == ""
+
+
+def test_message_pairs_render_with_the_chat_template_at_plan_time(tmp_path):
+    tokenizer = make_tokenizer(tmp_path / "tokenizer", "gemma2")  # its template refuses a system message
+    prompt = [{"role": "system", "content": "be brief."}, {"role": "user", "content": "say: hi"}]
+    row = {"prompt": prompt, "chosen": [{"role": "assistant", "content": "hi."}]}
+    write_jsonl(tmp_path / "data/train.jsonl", [row | {"rejected": [{"role": "assistant", "content": "hi!"}]}])
+    data = ("data=local", f"data.path={tmp_path / 'data'}", "data.format=preference", f"data.tokenizer={tokenizer}")
+    with pytest.raises(ConfigError, match="train.jsonl, record 1: the chat template raised") as caught:
+        plan_for(*data, DPO, "model.vocab=512")
+    assert caught.value.key == "data.path"
