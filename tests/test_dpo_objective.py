@@ -6,12 +6,14 @@ import pytest
 import torch
 
 from compiler.spec.schema import DpoConfig
+from entrypoint.trainer import text_data
 from entrypoint.trainer.dpo_loss import Completions, completion_logps, dpo_loss
 from entrypoint.trainer.models import model_spec
 from entrypoint.trainer.models.loss import IGNORE_INDEX
 from entrypoint.trainer.objective import NextToken, Preference, make_objective
 from tests.entrypoint_support import plan_for
 from tests.pretrained import save_checkpoint
+from tests.test_text_data import hand_made_split
 from tests.text_corpus import train_tokenizer, write_jsonl
 
 
@@ -80,3 +82,38 @@ def test_sft_keeps_the_next_token_loss(dpo_overrides):
     assert isinstance(objective, NextToken)
     assert objective.loss(model, BATCH, TARGETS).item() == pytest.approx(spec.loss(model(BATCH), TARGETS).item())
     assert DpoConfig() == plan.trainer.dpo
+
+
+@pytest.fixture
+def one_rank(tmp_path):
+    """A process group of this process alone: `precompute` gathers every rank's share."""
+    store = torch.distributed.FileStore(str(tmp_path / "store"), 1)
+    torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield
+    torch.distributed.destroy_process_group()
+
+
+def test_precomputed_reference_log_probabilities_give_the_same_loss(dpo_overrides, one_rank, tmp_path):
+    plan = plan_for(*dpo_overrides, "trainer.dpo.precompute_reference=true")
+    spec, model = built(plan)
+    live, precomputed = make_objective(plan, spec, model), make_objective(plan, spec, model)
+    docs = [[3, 4, 5, 6], [3, 4, 7, 8], [9, 10, 11], [9, 12, 13, 14, 15]]  # two pairs
+    hand_made_split(tmp_path / "train", docs, [[0, 1, 1, 1], [0, 1, 1, 1], [0, 1, 1], [0, 1, 1, 1, 1]])
+    pairs = text_data.PreferencePairs(tmp_path / "train", seq_len=4, seed=0, eos=0)
+    precomputed.precompute(pairs.every_pair(rank=0, ranks=1, micro=1))
+    assert precomputed.reference is None and len(precomputed.precomputed) == 4
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(0.01)  # trained: the policy moves, the reference must not
+    inputs, targets = pairs(torch.tensor([0, 1]))
+    assert precomputed.loss(model, inputs, targets).item() == pytest.approx(live.loss(model, inputs, targets).item())
+    assert live.loss(model, inputs, targets).item() != pytest.approx(0.6931472)
+
+
+def test_every_pair_is_computed_once_over_the_ranks_in_as_many_micro_batches(tmp_path):
+    docs = [[3, 4], [3, 5]] * 5  # five pairs
+    hand_made_split(tmp_path / "train", docs, [[0, 1]] * 10)
+    pairs = text_data.PreferencePairs(tmp_path / "train", seq_len=4, seed=0, eos=0)
+    shares = [list(pairs.every_pair(rank, ranks=2, micro=2)) for rank in (0, 1)]
+    assert [len(share) for share in shares] == [2, 2]  # ranks 0 and 1 hold pairs 0 2 4 and 1 3
+    assert [len(inputs) for inputs, _ in shares[0]] == [4, 2] and [len(inputs) for inputs, _ in shares[1]] == [4, 2]

@@ -51,7 +51,6 @@ INVALID = [
         "trainer.objective",
         "not supported with pipeline parallelism",
     ),
-    (["PAIRS", DPO, "trainer.dpo.precompute_reference=true"], "trainer.dpo.precompute_reference", "not built"),
     (["PAIRS", DPO, "parallelism=zero2"], "model.lora.rank", "built for ddp only, not zero2"),
     (["PAIRS", DPO, "parallelism=fsdp"], "model.lora.rank", "built for ddp only, not fsdp"),
 ]

@@ -48,13 +48,7 @@ def check_objective(
 def _check_reference(config: schema.Config) -> None:
     """What the trainer's reference model supports so far: the base model under LoRA (DDP, FSDP2, ZeRO), and a
     frozen whole copy beside DDP's replicas."""
-    strategy, dpo = config.parallelism.strategy, config.trainer.dpo
-    if dpo.precompute_reference:
-        raise ConfigError(
-            "trainer.dpo.precompute_reference",
-            "is not built into the trainer yet",
-            "remove it (the reference model runs beside the policy)",
-        )
+    strategy = config.parallelism.strategy
     if not config.model.lora.rank and not (facts(strategy).replicated and facts(strategy).engine == TORCH_ENGINE):
         raise ConfigError(
             "model.lora.rank",

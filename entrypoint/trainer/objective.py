@@ -7,10 +7,12 @@ its adapters disabled (no memory of its own), else a frozen copy made before the
 """
 
 import copy
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from compiler.spec import Plan
@@ -41,17 +43,19 @@ class NextToken:
 
 
 class Preference:
-    """DPO (`entrypoint.trainer.dpo_loss`) with the reference model's log-probabilities computed as it goes."""
+    """DPO (`entrypoint.trainer.dpo_loss`) with the reference model's log-probabilities computed as it goes, or
+    looked up after `precompute` (`trainer.dpo.precompute_reference`)."""
 
     def __init__(self, options: DpoConfig, reference: Callable[[torch.Tensor], Any]) -> None:
-        self.options, self.reference = options, reference
+        self.options = options
+        self.reference: Callable[[torch.Tensor], Any] | None = reference
+        self.precomputed: dict[bytes, float] = {}
         self.sums: dict[str, torch.Tensor] = {}
         self.count = 0
 
     def loss(self, model: Callable[[torch.Tensor], Any], inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         policy = completion_logps(logits(model(inputs)), targets)
-        with torch.no_grad():
-            reference = completion_logps(logits(self.reference(inputs)), targets).logps
+        reference = self._reference_logps(inputs, targets).to(policy.logps.device)
         half = len(inputs) // 2
         chosen = Completions(policy.logps[:half], policy.tokens[:half])
         rejected = Completions(policy.logps[half:], policy.tokens[half:])
@@ -65,6 +69,30 @@ class Preference:
         means = {name: (total / max(self.count, 1)).item() for name, total in self.sums.items()}
         self.sums, self.count = {}, 0
         return means
+
+    def precompute(self, micro_batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """The reference's log-probability of every row of `micro_batches` (this rank's share of the pairs; every
+        rank runs as many micro batches, as sharded models need), gathered from every rank, and the reference
+        model let go: each later row is looked up by its tokens."""
+        found: dict[bytes, float] = {}
+        for inputs, targets in micro_batches:
+            found.update(zip(_row_keys(inputs, targets), self._reference_logps(inputs, targets).tolist(), strict=True))
+        shares: list[dict[bytes, float]] = [{} for _ in range(dist.get_world_size())]
+        dist.all_gather_object(shares, found)
+        self.precomputed = {key: value for share in shares for key, value in share.items()}
+        self.reference = None
+
+    def _reference_logps(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if self.reference is None:
+            return torch.tensor([self.precomputed[key] for key in _row_keys(inputs, targets)])
+        with torch.no_grad():
+            return completion_logps(logits(self.reference(inputs)), targets).logps
+
+
+def _row_keys(inputs: torch.Tensor, targets: torch.Tensor) -> list[bytes]:
+    """A row's identity: a digest of its inputs and targets (equal rows have equal reference log-probabilities)."""
+    rows = torch.cat([inputs, targets], dim=1).cpu().numpy()
+    return [hashlib.blake2b(row.tobytes(), digest_size=16).digest() for row in rows]
 
 
 def logits(output: Any) -> torch.Tensor:

@@ -8,7 +8,7 @@ own, padded with end-of-text tokens that are no targets and truncated (counted) 
 """
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import date
 from pathlib import Path
 
@@ -85,8 +85,17 @@ class PreferencePairs(SeparateDocuments):
         self.windows //= 2
 
     def __call__(self, indices: torch.Tensor) -> Pairs:
-        pairs = [self.shuffled(index) for index in indices.tolist()]
-        return self.rows([2 * pair for pair in pairs] + [2 * pair + 1 for pair in pairs])
+        return self.pairs([self.shuffled(index) for index in indices.tolist()])
+
+    def pairs(self, numbers: list[int]) -> Pairs:
+        return self.rows([2 * pair for pair in numbers] + [2 * pair + 1 for pair in numbers])
+
+    def every_pair(self, rank: int, ranks: int, micro: int) -> Iterator[Pairs]:
+        """Every pair once over all `ranks`, this rank's share in micro batches of up to `micro` pairs, as many
+        on every rank (sharded models run their forward passes together): a rank with fewer repeats a pair."""
+        mine = list(range(rank, self.windows, ranks)) or [0]
+        for start in range(0, -(-self.windows // ranks), micro):
+            yield self.pairs(mine[start : start + micro] or mine[:1])
 
 
 def tokenizer_folder(plan: Plan, paths: Paths, leader: bool) -> Path:

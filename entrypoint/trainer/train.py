@@ -36,6 +36,7 @@ from entrypoint.trainer.metrics.measure import memory_gib, mfu
 from entrypoint.trainer.models import model_spec
 from entrypoint.trainer.models.source import with_local_checkpoint
 from entrypoint.trainer.models.weights import copy_tokenizer
+from entrypoint.trainer.objective import Preference
 from entrypoint.trainer.optim import lr_at
 from entrypoint.trainer.resilience import Guards, named_hangs
 from entrypoint.trainer.teardown import leave
@@ -85,6 +86,21 @@ def prepare_data(plan: Plan, paths: Paths, leader: bool) -> Data:
     train, validation, lines = text_data.open_windows(plan, cache, TokenizerFacts.read(tokenizer).eos_id)
     held_out = None if validation is None else Batches(validation, plan, dp_rank)
     return Data(Batches(train, plan, dp_rank), held_out, lines, tokenizer)
+
+
+def precompute_reference(engine: Engine, plan: Plan, data: Data, device: torch.device) -> None:
+    """trainer.dpo.precompute_reference: the reference model's log-probabilities of every training and held-out
+    pair, each rank computing a share, before the first step and before a checkpoint replaces the starting
+    weights; the reference model is let go after."""
+    if not (isinstance(engine.objective, Preference) and plan.trainer.dpo.precompute_reference):
+        return
+    rank, ranks = dist.get_rank(), dist.get_world_size()
+    splits = [batches.source for batches in (data.train, data.validation) if batches is not None]
+    engine.objective.precompute(
+        (inputs.to(device), targets.to(device))
+        for split in splits
+        for inputs, targets in split.every_pair(rank, ranks, plan.batch.micro_batch)
+    )
 
 
 def validation_metrics(engine: Engine, plan: Plan, held_out: Batches) -> dict:
@@ -217,6 +233,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
     engine = make_engine(plan, device)
     guards.time_compute(plan, engine)
     data = prepare_data(plan, paths, leader)
+    precompute_reference(engine, plan, data, device)
     start = 0
     done = checkpoint.complete(paths.checkpoints)
     if done:
