@@ -117,3 +117,19 @@ def test_every_pair_is_computed_once_over_the_ranks_in_as_many_micro_batches(tmp
     shares = [list(pairs.every_pair(rank, ranks=2, micro=2)) for rank in (0, 1)]
     assert [len(share) for share in shares] == [2, 2]  # ranks 0 and 1 hold pairs 0 2 4 and 1 3
     assert [len(inputs) for inputs, _ in shares[0]] == [4, 2] and [len(inputs) for inputs, _ in shares[1]] == [4, 2]
+
+
+def test_beside_fsdp_the_reference_is_a_frozen_copy_sharded_as_the_policy(dpo_overrides, one_rank):
+    from torch.distributed.tensor import DTensor
+
+    from entrypoint.trainer.engines.native import TorchEngine
+
+    one = ("parallelism=fsdp", "hardware.nodes=1", "hardware.processes_per_node=1", "parallelism.mixed_precision=fp32")
+    plan = plan_for(*dpo_overrides, *one)
+    engine = TorchEngine(plan, model_spec(plan.model), torch.device("cpu"))
+    reference = engine.objective.reference
+    assert all(isinstance(p, DTensor) and not p.requires_grad for p in reference.parameters())
+    assert engine.objective.loss(engine.model, BATCH, TARGETS).item() == pytest.approx(0.6931472)  # starts equal
+    engine.forward_backward([(BATCH, TARGETS)])
+    engine.step(lr=1e-3)
+    assert engine.objective.loss(engine.model, BATCH, TARGETS).item() < 0.6931  # the policy moved, its reference not

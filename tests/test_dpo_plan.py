@@ -51,8 +51,7 @@ INVALID = [
         "trainer.objective",
         "not supported with pipeline parallelism",
     ),
-    (["PAIRS", DPO, "parallelism=zero2"], "model.lora.rank", "built for ddp only, not zero2"),
-    (["PAIRS", DPO, "parallelism=fsdp"], "model.lora.rank", "built for ddp only, not fsdp"),
+    (["PAIRS", DPO, "parallelism=zero2"], "model.lora.rank", "built for ddp and fsdp only, not zero2"),
 ]
 
 

@@ -47,13 +47,13 @@ def check_objective(
 
 def _check_reference(config: schema.Config) -> None:
     """What the trainer's reference model supports so far: the base model under LoRA (DDP, FSDP2, ZeRO), and a
-    frozen whole copy beside DDP's replicas."""
+    frozen copy beside DDP's replicas or sharded as FSDP2 shards the policy."""
     strategy = config.parallelism.strategy
-    if not config.model.lora.rank and not (facts(strategy).replicated and facts(strategy).engine == TORCH_ENGINE):
+    if not config.model.lora.rank and facts(strategy).engine != TORCH_ENGINE:
         raise ConfigError(
             "model.lora.rank",
-            f"a frozen copy of the whole model as the reference is built for ddp only, not {strategy.value}",
-            "set model.lora.rank (the reference is then the base model), or parallelism.strategy=ddp",
+            f"a frozen copy of the whole model as the reference is built for ddp and fsdp only, not {strategy.value}",
+            "set model.lora.rank (the reference is then the base model), or parallelism.strategy=fsdp",
         )
 
 

@@ -100,14 +100,17 @@ def logits(output: Any) -> torch.Tensor:
     return output if isinstance(output, torch.Tensor) else output.logits
 
 
-def make_objective(plan: Plan, spec: ModelSpec, model: nn.Module) -> TrainingObjective:
-    """The plan's objective for `model` (this rank's module, before the strategy wraps it when the reference is a
-    copy: DDP's replicas hold a whole model)."""
+def make_objective(
+    plan: Plan, spec: ModelSpec, model: nn.Module, frozen_copy: Callable[[nn.Module], nn.Module] | None = None
+) -> TrainingObjective:
+    """The plan's objective for `model` (this rank's module). Without LoRA the reference is `frozen_copy(model)`:
+    the strategy's (FSDP2 shards it as it shards the model), by default a whole copy made before DDP wraps it."""
     if plan.trainer.objective is Objective.sft:
         return NextToken(spec)
     if plan.model.lora.rank:
         return Preference(plan.trainer.dpo, _without_adapters(model))
-    return Preference(plan.trainer.dpo, copy.deepcopy(model).eval().requires_grad_(False))
+    copied = frozen_copy(model) if frozen_copy else copy.deepcopy(model)
+    return Preference(plan.trainer.dpo, copied.eval().requires_grad_(False))
 
 
 def _without_adapters(model: nn.Module) -> Callable[[torch.Tensor], Any]:

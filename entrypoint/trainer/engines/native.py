@@ -60,6 +60,25 @@ def tensor_parallel(spec: ModelSpec, module: nn.Module, model: ModelConfig, mesh
         parallelize_module(block, mesh, plan)
 
 
+def sharded_copy(plan: Plan, spec: ModelSpec, model: nn.Module, mesh: DeviceMesh) -> nn.Module:
+    """A copy of FSDP2's `model` sharded as it is, in the compute precision (it never trains), its parameters
+    and buffers copied shard by shard: DPO's reference model (each rank holds only its shards)."""
+    with torch.device("meta"):
+        copied = spec.build(plan.model).to(DTYPES[plan.parallelism.mixed_precision]).requires_grad_(False)
+    if plan.layout.tp > 1:
+        tensor_parallel(spec, copied, plan.model, mesh["tp"])
+    options = fully_shard_options(plan, mesh)
+    for block in spec.blocks(copied):
+        fully_shard(block, **options)
+    fully_shard(copied, **options)
+    copied.to_empty(device=next(model.parameters()).device)
+    source = dict(model.named_parameters()) | dict(model.named_buffers())
+    with torch.no_grad():
+        for name, tensor in [*copied.named_parameters(), *copied.named_buffers()]:
+            tensor.copy_(source[name])
+    return copied
+
+
 class TorchEngine:
     """DDP (and smddp) or FSDP2 with tensor parallelism: the engine interface of `engines.base.Engine`."""
 
@@ -94,7 +113,7 @@ class TorchEngine:
             self.model = fully_shard(model, **options)
             self.autocast_dtype = None  # FSDP casts parameters itself
             materialise(spec, model, device)
-            self.objective = make_objective(plan, spec, model)
+            self.objective = make_objective(plan, spec, model, lambda policy: sharded_copy(plan, spec, policy, mesh))
         self.parts = [model]
         self.optimizer = adamw(self.model, plan.trainer)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
