@@ -41,7 +41,9 @@ def test_dpo_with_lora_prefers_the_chosen_answers_of_held_out_pairs(engine, tmp_
     command += ["trainer.lr=1e-2", "trainer.checkpoint_interval=0", "hydra.run.dir=run"]
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert f"truncated         2 pairs longer than seq_len {SEQ_LEN} + 1" in result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert f"truncated         2 pairs longer than seq_len {SEQ_LEN} + 1" in output
+    assert "batch             16 pairs = micro 4 × accum 1 × dp 4" in output
 
     run_dir = tmp_path / "run"
     records = runs.loss_curve(run_dir)
@@ -52,6 +54,7 @@ def test_dpo_with_lora_prefers_the_chosen_answers_of_held_out_pairs(engine, tmp_
     assert held[10]["val_rewards/accuracy"] >= 0.9, held
     assert held[5]["val_rewards/margin"] > 0.05 and held[10]["val_rewards/margin"] > 0.05
     assert held[10]["val_loss"] < np.log(2)
+    assert (run_dir / "model" / "adapter" / "adapter_model.safetensors").is_file()  # the policy's export, as SFT's
 
     (cache,) = (run_dir / "checkpoints" / "token-cache").iterdir()
     tokens, targets = np.load(cache / "train/tokens.npy"), np.load(cache / "train/targets.npy")

@@ -134,12 +134,13 @@ def tracked_run(plan: Plan, paths: Paths) -> TrackedRun:
 
 def derived_lines(plan: Plan, backend: str, start_step: int) -> list[str]:
     layout, batch = plan.layout, plan.batch
+    samples = "sequences" if plan.trainer.objective is Objective.sft else "pairs"  # dpo: a chosen and a rejected
     lines = [
         f"world size        {layout.world_size} = {layout.nodes} nodes × {layout.processes_per_node} processes",
         f"layout            dp {layout.dp} × tp {layout.tp} × pp {layout.pp}, {plan.parallelism.strategy.value} "
         f"over {backend}, shard group {layout.shard_degree}",
         f"parameters        {plan.parameters:,} ({plan.model.name})",
-        f"batch             {batch.global_batch} sequences = micro {batch.micro_batch} × accum {batch.grad_accum} "
+        f"batch             {batch.global_batch} {samples} = micro {batch.micro_batch} × accum {batch.grad_accum} "
         f"× dp {layout.dp}",
         f"tokens per step   {batch.tokens_per_step:,} (seq_len {batch.seq_len})",
         f"FLOPs per token   {plan.derived.flops_per_token:.3e}",
