@@ -47,12 +47,12 @@ def check_objective(
 
 def _check_reference(config: schema.Config) -> None:
     """What the trainer's reference model supports so far: the base model under LoRA (DDP, FSDP2, ZeRO), and a
-    frozen copy beside DDP's replicas or sharded as FSDP2 shards the policy."""
+    frozen copy: whole beside DDP's and ZeRO-1/2's replicas, sharded as FSDP2 shards the policy."""
     strategy = config.parallelism.strategy
-    if not config.model.lora.rank and facts(strategy).engine != TORCH_ENGINE:
+    if not config.model.lora.rank and facts(strategy).engine != TORCH_ENGINE and facts(strategy).shards_parameters:
         raise ConfigError(
             "model.lora.rank",
-            f"a frozen copy of the whole model as the reference is built for ddp and fsdp only, not {strategy.value}",
+            f"a frozen copy of the model as the reference is not built for {strategy.value}'s partitions yet",
             "set model.lora.rank (the reference is then the base model), or parallelism.strategy=fsdp",
         )
 

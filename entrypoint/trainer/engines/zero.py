@@ -1,6 +1,7 @@
 """DeepSpeed ZeRO stages 1-3: the JSON config generated from the plan, and the engine behind the
 interface of `engines.base.Engine`. DeepSpeed is imported only when a ZeRO strategy runs."""
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from compiler.spec.schema import Offload, Precision
 from compiler.spec.strategies import facts
 from entrypoint.trainer.compiled import apply_compile
 from entrypoint.trainer.engines.base import MicroBatches, evaluating, materialise
+from entrypoint.trainer.engines.native import DTYPES
 from entrypoint.trainer.models import ModelSpec
 from entrypoint.trainer.objective import make_objective
 from entrypoint.trainer.optim import adamw, set_lr
@@ -98,12 +100,14 @@ class DeepSpeedEngine:
         model = build_partitioned(plan, spec, config) if self.partitioned else build_whole(plan, spec, device)
         spec.set_checkpointing(model, plan.parallelism.activation_checkpointing)
         apply_compile(model, spec.blocks(model), plan.trainer)
+        # DPO's reference without LoRA: a whole copy in the compute precision (ZeRO-1/2; the planner's rule)
+        dtype = DTYPES[plan.parallelism.mixed_precision]
+        self.objective = make_objective(plan, spec, model, lambda policy: copy.deepcopy(policy).to(dtype))
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=model, optimizer=adamw(model, plan.trainer), config=config
         )
         self.model = self.engine
         self.parts = [model]
-        self.objective = make_objective(plan, spec, model)  # with DPO: LoRA's base model (the planner's rule)
 
     def forward_backward(self, micro_batches: MicroBatches) -> torch.Tensor:
         """The sum of the step's micro batches' losses; DeepSpeed scales by 1/grad_accum and reduces at the
