@@ -79,6 +79,13 @@ def memory(*overrides: str) -> tuple[estimate.Memory, int]:
 
 
 def test_dpo_counts_the_reference_model_and_twice_the_tokens():
+    sft_speed = plan_for(LLAMA_P5).estimate.throughput
+    dpo_speed = plan_for(LLAMA_P5, DPO, *S3_PAIRS, "trainer.dpo.precompute_reference=true").estimate.throughput
+    assert dpo_speed.compute_seconds == pytest.approx(2 * sft_speed.compute_seconds)  # chosen and rejected rows
+    assert dpo_speed.tokens_per_second == pytest.approx(sft_speed.tokens_per_second, rel=0.1)
+    live = plan_for(LLAMA_P5, DPO, *S3_PAIRS).estimate.throughput  # the reference's forward pass: 2 of 6 FLOPs
+    recompute = 8 / 6  # the preset recomputes every layer (activation_checkpointing=full): 8 FLOPs a token
+    assert live.compute_seconds == pytest.approx(dpo_speed.compute_seconds * (recompute + 1 / 3) / recompute)
     sft, sft_tokens = memory()
     dpo, dpo_tokens = memory(DPO, *S3_PAIRS)
     precomputed, _ = memory(DPO, *S3_PAIRS, "trainer.dpo.precompute_reference=true")

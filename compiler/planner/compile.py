@@ -84,7 +84,7 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
         )
         host = fit.host_memory_per_node(host, layout)
         warnings += fit.check_host_fits(config, instance, host)
-        predicted_speed = speed.throughput(config.model, config.parallelism, instance, layout, batch)
+        predicted_speed = speed.throughput(config.model, config.parallelism, instance, layout, batch, dpo)
         predicted = Estimate(
             memory=memory,
             gpu_memory=fit.capacity(instance),

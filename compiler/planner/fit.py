@@ -134,7 +134,8 @@ def cheapest_fixes(config: schema.Config, instance: InstanceType) -> list[tuple[
         except ConfigError:
             continue  # the change breaks another rule (a batch that no longer divides, say)
         if memory.total <= capacity(instance):
-            step = speed.throughput(candidate.model, candidate.parallelism, instance, layout, batch).step_seconds
+            dpo = estimate.preference(candidate.trainer)
+            step = speed.throughput(candidate.model, candidate.parallelism, instance, layout, batch, dpo).step_seconds
             fitting.append((candidate.hardware.nodes, step, change, memory.total))
     return [(change, total) for _, _, change, total in sorted(fitting)]
 
