@@ -83,6 +83,8 @@ def test_compiler_ab_cpu_runs_locally_and_writes_the_comparison(tmp_path, engine
     assert float(compiled["compile_s"]) > float(eager["compile_s"]) + 1.0  # inductor's first step
     markdown = (folder / "summary.md").read_text()
     assert "time_to_loss_s: seconds of training to loss" in markdown
-    header = "| job | overrides | status | final_loss | val_loss | tokens_per_s | time_to_loss_s | compile_s |"
+    header = (
+        "| job | overrides | status | final_loss | val_loss | val_reward_accuracy | tokens_per_s | time_to_loss_s |"
+    )
     assert header in markdown
     assert (folder / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

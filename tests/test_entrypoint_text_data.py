@@ -1,6 +1,6 @@
 """Documents and conversations through the real entrypoint and torchrun (2 CPU processes, gloo): every file
 format trains with a validation loss that falls, and a run stopped at a checkpoint and resumed reuses the
-token cache and sees exactly the batches of the uninterrupted run, for text and chat."""
+token cache and sees exactly the batches of the uninterrupted run, for text, chat and preference pairs."""
 
 import pytest
 
@@ -13,7 +13,7 @@ from tests.entrypoint_support import (
     tiny_plan,
     write_plan,
 )
-from tests.text_corpus import conversations, documents, write_dataset, write_jsonl, write_parquet
+from tests.text_corpus import conversations, documents, sentences, write_dataset, write_jsonl, write_parquet
 
 pytestmark = pytest.mark.torchrun
 
@@ -61,15 +61,20 @@ def test_every_format_trains_and_the_validation_loss_falls(tmp_path, hf_tokenize
     assert validation[10] < validation[5] - 0.1, validation
 
 
-@pytest.mark.parametrize("fmt", ["text", "chat"])
+@pytest.mark.parametrize("fmt", ["text", "chat", "preference"])
 def test_resume_equals_uninterrupted_and_reuses_the_cache(tmp_path, hf_tokenizer, fmt):
-    """Chat runs with document-boundary masking (`data.packing_mask`), text with plain packing."""
+    """Chat runs with document-boundary masking (`data.packing_mask`), text with plain packing, preference pairs
+    with DPO against a frozen copy of the starting weights (restored from the plan, not the checkpoint)."""
     data = tmp_path / "data"
     if fmt == "chat":
         write_jsonl(data / "train.jsonl", [{"messages": c} for c in conversations(400)])
+    elif fmt == "preference":
+        pairs = [{"prompt": f"say: {s}\n", "chosen": s, "rejected": s[::-1]} for s in sentences(300, seed=3)]
+        write_jsonl(data / "train.jsonl", pairs)
     else:
         write_jsonl(data / "train.jsonl", [{"text": doc} for doc in documents(300)])
-    plan = document_plan(data, hf_tokenizer, fmt, *(("data.packing_mask=true",) if fmt == "chat" else ()))
+    options = {"chat": ("data.packing_mask=true",), "preference": ("trainer.objective=dpo",)}.get(fmt, ())
+    plan = document_plan(data, hf_tokenizer, fmt, *options)
     whole_output, whole = run(plan, tmp_path / "whole")
     assert "token cache       building" in whole_output
     if fmt == "chat":
@@ -83,3 +88,6 @@ def test_resume_equals_uninterrupted_and_reuses_the_cache(tmp_path, hf_tokenizer
     for step, loss in losses(whole).items():
         assert resumed[step]["loss"] == pytest.approx(loss, abs=RERUN_TOLERANCE), step
     assert resumed[6]["val_loss"] == pytest.approx(whole[-1]["val_loss"], abs=RERUN_TOLERANCE)
+    if fmt == "preference":
+        margin = whole[-1]["val_rewards/margin"]
+        assert margin > 0 and resumed[6]["val_rewards/margin"] == pytest.approx(margin, abs=RERUN_TOLERANCE)

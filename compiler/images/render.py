@@ -90,7 +90,7 @@ def feature_dependencies(plan: Plan) -> list[str]:
     pins = []
     if plan.data.format is not schema.DataFormat.tokens:
         pins += [f"{name}=={getattr(image, name)}" for name in schema.DOCUMENT_PACKAGES]
-    if model.family == "hf" or plan.data.format is schema.DataFormat.chat:  # chat: transformers renders
+    if model.family == "hf" or plan.data.format.rendered:  # chat and preference: transformers renders
         pins.append(f"transformers=={image.transformers}")
     if model.lora.rank:
         pins.append(f"peft=={image.peft}")

@@ -16,7 +16,7 @@ from compiler.launch.dataset import with_dataset_tokens
 from compiler.planner.compile import compile_plan
 from compiler.planner.schedule_rules import steps_for_epochs
 from compiler.spec import Plan
-from compiler.spec.schema import Config, DataFormat
+from compiler.spec.schema import Config
 from compiler.targets import registry
 
 PLAN_FILE, REPORT_FILE = "plan.json", "report.md"
@@ -40,7 +40,7 @@ def checked_plan(config: Config, chat_date: str | None = None) -> Plan:
 
 
 def _dated(plan: Plan, chat_date: str | None) -> Plan:
-    if plan.data.format is not DataFormat.chat:
+    if not plan.data.format.rendered:
         return plan
     return dataclasses.replace(plan, chat_date=chat_date or datetime.now(UTC).date().isoformat())
 

@@ -26,6 +26,7 @@ COLUMNS = (
     "status",
     "final_loss",
     "val_loss",
+    "val_reward_accuracy",
     "tokens_per_s",
     "time_to_loss_s",
     "compile_s",
@@ -57,6 +58,7 @@ def row(
         "status": record.status,
         "final_loss": number(record.final.get("loss"), 4),
         "val_loss": number(record.final.get("val_loss"), 4),
+        "val_reward_accuracy": number(record.final.get("val_rewards/accuracy"), 3),  # trainer.objective=dpo
         "tokens_per_s": number(record.final.get("tokens_per_s"), 1),
         "time_to_loss_s": number(time_to_loss(curve, target_loss), 1),
         "compile_s": number(compile_seconds(curve), 1),

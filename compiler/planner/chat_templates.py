@@ -97,5 +97,5 @@ def _messages(line: str) -> list | None:
         return None
     if isinstance(row.get("messages"), list):
         return row["messages"]
-    prompt, completion = row.get("prompt"), row.get("completion")
+    prompt, completion = row.get("prompt"), row.get("completion", row.get("chosen"))  # a pair: its chosen side
     return [*prompt, *completion] if isinstance(prompt, list) and isinstance(completion, list) else None

@@ -68,14 +68,15 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
         config = dataclasses.replace(
             config, parallelism=dataclasses.replace(config.parallelism, mixed_precision=precision)
         )
-    batch = resolve_batch(config.parallelism, config.model.seq_len, layout)
+    batch = estimate.with_pairs(resolve_batch(config.parallelism, config.model.seq_len, layout), config.trainer)
     _check_batch_fits(batch, config.parallelism)
     for check in rules.CROSS_FIELD_CHECKS:
         warnings += check(config, instance, layout, targets)
     config = dataclasses.replace(config, parallelism=_resolved(config.parallelism, layout, batch))
     predicted = None
     if instance.has_gpus:
-        stages = estimate.stage_memory(config.model, config.parallelism, layout, batch.micro_batch)
+        dpo = estimate.preference(config.trainer)
+        stages = estimate.stage_memory(config.model, config.parallelism, layout, batch.micro_batch, dpo)
         memory = max(stages, key=lambda m: m.total)
         warnings += fit.check_fits(config, instance, memory)
         host = estimate.host_memory(
@@ -83,7 +84,7 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
         )
         host = fit.host_memory_per_node(host, layout)
         warnings += fit.check_host_fits(config, instance, host)
-        predicted_speed = speed.throughput(config.model, config.parallelism, instance, layout, batch)
+        predicted_speed = speed.throughput(config.model, config.parallelism, instance, layout, batch, dpo)
         predicted = Estimate(
             memory=memory,
             gpu_memory=fit.capacity(instance),

@@ -114,8 +114,8 @@ def check_tokenizer(config: schema.Config, facts: TokenizerFacts) -> None:
             "chat needs the tokenizer's chat template, and it has none",
             "use a tokenizer with chat_template (chat_template.jinja), or data.format=text",
         )
-    if config.data.format is schema.DataFormat.chat:
-        from compiler.planner import chat_templates  # jinja2 for chat plans only: `dockyard plan` starts fast
+    if config.data.format.rendered:
+        from compiler.planner import chat_templates  # jinja2 for chat and pairs only: `dockyard plan` starts fast
 
         chat_templates.check_templates(facts, "data.tokenizer")
         if config.data.source is schema.DataSource.local and config.data.path and Path(config.data.path).exists():

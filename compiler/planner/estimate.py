@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from compiler.planner.assumptions import ALLOCATOR_MARGIN, CUDA_CONTEXT_BYTES, NCCL_BYTES_PER_GROUP
 from compiler.planner.models import family
-from compiler.spec import Layout, Memory, schema
+from compiler.spec import Batch, Layout, Memory, schema
 from compiler.spec.strategies import DEEPSPEED_ENGINE, facts
 
 GIB = 2**30
@@ -130,13 +130,36 @@ def _autocast(par: schema.ParallelismConfig) -> bool:
     return ddp and par.mixed_precision is not schema.Precision.fp32
 
 
-def memory(model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout, micro_batch: int) -> Memory:
+def memory(
+    model: schema.ModelConfig,
+    par: schema.ParallelismConfig,
+    layout: Layout,
+    micro_batch: int,
+    dpo: schema.DpoConfig | None = None,
+) -> Memory:
     """Peak bytes per GPU: of the pipeline rank that needs the most (every rank without a pipeline)."""
-    return max(stage_memory(model, par, layout, micro_batch), key=lambda m: m.total)
+    return max(stage_memory(model, par, layout, micro_batch, dpo), key=lambda m: m.total)
+
+
+def preference(trainer: schema.TrainerConfig) -> schema.DpoConfig | None:
+    """`trainer.dpo` where the run trains on preference pairs (`trainer.objective=dpo`), else None."""
+    return trainer.dpo if trainer.objective is schema.Objective.dpo else None
+
+
+def with_pairs(batch: Batch, trainer: schema.TrainerConfig) -> Batch:
+    """`batch` with the tokens of a step as the model sees them: with trainer.objective=dpo each sequence of the
+    global batch is a pair, a chosen and a rejected completion of `seq_len` tokens each."""
+    if preference(trainer) is None:
+        return batch
+    return dataclasses.replace(batch, tokens_per_step=2 * batch.tokens_per_step)
 
 
 def stage_memory(
-    model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout, micro_batch: int
+    model: schema.ModelConfig,
+    par: schema.ParallelismConfig,
+    layout: Layout,
+    micro_batch: int,
+    dpo: schema.DpoConfig | None = None,
 ) -> list[Memory]:
     """Peak bytes per GPU of each pipeline rank, for micro batches of `micro_batch` sequences of
     `model.seq_len` tokens.
@@ -147,12 +170,40 @@ def stage_memory(
     parameters and gradients are gathered and reduced (FSDP, ZeRO-3). The terms shown are those of the
     larger moment, so they sum to the peak. `par.grad_accum` is read when resolved (not -1): FSDP's
     gradients exist at the loss's backward only while micro batches accumulate.
+
+    With `dpo` (trainer.objective=dpo) a micro batch holds `micro_batch` pairs: twice the sequences (chosen
+    and rejected) through the policy, and the reference model's weights beside it.
     """
-    return [_share_memory(model, par, layout, micro_batch, share) for share in pipeline_shares(model, par, layout)]
+    sequences = micro_batch * (2 if dpo else 1)
+    shares = pipeline_shares(model, par, layout)
+    return [_share_memory(model, par, layout, sequences, share, dpo) for share in shares]
+
+
+def keeps_reference(model: schema.ModelConfig, dpo: schema.DpoConfig) -> bool:
+    """Whether a DPO run holds a reference model while it trains: not with LoRA (the base model with the
+    adapters disabled is the reference) nor with `precompute_reference` (freed before the first step)."""
+    return not dpo.precompute_reference and not model.lora.rank
+
+
+def reference_bytes(
+    model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout, share: Share, dpo: schema.DpoConfig | None
+) -> float:
+    """The frozen reference model's weights on one GPU while training: sharded like the policy's (FSDP, ZeRO-3),
+    in the compute precision, or in fp32 beside DDP's fp32 weights (a copy of them, run under autocast)."""
+    if dpo is None or not keeps_reference(model, dpo):
+        return 0.0
+    element = 4 if par.mixed_precision is schema.Precision.fp32 or _autocast(par) else 2
+    shard = layout.shard_degree if facts(par.strategy).shards_parameters else 1
+    return parameters_per_gpu(model, layout.tp, share) * element / shard
 
 
 def _share_memory(
-    model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout, micro_batch: int, share: Share
+    model: schema.ModelConfig,
+    par: schema.ParallelismConfig,
+    layout: Layout,
+    micro_batch: int,
+    share: Share,
+    dpo: schema.DpoConfig | None = None,
 ) -> Memory:
     tp = layout.tp
     parameters = parameters_per_gpu(model, tp, share)
@@ -176,8 +227,10 @@ def _share_memory(
         tensors = [*states, kept + tokens * activation["live"], 0, held + per_layer]
     groups = 1 + (tp > 1) + facts(par.strategy).shard_groups + (layout.pp > 1)
     context = CUDA_CONTEXT_BYTES + groups * NCCL_BYTES_PER_GROUP
+    reference = reference_bytes(model, par, layout, share, dpo)
     parameters, gradients, optimizer, activations, logits, communication = (round(t) for t in tensors)
     return Memory(
+        reference=round(reference),
         parameters=parameters,
         gradients=gradients,
         optimizer=optimizer,
@@ -185,7 +238,7 @@ def _share_memory(
         logits=logits,
         communication=communication,
         context=context,
-        margin=round(ALLOCATOR_MARGIN * sum(tensors)),
+        margin=round(ALLOCATOR_MARGIN * (sum(tensors) + reference)),
     )
 
 

@@ -29,6 +29,7 @@ TERM_KEYS = {
     "communication": "parallelism.strategy",
     "context": "hardware.instance_type",
     "margin": "hardware.instance_type",
+    "reference": "trainer.dpo.precompute_reference",
 }
 """The config key a user turns to shrink each memory term."""
 
@@ -47,9 +48,10 @@ def capacity(instance: InstanceType) -> int:
 def peak(config: schema.Config, instance: InstanceType) -> tuple[estimate.Memory, Layout, Batch]:
     """Predicted memory of `config` as it stands (micro batch a number)."""
     layout = resolve_layout(config, instance)
-    batch = resolve_batch(config.parallelism, config.model.seq_len, layout)
+    batch = estimate.with_pairs(resolve_batch(config.parallelism, config.model.seq_len, layout), config.trainer)
     par = dataclasses.replace(config.parallelism, grad_accum=batch.grad_accum)
-    return estimate.memory(config.model, par, layout, batch.micro_batch), layout, batch
+    dpo = estimate.preference(config.trainer)
+    return estimate.memory(config.model, par, layout, batch.micro_batch, dpo), layout, batch
 
 
 def resolve_micro_batch(config: schema.Config, instance: InstanceType, layout: Layout) -> schema.Config:
@@ -70,7 +72,8 @@ def resolve_micro_batch(config: schema.Config, instance: InstanceType, layout: L
     candidates = [m for m in range(min(per_replica, AUTO_MAX_MICRO_BATCH), 0, -1) if per_replica % m == 0 or total < 1]
     for micro in candidates:
         trial = _with_parallelism(config, micro_batch=micro)
-        if estimate.memory(trial.model, trial.parallelism, layout, micro).total <= capacity(instance):
+        dpo = estimate.preference(trial.trainer)
+        if estimate.memory(trial.model, trial.parallelism, layout, micro, dpo).total <= capacity(instance):
             return trial
     return _with_parallelism(config, micro_batch=1)  # does not fit; check_fits names the fixes
 
@@ -131,7 +134,8 @@ def cheapest_fixes(config: schema.Config, instance: InstanceType) -> list[tuple[
         except ConfigError:
             continue  # the change breaks another rule (a batch that no longer divides, say)
         if memory.total <= capacity(instance):
-            step = speed.throughput(candidate.model, candidate.parallelism, instance, layout, batch).step_seconds
+            dpo = estimate.preference(candidate.trainer)
+            step = speed.throughput(candidate.model, candidate.parallelism, instance, layout, batch, dpo).step_seconds
             fitting.append((candidate.hardware.nodes, step, change, memory.total))
     return [(change, total) for _, _, change, total in sorted(fitting)]
 
@@ -152,6 +156,13 @@ def _candidates(config: schema.Config) -> Iterator[tuple[str, schema.Config]]:
         )
     if not (par.activation_offload or not facts(par.strategy).activation_offload or par.pp > 1 or par.tp > 1):
         yield "parallelism.activation_offload=true", _with_parallelism(config, activation_offload=True)
+    dpo = estimate.preference(config.trainer)
+    if dpo is not None and estimate.keeps_reference(config.model, dpo):
+        precomputed = dataclasses.replace(dpo, precompute_reference=True)
+        yield (
+            "trainer.dpo.precompute_reference=true",
+            dataclasses.replace(config, trainer=dataclasses.replace(config.trainer, dpo=precomputed)),
+        )
     micro = par.micro_batch // 2
     while micro >= 1:
         yield f"parallelism.micro_batch={micro}", _with_parallelism(config, micro_batch=micro, grad_accum=-1)

@@ -22,6 +22,7 @@ from compiler.core.catalog import INSTANCE_TYPES, LOCAL_CPU
 from compiler.planner import models
 from compiler.planner.data_rules import check_format, check_packing_mask
 from compiler.planner.image_rules import check_image
+from compiler.planner.objective_rules import check_objective
 from compiler.planner.schedule_rules import check_schedule
 from compiler.planner.target_rules import SECRET_NAME, check_target
 from compiler.planner.tracker_rules import check_trackers
@@ -454,6 +455,7 @@ CROSS_FIELD_CHECKS = (
     check_target,
     check_image,
     check_trainer,
+    check_objective,
     check_groups,
     check_pretrained,
 )

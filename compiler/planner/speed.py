@@ -30,15 +30,23 @@ def flops_per_token_of(model: schema.ModelConfig, tp: int, share: Share) -> floa
 
 
 def throughput(
-    model: schema.ModelConfig, par: schema.ParallelismConfig, instance: InstanceType, layout: Layout, batch: Batch
+    model: schema.ModelConfig,
+    par: schema.ParallelismConfig,
+    instance: InstanceType,
+    layout: Layout,
+    batch: Batch,
+    dpo: schema.DpoConfig | None = None,
 ) -> Throughput:
     """Step time from the GPU's peak at an assumed efficiency, plus communication the backward cannot hide;
-    under a pipeline, the slowest rank's time stretched by the bubble."""
-    sequences = batch.micro_batch * batch.grad_accum
+    under a pipeline, the slowest rank's time stretched by the bubble. With `dpo` and a reference model that
+    runs beside the policy, its forward pass over the same rows (a third of a training step's FLOPs)."""
+    sequences = batch.tokens_per_step // (batch.seq_len * layout.dp)  # a replica's rows: with DPO, twice its pairs
     busy, compute, exposed = 0.0, 0.0, 0.0
     for share in pipeline_shares(model, par, layout):
         model_flops = flops_per_token_of(model, layout.tp, share) * sequences * model.seq_len
         hardware_flops = model_flops * RECOMPUTE_FLOPS[par.activation_checkpointing]
+        if dpo is not None and not dpo.precompute_reference:
+            hardware_flops += model_flops / 3
         share_compute = hardware_flops / (
             instance.peak_tflops(par.mixed_precision.value) * 1e12 * ASSUMED_MATMUL_EFFICIENCY
         )

@@ -75,6 +75,8 @@ class Memory:
     communication: int
     context: int
     margin: int
+    reference: int = 0
+    """trainer.objective=dpo: the frozen reference model's weights (none with LoRA or precomputed log-probs)."""
 
     @property
     def total(self) -> int:
@@ -82,7 +84,8 @@ class Memory:
 
     @property
     def terms(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Every term, but `reference` only where a plan has one."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "reference" or self.reference}
 
     def largest_term(self) -> str:
         terms = self.terms

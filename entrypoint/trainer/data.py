@@ -71,9 +71,16 @@ class ShuffledWindows:
         return self._orders[epoch]
 
     def __call__(self, indices: torch.Tensor) -> Pairs:
+        return self.rows([self.shuffled(index) for index in indices.tolist()])
+
+    def shuffled(self, index: int) -> int:
+        """The window sample `index` reads: its place in its epoch's order."""
+        return int(self._order(index // self.windows)[index % self.windows])
+
+    def rows(self, windows: list[int]) -> Pairs:
+        """The (inputs, targets) of these windows, a row each."""
         rows, flags, places = [], [], []
-        for index in indices.tolist():
-            window = int(self._order(index // self.windows)[index % self.windows])
+        for window in windows:
             tokens, targets = self.window(window)
             rows.append(torch.from_numpy(tokens.astype(np.int64)))
             flags.append(None if targets is None else torch.from_numpy(targets.astype(bool)))

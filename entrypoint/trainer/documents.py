@@ -4,7 +4,7 @@ was saved to with `save_to_disk`.
 
 A record is a JSON object, a Parquet row or a dataset row; `text` reads its `data.field` column, `chat` a
 conversation: `messages` (a list of {role, content}, with an optional `tools` list) or `prompt` and
-`completion` (both strings, or both message lists).
+`completion` (both strings, or both message lists); `preference` a pair: `prompt`, `chosen` and `rejected`.
 """
 
 import gzip
@@ -19,19 +19,24 @@ from compiler.spec.token_cache_key import PARQUET_SUFFIX, TEXT_SUFFIX, kind, sou
 __all__ = ["records", "sources", "split_sources"]
 
 CHAT_COLUMNS = ("messages", "tools", "prompt", "completion")
+PAIR_COLUMNS = ("prompt", "chosen", "rejected", "tools")
 
 
 def records(path: Path, fmt: DataFormat, field: str) -> Iterator[str | dict]:
-    """Each record's text (`text`) or conversation (`chat`: a dict of its CHAT_COLUMNS), in file order."""
+    """Each record's text (`text`), conversation (`chat`: a dict of its CHAT_COLUMNS) or pair (`preference`: a
+    dict of its PAIR_COLUMNS), in file order."""
     if kind(path) == TEXT_SUFFIX:
-        if fmt is DataFormat.chat:
-            raise ValueError(f"{path}: a .txt file holds text, not conversations (data.format=chat)")
+        if fmt.rendered:
+            raise ValueError(f"{path}: a .txt file holds text, not records (data.format={fmt.value})")
         yield path.read_text()
         return
-    columns = CHAT_COLUMNS if fmt is DataFormat.chat else (field,)
+    columns = {DataFormat.chat: CHAT_COLUMNS, DataFormat.preference: PAIR_COLUMNS}.get(fmt, (field,))
     for number, row in enumerate(_rows(path, columns), 1):
         if fmt is DataFormat.chat:
             yield _conversation(row, f"{path}, record {number}")
+            continue
+        if fmt is DataFormat.preference:
+            yield _pair(row, f"{path}, record {number}")
             continue
         value = row.get(field)
         if not isinstance(value, str):
@@ -50,6 +55,15 @@ def _conversation(row: dict, where: str) -> dict:
     raise ValueError(
         f"{where}: no conversation: a 'messages' list, or 'prompt' and 'completion' (both text or both lists)"
     )
+
+
+def _pair(row: dict, where: str) -> dict:
+    """The record's prompt, chosen and rejected completions (and tools), all text or all message lists."""
+    found = {name: row[name] for name in PAIR_COLUMNS if row.get(name) is not None}
+    prompt, chosen, rejected = (found.get(name) for name in PAIR_COLUMNS[:3])
+    if isinstance(prompt, str | list) and type(prompt) is type(chosen) is type(rejected):
+        return found
+    raise ValueError(f"{where}: no preference pair: 'prompt', 'chosen' and 'rejected', all text or all message lists")
 
 
 def _rows(path: Path, columns: tuple[str, ...]) -> Iterator[dict]:

@@ -8,11 +8,12 @@ own, padded with end-of-text tokens that are no targets and truncated (counted) 
 """
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import date
 from pathlib import Path
 
 import numpy as np
+import torch
 import torch.distributed as dist
 
 from compiler.spec import Plan
@@ -23,7 +24,7 @@ from compiler.spec.token_cache_key import TOKEN_CACHE_DIR, cache_key
 from compiler.spec.tokenizer import TokenizerFacts, tokenizer_location
 from entrypoint.launcher.cluster import Paths
 from entrypoint.trainer import documents, token_cache
-from entrypoint.trainer.data import ShuffledWindows
+from entrypoint.trainer.data import Pairs, ShuffledWindows
 
 POLL_S = 1.0
 MIN_TARGET_SHARE = 0.01
@@ -71,6 +72,30 @@ class SeparateDocuments(ShuffledWindows):
         pad = self.seq_len + 1 - (end - start)
         tokens = np.concatenate([self.tokens[start:end], np.full(pad, self.eos, dtype=self.tokens.dtype)])
         return tokens, np.concatenate([self.targets[start:end], np.zeros(pad, dtype=np.uint8)])
+
+
+class PreferencePairs(SeparateDocuments):
+    """The pairs of a preference split (documents 2i and 2i + 1: the prompt with the chosen completion, then with
+    the rejected one), each completion in a window of its own, cut at the end when longer (the prompt kept
+    first, as TRL's `truncation_mode=keep_start`). A micro batch of m pairs is 2m rows: the chosen ones, then
+    the rejected ones in the same order."""
+
+    def __init__(self, split: Path, seq_len: int, seed: int, eos: int) -> None:
+        super().__init__(split, seq_len, seed, eos)
+        self.windows //= 2
+
+    def __call__(self, indices: torch.Tensor) -> Pairs:
+        return self.pairs([self.shuffled(index) for index in indices.tolist()])
+
+    def pairs(self, numbers: list[int]) -> Pairs:
+        return self.rows([2 * pair for pair in numbers] + [2 * pair + 1 for pair in numbers])
+
+    def every_pair(self, rank: int, ranks: int, micro: int) -> Iterator[Pairs]:
+        """Every pair once over all `ranks`, this rank's share in micro batches of up to `micro` pairs, as many
+        on every rank (sharded models run their forward passes together): a rank with fewer repeats a pair."""
+        mine = list(range(rank, self.windows, ranks)) or [0]
+        for start in range(0, -(-self.windows // ranks), micro):
+            yield self.pairs(mine[start : start + micro] or mine[:1])
 
 
 def tokenizer_folder(plan: Plan, paths: Paths, leader: bool) -> Path:
@@ -135,6 +160,8 @@ def open_windows(plan: Plan, folder: Path, eos: int) -> tuple[ShuffledWindows, S
     seq_len, seed, packing = plan.model.seq_len, plan.trainer.seed, plan.data.packing
 
     def split(name: str) -> ShuffledWindows:
+        if plan.data.format is DataFormat.preference:
+            return PreferencePairs(folder / name, seq_len, seed, eos)
         if packing:
             return PackedDocuments(folder / name, seq_len, seed, plan.data.packing_mask)
         return SeparateDocuments(folder / name, seq_len, seed, eos)
@@ -164,6 +191,8 @@ def check_targets(plan: Plan, meta: token_cache.CacheMeta) -> None:
 
 def report_lines(plan: Plan, meta: token_cache.CacheMeta, folder: Path, windows: int) -> list[str]:
     train = meta.splits["train"]
+    if plan.data.format is DataFormat.preference:
+        return _pair_lines(plan, meta, folder, windows)
     lines = [f"documents         {train.documents:,} training, {train.tokens:,} tokens ({plan.data.format.value})"]
     held = meta.splits.get("validation")
     if held and held.documents:
@@ -174,6 +203,22 @@ def report_lines(plan: Plan, meta: token_cache.CacheMeta, folder: Path, windows:
         lines.append(f"loss on           {plan.data.loss_on.value} tokens: {masked:.1%} of tokens masked out")
     epochs = plan.trainer.steps * plan.batch.global_batch / windows
     lines.append(f"epochs            {epochs:.2f} over {plan.trainer.steps} steps of {plan.batch.global_batch} windows")
+    return lines
+
+
+def _pair_lines(plan: Plan, meta: token_cache.CacheMeta, folder: Path, pairs: int) -> list[str]:
+    """What a preference run reads: its pairs, those cut to the window (either completion), the held-out ones."""
+    lengths = np.diff(np.load(folder / "train" / "starts.npy")).reshape(-1, 2)  # each completion and its eos
+    truncated = int((lengths > plan.model.seq_len + 1).any(axis=1).sum())
+    train, held = meta.splits["train"], meta.splits.get("validation")
+    lines = [
+        f"pairs             {pairs:,} training, {train.tokens:,} tokens, {train.targets:,} of them completions",
+        f"truncated         {truncated:,} pairs longer than seq_len {plan.model.seq_len} + 1 (the prompt kept first)",
+    ]
+    if held and held.documents:
+        lines.append(f"validation        {held.documents // 2:,} pairs held out")
+    epochs = plan.trainer.steps * plan.batch.global_batch / pairs
+    lines.append(f"epochs            {epochs:.2f} over {plan.trainer.steps} steps of {plan.batch.global_batch} pairs")
     return lines
 
 

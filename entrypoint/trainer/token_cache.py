@@ -36,22 +36,33 @@ SPLITS = ("train", "validation")
 
 
 class Encoder:
-    """Documents → token ids and target flags: text with the `tokenizers` library's `tokenizer.json`, chat with
-    transformers' rendering (`entrypoint.trainer.chat`)."""
+    """Documents → token ids and target flags: text with the `tokenizers` library's `tokenizer.json`, chat and
+    preference pairs with transformers' rendering (`entrypoint.trainer.chat`)."""
 
     def __init__(self, folder: Path, fmt: DataFormat, loss_on: LossOn, today: date | None = None) -> None:
         from tokenizers import Tokenizer
 
         self.facts = TokenizerFacts.read(folder)
         self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
-        self.chat = ChatEncoder(folder, loss_on, today or date.today()) if fmt is DataFormat.chat else None
+        self.pairs = fmt is DataFormat.preference
+        on = LossOn.assistant if self.pairs else loss_on  # a pair's targets are its completion's tokens
+        self.chat = ChatEncoder(folder, on, today or date.today()) if fmt.rendered else None
 
     def encode(self, batch: list[tuple[str, Any]]) -> list[Encoded]:
-        """`batch` holds (where the record is, for errors: "file, record n"; the record)."""
+        """`batch` holds (where the record is, for errors: "file, record n"; the record). A preference pair gives
+        two documents, one after the other: the prompt with the chosen completion, then with the rejected one."""
         if self.chat is None:
             encodings = self.tokenizer.encode_batch([text for _, text in batch])
             return [Encoded(np.asarray(e.ids, dtype=np.uint32), np.ones(len(e.ids), dtype=np.uint8)) for e in encodings]
+        if self.pairs:
+            batch = [(where, completed) for where, pair in batch for completed in _completions(pair)]
         return self.chat.tokenize([_rendered(self.chat, where, record) for where, record in batch])
+
+
+def _completions(pair: dict) -> tuple[dict, dict]:
+    """A preference pair as two prompt/completion records (`entrypoint.trainer.chat`): chosen, then rejected."""
+    shared = {name: pair[name] for name in ("prompt", "tools") if name in pair}
+    return shared | {"completion": pair["chosen"]}, shared | {"completion": pair["rejected"]}
 
 
 def _rendered(chat: ChatEncoder, where: str, record: dict) -> Rendering:

@@ -21,7 +21,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from compiler.spec import Plan
 from compiler.spec.s3 import download_s3
-from compiler.spec.schema import Compile, DataFormat, DataSource, TrainerConfig
+from compiler.spec.schema import Compile, DataFormat, DataSource, Objective, TrainerConfig
 from compiler.spec.tokenizer import TokenizerFacts
 from entrypoint.launcher.cluster import Paths
 from entrypoint.launcher.main import DEFAULT_TIMEOUT_S
@@ -36,6 +36,7 @@ from entrypoint.trainer.metrics.measure import memory_gib, mfu
 from entrypoint.trainer.models import model_spec
 from entrypoint.trainer.models.source import with_local_checkpoint
 from entrypoint.trainer.models.weights import copy_tokenizer
+from entrypoint.trainer.objective import Preference
 from entrypoint.trainer.optim import lr_at
 from entrypoint.trainer.resilience import Guards, named_hangs
 from entrypoint.trainer.teardown import leave
@@ -87,14 +88,43 @@ def prepare_data(plan: Plan, paths: Paths, leader: bool) -> Data:
     return Data(Batches(train, plan, dp_rank), held_out, lines, tokenizer)
 
 
+def precompute_reference(engine: Engine, plan: Plan, data: Data, device: torch.device) -> None:
+    """trainer.dpo.precompute_reference: the reference model's log-probabilities of every training and held-out
+    pair, each rank computing a share, before the first step and before a checkpoint replaces the starting
+    weights; the reference model is let go after."""
+    if not (isinstance(engine.objective, Preference) and plan.trainer.dpo.precompute_reference):
+        return
+    rank, ranks = dist.get_rank(), dist.get_world_size()
+    splits = [batches.source for batches in (data.train, data.validation) if batches is not None]
+    engine.objective.precompute(
+        (inputs.to(device), targets.to(device))
+        for split in splits
+        for inputs, targets in split.every_pair(rank, ranks, plan.batch.micro_batch)
+    )
+
+
 def validation_metrics(engine: Engine, plan: Plan, held_out: Batches) -> dict:
-    """The mean loss over `trainer.eval_batches` validation steps (always the same batches) and its perplexity."""
+    """The mean loss over `trainer.eval_batches` validation steps (always the same batches) and its perplexity
+    (sft), or the objective's own metrics on them (dpo: the held-out pairs' rewards)."""
     accum, batches = plan.batch.grad_accum, plan.trainer.eval_batches
     total = sum(
         engine.evaluate([held_out.micro_batch(index, micro) for micro in range(accum)]) for index in range(batches)
     )
     loss = global_mean(total / (accum * batches), plan.layout.ranks_per_stage)
+    own = {f"val_{name}": value for name, value in objective_metrics(engine, plan).items()}
+    if plan.trainer.objective is not Objective.sft:
+        return {"val_loss": round(loss, 6)} | own
     return {"val_loss": round(loss, 6), "val_ppl": round(math.exp(min(loss, 50.0)), 4)}
+
+
+def objective_metrics(engine: Engine, plan: Plan) -> dict[str, float]:
+    """The objective's metrics since the last call (DPO's rewards and log-probabilities), averaged over the ranks;
+    every rank calls it."""
+    device = next(engine.parts[0].parameters()).device
+    return {
+        name: round(global_mean(torch.tensor(value, device=device), plan.layout.ranks_per_stage), 6)
+        for name, value in engine.objective.metrics().items()
+    }
 
 
 def tracked_run(plan: Plan, paths: Paths) -> TrackedRun:
@@ -104,12 +134,13 @@ def tracked_run(plan: Plan, paths: Paths) -> TrackedRun:
 
 def derived_lines(plan: Plan, backend: str, start_step: int) -> list[str]:
     layout, batch = plan.layout, plan.batch
+    samples = "sequences" if plan.trainer.objective is Objective.sft else "pairs"  # dpo: a chosen and a rejected
     lines = [
         f"world size        {layout.world_size} = {layout.nodes} nodes × {layout.processes_per_node} processes",
         f"layout            dp {layout.dp} × tp {layout.tp} × pp {layout.pp}, {plan.parallelism.strategy.value} "
         f"over {backend}, shard group {layout.shard_degree}",
         f"parameters        {plan.parameters:,} ({plan.model.name})",
-        f"batch             {batch.global_batch} sequences = micro {batch.micro_batch} × accum {batch.grad_accum} "
+        f"batch             {batch.global_batch} {samples} = micro {batch.micro_batch} × accum {batch.grad_accum} "
         f"× dp {layout.dp}",
         f"tokens per step   {batch.tokens_per_step:,} (seq_len {batch.seq_len})",
         f"FLOPs per token   {plan.derived.flops_per_token:.3e}",
@@ -212,6 +243,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
     engine = make_engine(plan, device)
     guards.time_compute(plan, engine)
     data = prepare_data(plan, paths, leader)
+    precompute_reference(engine, plan, data, device)
     start = 0
     done = checkpoint.complete(paths.checkpoints)
     if done:
@@ -244,11 +276,12 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
             holders, window = plan.layout.ranks_per_stage, done_steps - last_step
             losses = global_mean(window_loss / (accum * window), holders), global_mean(loss / accum, holders)
             now = time.perf_counter()
+            trained = objective_metrics(engine, plan)
             held_out = validation_metrics(engine, plan, data.validation) if validating else {}
             if sinks:
                 record = step_record(plan, device, done_steps, losses, lr, norm, window, now - last_time)
                 for sink in sinks:
-                    sink.write(record | held_out | {"elapsed_s": round(now - started, 3)})
+                    sink.write(record | trained | held_out | {"elapsed_s": round(now - started, 3)})
             last_time, last_step = time.perf_counter(), done_steps  # a step's time leaves validation out
             window_loss.zero_()
         if rank == 0 and trainer.restarts:

@@ -27,6 +27,14 @@ class DataFormat(Enum):
     chat = "chat"
     """Conversations: JSONL/Parquet rows with a `messages` list of {role, content}, rendered with the
     tokenizer's chat template."""
+    preference = "preference"
+    """Preference pairs (`trainer.objective=dpo`): rows with `prompt`, `chosen` and `rejected`, all text or all
+    message lists (rendered as chat is); each completion a window of its own, its tokens the targets."""
+
+    @property
+    def rendered(self) -> bool:
+        """Whether transformers renders the records (a chat template, or a prompt and completion joined)."""
+        return self in (DataFormat.chat, DataFormat.preference)
 
 
 class LossOn(Enum):
@@ -55,7 +63,8 @@ class DataConfig:
     token_dtype: str = "uint16"
     """Element type of the token files: uint16 (vocab < 65,536) or uint32."""
     format: DataFormat = DataFormat.tokens
-    """tokens (pre-tokenized arrays), text (documents) or chat (conversations, for supervised fine-tuning)."""
+    """tokens (pre-tokenized arrays), text (documents), chat (conversations, for supervised fine-tuning) or
+    preference (chosen/rejected pairs, for trainer.objective=dpo)."""
     field: str = "text"
     """text: the JSONL/Parquet/datasets column holding each document."""
     tokenizer: str | None = None

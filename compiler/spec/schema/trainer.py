@@ -92,6 +92,40 @@ class WandbConfig:
     """offline (a run folder `wandb sync` uploads) or online."""
 
 
+class Objective(Enum):
+    sft = "sft"
+    """Supervised fine-tuning (and pre-training): the next-token loss on the target tokens."""
+    dpo = "dpo"
+    """Direct Preference Optimization on chosen/rejected pairs (`data.format=preference`), against a frozen
+    reference model (`trainer.dpo`)."""
+
+
+class DpoLoss(Enum):
+    """The preference losses, each as TRL's DPOTrainer computes it (its `loss_type` of the same name)."""
+
+    sigmoid = "sigmoid"
+    """The DPO paper's: -log σ(β·Δ), Δ the chosen's minus the rejected's log-ratio to the reference."""
+    ipo = "ipo"
+    """IPO's squared loss (Δ averaged per completion token − 1/(2β))², β being the paper's τ."""
+    hinge = "hinge"
+    """SLiC's hinge: max(0, 1 − β·Δ)."""
+    robust = "robust"
+    """Robust DPO: the sigmoid loss unbiased for labels flipped with probability `label_smoothing`."""
+
+
+@dataclass
+class DpoConfig:
+    beta: float = 0.1
+    """How far the policy may move from the reference model: a higher β keeps it closer."""
+    loss: DpoLoss = DpoLoss.sigmoid
+    """sigmoid, ipo, hinge or robust."""
+    label_smoothing: float = 0.0
+    """loss=robust: the probability that a pair's preference is flipped, in [0, 0.5)."""
+    precompute_reference: bool = False
+    """Compute the reference model's log-probabilities of every pair in one pass before training, then free
+    the reference model (less memory and compute per step)."""
+
+
 class LrScaling(Enum):
     none = "none"
     linear = "linear"
@@ -102,6 +136,10 @@ class LrScaling(Enum):
 class TrainerConfig:
     entry: Entry = Entry.builtin
     """builtin (dockyard's trainer) or script (your own, from `source_dir`)."""
+    objective: Objective = Objective.sft
+    """sft (the next-token loss) or dpo (preference pairs, `trainer.dpo`)."""
+    dpo: DpoConfig = field(default_factory=DpoConfig)
+    """objective=dpo: the loss, β and the reference model."""
     steps: int = 100
     """Optimizer steps to train (replaced by the steps `epochs` makes, when set)."""
     epochs: float | None = None

@@ -17,6 +17,7 @@ from torch import nn
 from compiler.spec import Plan
 from compiler.spec.strategies import TORCH_ENGINE, facts
 from entrypoint.trainer.models import ModelSpec
+from entrypoint.trainer.objective import TrainingObjective
 
 MicroBatches = Sequence[tuple[torch.Tensor, torch.Tensor]]
 
@@ -25,6 +26,8 @@ class Engine(Protocol):
     parts: list[nn.Module]
     """This rank's model, or its pipeline stages, without the strategy's wrapper: the straggler detector
     times their blocks."""
+    objective: TrainingObjective
+    """What the micro batches' losses are (`trainer.objective`), and its own metrics."""
 
     def __init__(self, plan: Plan, spec: ModelSpec, device: torch.device) -> None: ...
 

@@ -29,6 +29,7 @@ from compiler.spec.strategies import facts
 from entrypoint.trainer.compiled import apply_compile
 from entrypoint.trainer.engines.base import MicroBatches, builds_on_meta, evaluating, materialise
 from entrypoint.trainer.models import ModelSpec
+from entrypoint.trainer.objective import make_objective
 from entrypoint.trainer.offload import ActivationOffload
 from entrypoint.trainer.optim import adamw, clip_gradients, set_lr
 
@@ -59,6 +60,25 @@ def tensor_parallel(spec: ModelSpec, module: nn.Module, model: ModelConfig, mesh
         parallelize_module(block, mesh, plan)
 
 
+def sharded_copy(plan: Plan, spec: ModelSpec, model: nn.Module, mesh: DeviceMesh) -> nn.Module:
+    """A copy of FSDP2's `model` sharded as it is, in the compute precision (it never trains), its parameters
+    and buffers copied shard by shard: DPO's reference model (each rank holds only its shards)."""
+    with torch.device("meta"):
+        copied = spec.build(plan.model).to(DTYPES[plan.parallelism.mixed_precision]).requires_grad_(False)
+    if plan.layout.tp > 1:
+        tensor_parallel(spec, copied, plan.model, mesh["tp"])
+    options = fully_shard_options(plan, mesh)
+    for block in spec.blocks(copied):
+        fully_shard(block, **options)
+    fully_shard(copied, **options)
+    copied.to_empty(device=next(model.parameters()).device)
+    source = dict(model.named_parameters()) | dict(model.named_buffers())
+    with torch.no_grad():
+        for name, tensor in [*copied.named_parameters(), *copied.named_buffers()]:
+            tensor.copy_(source[name])
+    return copied
+
+
 class TorchEngine:
     """DDP (and smddp) or FSDP2 with tensor parallelism: the engine interface of `engines.base.Engine`."""
 
@@ -78,6 +98,7 @@ class TorchEngine:
             if plan.layout.tp > 1:
                 raise NotImplementedError("tensor parallelism runs with parallelism=fsdp, not ddp")
             materialise(spec, model, device)
+            self.objective = make_objective(plan, spec, model)  # a reference copy is made before DDP wraps
             # Gradients as views into DDP's buckets: no second copy of them (the planner counts one).
             self.model: nn.Module = DistributedDataParallel(
                 model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True
@@ -92,6 +113,7 @@ class TorchEngine:
             self.model = fully_shard(model, **options)
             self.autocast_dtype = None  # FSDP casts parameters itself
             materialise(spec, model, device)
+            self.objective = make_objective(plan, spec, model, lambda policy: sharded_copy(plan, spec, policy, mesh))
         self.parts = [model]
         self.optimizer = adamw(self.model, plan.trainer)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -107,7 +129,7 @@ class TorchEngine:
     def _micro_batch(self, inputs: torch.Tensor, targets: torch.Tensor, last_micro: bool) -> torch.Tensor:
         with self._gradient_sync(last_micro):
             with self._autocast():
-                loss = self.spec.loss(self.model(inputs), targets)
+                loss = self.objective.loss(self.model, inputs, targets)
             scaled = loss / self.plan.batch.grad_accum
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()
         return loss.detach()
@@ -116,7 +138,7 @@ class TorchEngine:
         total = torch.zeros((), device=self.device)
         with evaluating(self.model), self._autocast():
             for inputs, targets in micro_batches:
-                total += self.spec.loss(self.model(inputs.to(self.device)), targets.to(self.device))
+                total += self.objective.loss(self.model, inputs.to(self.device), targets.to(self.device))
         return total
 
     def _autocast(self) -> contextlib.AbstractContextManager:

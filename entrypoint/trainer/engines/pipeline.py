@@ -42,6 +42,7 @@ from compiler.spec import Plan
 from entrypoint.trainer.engines.base import MicroBatches, builds_on_meta, evaluating, materialise
 from entrypoint.trainer.engines.native import fully_shard_options, tensor_parallel
 from entrypoint.trainer.models import ModelSpec
+from entrypoint.trainer.objective import NextToken
 from entrypoint.trainer.optim import adamw, grad_norm, scale_gradients, set_lr
 
 SCHEDULES = {
@@ -106,6 +107,7 @@ class PipelineEngine:
         schedule = SCHEDULES[plan.parallelism.pp_schedule]
         single = layout.stages_per_rank == 1
         self.schedule = schedule(stages[0] if single else stages, plan.batch.grad_accum, loss_fn=spec.loss)
+        self.objective = NextToken(spec)  # the schedule's loss: the planner refuses other objectives with pp > 1
         self.first, self.last = 0 in indices, layout.stages - 1 in indices
 
     def _tie_embeddings(self) -> tuple[nn.Parameter | None, dist.ProcessGroup | None]:

@@ -1,6 +1,7 @@
 """DeepSpeed ZeRO stages 1-3: the JSON config generated from the plan, and the engine behind the
 interface of `engines.base.Engine`. DeepSpeed is imported only when a ZeRO strategy runs."""
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,9 @@ from compiler.spec.schema import Offload, Precision
 from compiler.spec.strategies import facts
 from entrypoint.trainer.compiled import apply_compile
 from entrypoint.trainer.engines.base import MicroBatches, evaluating, materialise
+from entrypoint.trainer.engines.native import DTYPES
 from entrypoint.trainer.models import ModelSpec
+from entrypoint.trainer.objective import make_objective
 from entrypoint.trainer.optim import adamw, set_lr
 
 
@@ -97,6 +100,9 @@ class DeepSpeedEngine:
         model = build_partitioned(plan, spec, config) if self.partitioned else build_whole(plan, spec, device)
         spec.set_checkpointing(model, plan.parallelism.activation_checkpointing)
         apply_compile(model, spec.blocks(model), plan.trainer)
+        # DPO's reference without LoRA: a whole copy in the compute precision (ZeRO-1/2; the planner's rule)
+        dtype = DTYPES[plan.parallelism.mixed_precision]
+        self.objective = make_objective(plan, spec, model, lambda policy: copy.deepcopy(policy).to(dtype))
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=model, optimizer=adamw(model, plan.trainer), config=config
         )
@@ -108,7 +114,7 @@ class DeepSpeedEngine:
         accumulation boundary itself."""
         total = torch.zeros((), device=self.device)
         for index, (inputs, targets) in enumerate(micro_batches):
-            loss = self.spec.loss(self.engine(inputs.to(self.device)), targets.to(self.device))
+            loss = self.objective.loss(self.engine, inputs.to(self.device), targets.to(self.device))
             self.engine.backward(loss)
             if index < len(micro_batches) - 1:
                 self.engine.step()  # only counts the micro batch; the update happens at the boundary
@@ -119,7 +125,7 @@ class DeepSpeedEngine:
         total = torch.zeros((), device=self.device)
         with evaluating(self.engine):
             for inputs, targets in micro_batches:
-                total += self.spec.loss(self.engine(inputs.to(self.device)), targets.to(self.device))
+                total += self.objective.loss(self.engine, inputs.to(self.device), targets.to(self.device))
         return total
 
     def step(self, lr: float) -> float:
