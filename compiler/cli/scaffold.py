@@ -80,6 +80,8 @@ def main() -> None:
         model_dir = os.environ.get("SM_MODEL_DIR", "model")
         os.makedirs(model_dir, exist_ok=True)
         torch.save(model.module.state_dict(), os.path.join(model_dir, "model.pt"))
+    dist.barrier()  # every rank waits for rank 0's save: one that left early would break its peers' connections
+    del model, optimizer  # DDP's reducer holds the process group: let it go before the group is destroyed
     dist.destroy_process_group()
 
 
