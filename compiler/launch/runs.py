@@ -128,7 +128,9 @@ def refresh(record: RunRecord) -> RunRecord:
     changes: dict[str, object] = {"status": state.status, "detail": state.detail, "warm_pool": state.warm_pool}
     if state.metrics:
         changes["final"] = dict(state.metrics)
-    return records.update(record, **changes, **billing(state))
+    if record.status in FINAL_STATUSES:  # a warm pool's news
+        return records.update(record, **changes, **billing(state))
+    return records.update_if_open(Path(record.run_dir), **changes, **billing(state))  # the launch may have ended it
 
 
 def stop(record: RunRecord) -> RunRecord:
@@ -137,8 +139,7 @@ def stop(record: RunRecord) -> RunRecord:
     if record.status in FINAL_STATUSES:
         return record
     registry.get(record.target).stop(record.handle)
-    current = records.load(Path(record.run_dir))  # the launching process may have recorded the end meanwhile
-    return current if current.status in FINAL_STATUSES else records.update(current, status=STOPPED)
+    return records.update_if_open(Path(record.run_dir), status=STOPPED)  # the launch may have recorded its end
 
 
 METRICS_GLOBS = (f"nodes/*/output/data/{METRICS_FILE}", f"output/data/{METRICS_FILE}")

@@ -9,11 +9,16 @@ run can be found and followed later from its folder or its id alone (every job's
 """
 
 import errno
+import fcntl
 import json
 import math
+import os
+import threading
 import time
 import types
 import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -23,6 +28,9 @@ from compiler.targets import index
 from compiler.targets.base import FINAL_STATUSES, PENDING, RUNNING
 
 RECORD_FILE = "run.json"
+LOCK_FILE = f".{RECORD_FILE}.lock"
+"""Locked (`fcntl.flock`) by every writer of the record while it writes, and by `update_if_open` from its read
+to its write."""
 INVALID, DRY_RUN = "invalid", "dry-run"
 """A sweep's points that never became jobs."""
 OPEN_STATUSES = (PENDING, RUNNING)
@@ -83,16 +91,46 @@ class RunRecord:
 
 
 def update(record: RunRecord, **changes) -> RunRecord:
-    if changes.get("status") in FINAL_STATUSES and record.ended is None:
-        changes["ended"] = time.time()
-    return save(replace(record, **changes))
+    return save(_changed(record, changes))
+
+
+def update_if_open(run_dir: Path, **changes) -> RunRecord:
+    """The record in `run_dir` with `changes`, unless it has ended: then as it is. It is read and written back
+    under the record's lock, so a final record that the launching process writes meanwhile (the job's end,
+    its exit status and metrics) is never overwritten with what was read before it."""
+    with _locked(run_dir):
+        current = load(run_dir)
+        return current if current.status in FINAL_STATUSES else _write(_changed(current, changes))
 
 
 def save(record: RunRecord) -> RunRecord:
     """Write the record atomically: a reader sees the old one or the new one, never half of either."""
     folder = Path(record.run_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    temporary = folder / f".{RECORD_FILE}.tmp"
+    with _locked(folder):
+        return _write(record)
+
+
+def _changed(record: RunRecord, changes: dict[str, typing.Any]) -> RunRecord:
+    if changes.get("status") in FINAL_STATUSES and record.ended is None:
+        changes = {**changes, "ended": time.time()}
+    return replace(record, **changes)
+
+
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Hold the record's lock: each holder opens the lock file itself, so it excludes other threads of this
+    process as well as other processes; closing the file lets it go."""
+    with (folder / LOCK_FILE).open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _write(record: RunRecord) -> RunRecord:
+    """Write the record through a temporary file of this writer's own (a writer that takes no lock, such as an
+    older dockyard, cannot write into it) and register the run; the caller holds the lock."""
+    folder = Path(record.run_dir)
+    temporary = folder / f".{RECORD_FILE}.{os.getpid()}-{threading.get_ident()}.tmp"
     temporary.write_text(json.dumps(asdict(record), indent=2, sort_keys=True) + "\n")
     temporary.replace(folder / RECORD_FILE)
     if record.run_id and record.status not in (INVALID, DRY_RUN):
