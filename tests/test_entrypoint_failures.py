@@ -1,7 +1,8 @@
 """Failures end the job: two entrypoints stand in for two nodes (one process each, on this machine).
 
 A killed rank and a hung rank (SIGSTOP: alive, sockets open, never answering) must make the other node
-exit non-zero within the configured collective timeout, with the reason in its failure file.
+exit non-zero within the configured collective timeout, with the reason in its failure file and its tracker's
+run ended as failed.
 """
 
 import signal
@@ -29,8 +30,8 @@ TIMEOUT_S = 10
 """DOCKYARD_TIMEOUT for these jobs: what a collective may wait before it fails."""
 
 
-def two_nodes(tmp_path: Path):
-    plan = tiny_plan("hardware.nodes=2", "hardware.processes_per_node=1", "trainer.steps=100000")
+def two_nodes(tmp_path: Path, *overrides: str):
+    plan = tiny_plan("hardware.nodes=2", "hardware.processes_per_node=1", "trainer.steps=100000", *overrides)
     port = str(free_port())
     processes = []
     for rank in (0, 1):
@@ -82,8 +83,11 @@ def stop_everything(processes) -> None:
 
 
 @pytest.mark.parametrize("fault", ["killed", "hung"])
-def test_a_lost_rank_ends_the_other_node_with_an_error(tmp_path, fault):
-    processes = two_nodes(tmp_path)
+def test_a_lost_rank_ends_the_other_node_with_an_error(tmp_path, fault, mlflow_server):
+    from mlflow.tracking import MlflowClient
+
+    tracked = ("trainer.trackers=[mlflow]", f"trainer.mlflow.tracking_uri={mlflow_server}")
+    processes = two_nodes(tmp_path, *tracked, f"trainer.mlflow.experiment={fault}")
     try:
         wait_until_training(tmp_path / "node0", processes)
         victim = trainer_process(processes[1])
@@ -99,6 +103,9 @@ def test_a_lost_rank_ends_the_other_node_with_an_error(tmp_path, fault):
         assert reason.startswith("CollectiveTimeoutError: step "), reason
         assert f"'s collectives timed out after {TIMEOUT_S} s: " in reason, reason
     assert "training failed" in output
+    client = MlflowClient(mlflow_server)
+    (tracked_run,) = client.search_runs([client.get_experiment_by_name(fault).experiment_id])
+    assert tracked_run.info.status == "FAILED"
 
 
 def test_sigterm_saves_a_checkpoint_that_the_next_run_resumes(tmp_path):

@@ -1,16 +1,18 @@
 """The metrics seam: the planner's tracker names are the trainer's registry; a line the `jsonl` sink writes is
 what SageMaker's metric regexes and the run reader both read (Python's `re` stands in for SageMaker's regex
 engine: these patterns use nothing the two treat differently); every tracker records the run where its own
-reader finds it (TensorBoard's event reader, a real MLflow server, a W&B offline run); and a tracker that is
-down costs one warning, never the records."""
+reader finds it (TensorBoard's event reader, a real MLflow server, a W&B offline run) and ends it as the run
+ended (finished, stopped or failed); and a tracker that is down costs one warning, never the records."""
 
 import http.server
 import io
 import re
+import struct
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +20,7 @@ from compiler.launch import runs
 from compiler.spec.contract import REPORTED_METRICS, TRACKERS
 from compiler.spec.errors import ConfigError
 from compiler.targets.sagemaker import translate
-from entrypoint.trainer.metrics import SINKS, TrackedRun, open_sinks
+from entrypoint.trainer.metrics import SINKS, RunEnd, TrackedRun, open_sinks
 from tests.helpers import plan_for
 from tests.local_server import free_port
 
@@ -59,7 +61,7 @@ def test_a_jsonl_line_is_read_by_sagemaker_and_by_the_run_reader(tmp_path):
     printed = io.StringIO()
     sink = SINKS["jsonl"](TrackedRun(plan_for(), tmp_path / "output/data", "r"), printed)
     sink.write(RECORD)
-    sink.close()
+    sink.close(RunEnd.finished)
     found = {}
     for definition in translate.metric_definitions():
         match = re.search(definition["Regex"], printed.getvalue())
@@ -69,13 +71,13 @@ def test_a_jsonl_line_is_read_by_sagemaker_and_by_the_run_reader(tmp_path):
     assert runs.loss_curve(tmp_path) == [RECORD]
 
 
-def record_run(run: TrackedRun) -> None:
+def record_run(run: TrackedRun, end: RunEnd = RunEnd.finished) -> None:
     sinks = open_sinks(run.plan.trainer.trackers, run)
     for record in RECORDS:
         for sink in sinks:
             sink.write(record)
     for sink in sinks:
-        sink.close()
+        sink.close(end)
 
 
 def test_every_tracker_records_the_run(tmp_path, mlflow_server, monkeypatch):
@@ -116,6 +118,59 @@ def test_every_tracker_records_the_run(tmp_path, mlflow_server, monkeypatch):
     assert runs.loss_curve(tmp_path) == RECORDS
 
 
+def wandb_exit_code(output: Path) -> int:
+    """The exit code in an offline W&B run's exit record, the record `wandb sync` reports the run's end by. The
+    run file is W&B's header (7 bytes) and then LevelDB's log format: 32 KiB blocks of chunks, each after a
+    header of checksum (4 bytes), length (2) and type (1: a whole record, 4: a record's last chunk)."""
+    from wandb.proto import wandb_internal_pb2
+
+    (path,) = (output / "wandb").glob("offline-run-*/run-*.wandb")
+    data, block = path.read_bytes(), 32768
+    position, chunks, exits = 7, b"", []
+    while position + 7 <= len(data):
+        if block - position % block < 7:  # a block's tail too short for a header is padding
+            position += block - position % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[position : position + 7])
+        chunks += data[position + 7 : position + 7 + length]
+        position += 7 + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record.FromString(chunks)
+            chunks = b""
+            if record.WhichOneof("record_type") == "exit":
+                exits.append(record.exit.exit_code)
+    (code,) = exits
+    return code
+
+
+def test_each_tracker_ends_its_run_as_the_run_ended(tmp_path, mlflow_server, monkeypatch):
+    """MLflow has a status for each end; W&B's client only finishes or fails a run (its server marks one
+    killed when it is stopped from the UI), so a stopped run fails with the code of a run that Ctrl-C ended."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    plan = plan_for(
+        "trainer.trackers=[tensorboard,mlflow,wandb]",
+        f"trainer.mlflow.tracking_uri={mlflow_server}",
+        "trainer.mlflow.experiment=run-ends",
+    )
+    for end in RunEnd:
+        record_run(TrackedRun(plan, tmp_path / end.value, end.value), end)
+
+    client = MlflowClient(mlflow_server)
+    ended = client.search_runs([client.get_experiment_by_name("run-ends").experiment_id])
+    assert {run.info.run_name: run.info.status for run in ended} == {
+        "finished": "FINISHED",
+        "stopped": "KILLED",
+        "failed": "FAILED",
+    }
+    assert {end.value: wandb_exit_code(tmp_path / end.value) for end in RunEnd} == {
+        "finished": 0,
+        "stopped": 255,
+        "failed": 1,
+    }
+
+
 def test_a_tracker_that_is_down_costs_one_warning_and_no_records(tmp_path, capsys, monkeypatch):
     for name in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
         monkeypatch.delenv(name, raising=False)  # the sink's quick-failure defaults, undone after the test
@@ -137,7 +192,7 @@ def test_a_tracker_failing_mid_run_is_left_out_after_one_warning(tmp_path, mlflo
     for record in RECORDS:
         jsonl.write(record)
         mlflow.write(record)
-    mlflow.close()
+    mlflow.close(RunEnd.finished)
     assert mlflow.sink is None
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert len(warnings) == 1 and "the mlflow tracker failed" in warnings[0], warnings

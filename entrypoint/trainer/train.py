@@ -31,7 +31,7 @@ from entrypoint.trainer.compiled import use_warm_cache
 from entrypoint.trainer.data import Batches, data_folder, make_source
 from entrypoint.trainer.engines import Engine, make_engine
 from entrypoint.trainer.health import this_node
-from entrypoint.trainer.metrics import TrackedRun, open_sinks
+from entrypoint.trainer.metrics import RunEnd, TrackedRun, open_sinks
 from entrypoint.trainer.metrics.measure import memory_gib, mfu
 from entrypoint.trainer.models import model_spec
 from entrypoint.trainer.models.source import with_local_checkpoint
@@ -249,7 +249,6 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
     if done:
         start, folder = done[-1]
         engine.load(folder)
-    sinks = open_sinks(plan.trainer.trackers, tracked_run(plan, paths)) if rank == 0 else []
     failed = restarts.failures(notes, leader) if restarted else []
     if rank == 0:
         backend = dist.get_backend()
@@ -261,47 +260,55 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
     saver = checkpoint.Checkpoints(
         engine, paths.checkpoints, trainer, leader, {"plan": plan.content_hash}, plan.instance.has_gpus
     )
-    started = last_time = time.perf_counter()
-    last_step, window_loss = start, torch.zeros((), device=device)  # the losses' sum since the last record
-    for step in range(start, trainer.steps):
-        guards.before_step(step)
-        loss = engine.forward_backward([data.train.micro_batch(step, micro) for micro in range(accum)])
-        window_loss += loss
-        lr = lr_at(step, trainer, plan.derived)
-        norm = engine.step(lr)
-        done_steps = step + 1
-        guards.after_step(done_steps, sinks)
-        validating = data.validation is not None and evaluates(trainer, done_steps)
-        if validating or done_steps % trainer.log_interval == 0 or done_steps in (start + 1, trainer.steps):
-            holders, window = plan.layout.ranks_per_stage, done_steps - last_step
-            losses = global_mean(window_loss / (accum * window), holders), global_mean(loss / accum, holders)
-            now = time.perf_counter()
-            trained = objective_metrics(engine, plan)
-            held_out = validation_metrics(engine, plan, data.validation) if validating else {}
-            if sinks:
-                record = step_record(plan, device, done_steps, losses, lr, norm, window, now - last_time)
-                for sink in sinks:
-                    sink.write(record | trained | held_out | {"elapsed_s": round(now - started, 3)})
-            last_time, last_step = time.perf_counter(), done_steps  # a step's time leaves validation out
-            window_loss.zero_()
-        if rank == 0 and trainer.restarts:
-            restarts.note_reached(paths.checkpoints, done_steps)
-        saver.poll()
-        stopped = stop.agreed(device)
-        if (stopped and done_steps < trainer.steps) or saver.due(done_steps):
-            saver.save(done_steps)
-        if stopped:
+    sinks = open_sinks(plan.trainer.trackers, tracked_run(plan, paths)) if rank == 0 else []
+    end = RunEnd.failed
+    try:
+        started = last_time = time.perf_counter()
+        last_step, window_loss = start, torch.zeros((), device=device)  # the losses' sum since the last record
+        for step in range(start, trainer.steps):
+            guards.before_step(step)
+            loss = engine.forward_backward([data.train.micro_batch(step, micro) for micro in range(accum)])
+            window_loss += loss
+            lr = lr_at(step, trainer, plan.derived)
+            norm = engine.step(lr)
+            done_steps = step + 1
+            guards.after_step(done_steps, sinks)
+            validating = data.validation is not None and evaluates(trainer, done_steps)
+            if validating or done_steps % trainer.log_interval == 0 or done_steps in (start + 1, trainer.steps):
+                holders, window = plan.layout.ranks_per_stage, done_steps - last_step
+                losses = global_mean(window_loss / (accum * window), holders), global_mean(loss / accum, holders)
+                now = time.perf_counter()
+                trained = objective_metrics(engine, plan)
+                held_out = validation_metrics(engine, plan, data.validation) if validating else {}
+                if sinks:
+                    record = step_record(plan, device, done_steps, losses, lr, norm, window, now - last_time)
+                    for sink in sinks:
+                        sink.write(record | trained | held_out | {"elapsed_s": round(now - started, 3)})
+                last_time, last_step = time.perf_counter(), done_steps  # a step's time leaves validation out
+                window_loss.zero_()
+            if rank == 0 and trainer.restarts:
+                restarts.note_reached(paths.checkpoints, done_steps)
+            saver.poll()
+            stopped = stop.agreed(device)
+            if (stopped and done_steps < trainer.steps) or saver.due(done_steps):
+                saver.save(done_steps)
+            if stopped:
+                saver.close()
+                raise JobStoppedError(f"stopped by SIGTERM after step {done_steps}; its checkpoint is saved")
+            if stop_at is not None and done_steps >= stop_at:
+                break
+        else:
             saver.close()
-            raise JobStoppedError(f"stopped by SIGTERM after step {done_steps}; its checkpoint is saved")
-        if stop_at is not None and done_steps >= stop_at:
-            break
-    else:
+            save_final_model(engine, plan, paths, data.tokenizer)
         saver.close()
-        save_final_model(engine, plan, paths, data.tokenizer)
-    saver.close()
-    guards.close()
-    for sink in sinks:
-        sink.close()
+        guards.close()
+        end = RunEnd.finished
+    except JobStoppedError:
+        end = RunEnd.stopped
+        raise
+    finally:
+        for sink in sinks:  # the trackers' runs end as the run did
+            sink.close(end)
     dist.barrier()
 
 

@@ -5,7 +5,8 @@ lr, grad_norm, tokens_per_s, step_s, mfu, memory_gib, elapsed_s, and val_loss wh
 A tracker that fails (a server that is down, a missing client) costs one warning and its own records, never
 the run: jsonl, always on, keeps every record.
 
-Adding a sink: a class with `write` and `close` whose constructor takes a `TrackedRun`, its name here in
+Adding a sink: a class with `write` and `close` (which says how the run ended, `RunEnd`, in the tracker's own
+terms) whose constructor takes a `TrackedRun`, its name here in
 `SINKS`, the same name in `compiler.spec.contract.TRACKERS` (which the planner checks `trainer.trackers`
 against), and its client's pin in the image (`compiler.planner.image_rules.TRACKER_PINS`).
 """
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from compiler.spec.contract import ALWAYS_ON_TRACKER
-from entrypoint.trainer.metrics.base import MetricsSink, TrackedRun
+from entrypoint.trainer.metrics.base import MetricsSink, RunEnd, TrackedRun
 from entrypoint.trainer.metrics.jsonl import JsonlSink
 from entrypoint.trainer.metrics.mlflow_sink import MlflowSink
 from entrypoint.trainer.metrics.tensorboard_sink import TensorBoardSink
@@ -53,10 +54,10 @@ class Tolerated:
             except Exception as error:
                 self.fail(error)
 
-    def close(self) -> None:
+    def close(self, end: RunEnd) -> None:
         if self.sink is not None:
             try:
-                self.sink.close()
+                self.sink.close(end)
             except Exception as error:
                 self.fail(error)
 
@@ -77,4 +78,4 @@ def open_sinks(names: list[str], run: TrackedRun) -> list[MetricsSink]:
     return sinks
 
 
-__all__ = ["SINKS", "MetricsSink", "TrackedRun", "open_sinks"]
+__all__ = ["SINKS", "MetricsSink", "RunEnd", "TrackedRun", "open_sinks"]

@@ -1,16 +1,26 @@
 """What every metrics sink shares: its interface, what it is opened with, and the run's parameters."""
 
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
 from compiler.spec import Plan
 
 
+class RunEnd(Enum):
+    """How the run ended, as a sink tells its tracker when it closes."""
+
+    finished = "finished"
+    stopped = "stopped"
+    """SIGTERM (`dockyard stop`, a spot interruption, a time limit) after a checkpoint."""
+    failed = "failed"
+
+
 class MetricsSink(Protocol):
     def write(self, record: dict[str, Any]) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self, end: RunEnd) -> None: ...
 
 
 @dataclass(frozen=True)

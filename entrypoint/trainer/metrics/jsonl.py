@@ -6,7 +6,7 @@ import sys
 from typing import Any, TextIO
 
 from compiler.spec.contract import METRICS_FILE, METRICS_SEPARATORS
-from entrypoint.trainer.metrics.base import TrackedRun
+from entrypoint.trainer.metrics.base import RunEnd, TrackedRun
 
 
 class JsonlSink:
@@ -21,5 +21,5 @@ class JsonlSink:
         self.file.write(line + "\n")
         self.file.flush()
 
-    def close(self) -> None:
+    def close(self, end: RunEnd) -> None:
         self.file.close()

@@ -13,11 +13,13 @@ import time
 from typing import Any
 
 from compiler.spec.schema.trainer import sagemaker_mlflow
-from entrypoint.trainer.metrics.base import TrackedRun, numbers
+from entrypoint.trainer.metrics.base import RunEnd, TrackedRun, numbers
 
 QUICK_FAILURE = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 """MLflow's client retries a request 7 times with backoff (minutes) by default: a server that is down should
 cost the run one warning, not minutes of every step. A value the user set is kept."""
+RUN_STATUS = {RunEnd.finished: "FINISHED", RunEnd.stopped: "KILLED", RunEnd.failed: "FAILED"}
+"""MLflow's run status for each end (`mlflow.entities.RunStatus`)."""
 
 
 class MlflowSink:
@@ -48,5 +50,5 @@ class MlflowSink:
         metrics = [Metric(key, value, now, record["step"]) for key, value in numbers(record).items()]
         self.client.log_batch(self.run_id, metrics=metrics)
 
-    def close(self) -> None:
-        self.client.set_terminated(self.run_id)
+    def close(self, end: RunEnd) -> None:
+        self.client.set_terminated(self.run_id, status=RUN_STATUS[end])

@@ -4,7 +4,7 @@ finds them; SageMaker uploads the folder to S3 as the job runs, by the request's
 from typing import Any
 
 from compiler.spec.contract import TENSORBOARD_DIR
-from entrypoint.trainer.metrics.base import TrackedRun, numbers
+from entrypoint.trainer.metrics.base import RunEnd, TrackedRun, numbers
 
 
 class TensorBoardSink:
@@ -20,5 +20,5 @@ class TensorBoardSink:
             self.writer.add_scalar(key, value, global_step=record["step"])
         self.writer.flush()
 
-    def close(self) -> None:
+    def close(self, end: RunEnd) -> None:
         self.writer.close()

@@ -5,7 +5,12 @@ target puts it."""
 
 from typing import Any
 
-from entrypoint.trainer.metrics.base import TrackedRun, numbers
+from entrypoint.trainer.metrics.base import RunEnd, TrackedRun, numbers
+
+EXIT_CODE = {RunEnd.finished: 0, RunEnd.stopped: 255, RunEnd.failed: 1}
+"""`Run.finish(exit_code)`: 0 finishes the run, any other code fails it. W&B's client has no way to mark a run
+killed (its server does so when a run is stopped from its UI); 255 is the code W&B's own exit hook gives a run
+that Ctrl-C ended, 1 the one it gives an exception."""
 
 
 class WandbSink:
@@ -28,5 +33,5 @@ class WandbSink:
     def write(self, record: dict[str, Any]) -> None:
         self.run.log(numbers(record), step=record["step"])
 
-    def close(self) -> None:
-        self.run.finish()
+    def close(self, end: RunEnd) -> None:
+        self.run.finish(exit_code=EXIT_CODE[end])
