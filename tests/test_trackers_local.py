@@ -2,10 +2,13 @@
 container logs to a real MLflow server on the host's loopback (which the local target relays to the
 containers) and to TensorBoard (W&B's offline run is tested in test_metrics_sinks); the run ends with its
 loss.png, which `dockyard status RUN --plot` draws again. Tracker credentials reach the containers from the
-shell, never the plan or the request."""
+shell, never the plan or the request. A run that `dockyard stop` stops saves a checkpoint and ends its MLflow
+run as KILLED."""
 
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from compiler.images.build import build_image, ensure_base_image
 from compiler.launch import runs
 from compiler.targets.local import runner
 from compiler.targets.local import translate as local
+from entrypoint.trainer import checkpoint
 from tests.helpers import plan_for, unconstrained_packages
 
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
@@ -21,16 +25,20 @@ PNG = b"\x89PNG\r\n\x1a\n"
 TOKEN = "mlflow-token-that-stays-in-the-shell"
 
 
-def tracked_plan(tracking_uri: str):
+def tracked_plan(tracking_uri: str, *overrides: str):
     return plan_for(
         "experiment=smoke",
         "hardware.nodes=1",
-        "trainer.steps=6",
         "trainer.log_interval=2",
         "trainer.trackers=[tensorboard,mlflow]",
         f"trainer.mlflow.tracking_uri={tracking_uri}",
-        "trainer.mlflow.experiment=local-target",
+        *overrides,
     )
+
+
+def tracked_image(engine, plan) -> str:
+    ensure_base_image(engine, plan.image, sys.stdout)
+    return build_image(plan, engine, cwd=Path.cwd()).reference
 
 
 def test_a_tracker_on_the_hosts_loopback_is_reached_through_the_host():
@@ -53,9 +61,8 @@ def test_a_local_run_logs_to_mlflow_and_tensorboard_and_is_plotted(engine, mlflo
     from mlflow.tracking import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    plan = tracked_plan(mlflow_server)
-    ensure_base_image(engine, plan.image, sys.stdout)
-    image = build_image(plan, engine, cwd=Path.cwd()).reference
+    plan = tracked_plan(mlflow_server, "trainer.steps=6", "trainer.mlflow.experiment=local-target")
+    image = tracked_image(engine, plan)
     freeze = engine.containers.run(image, ["pip", "freeze"], entrypoint=[], remove=True, network_mode="none")
     assert unconstrained_packages(freeze.decode(), plan) == []  # the clients' dependencies are constrained
     run_dir = tmp_path / "run"
@@ -91,3 +98,42 @@ def test_a_local_run_logs_to_mlflow_and_tensorboard_and_is_plotted(engine, mlflo
     assert shown.returncode == 0, shown.stderr
     assert f"plot      {run_dir / 'loss.png'}" in shown.stdout
     assert (run_dir / "loss.png").read_bytes()[:8] == PNG
+
+
+@pytest.mark.torchrun
+def test_a_stopped_local_run_saves_a_checkpoint_and_ends_its_mlflow_run_killed(engine, mlflow_server, tmp_path):
+    """`dockyard stop` sends the nodes SIGTERM: the trainer saves a checkpoint at the end of its step and ends its
+    tracker's run, well before SIGKILL, and the launch says the job was stopped, not that it failed."""
+    from mlflow.tracking import MlflowClient
+
+    plan = tracked_plan(
+        mlflow_server,
+        "hardware.processes_per_node=1",
+        "trainer.steps=100000",
+        "trainer.checkpoint_interval=0",
+        "trainer.mlflow.experiment=stopped-run",
+    )
+    run_dir = tmp_path / "run"
+    request = local.to_request(plan, tracked_image(engine, plan), run_id="dockyard-stop-tracked", run_dir=run_dir)
+    ended = []
+    with open(tmp_path / "run.out", "w") as out:
+        record = runs.new_record(plan, request, run_dir, request.image)
+        launch = threading.Thread(target=lambda: ended.append(runs.execute(record, plan, request, out=out)))
+        launch.start()
+        deadline = time.monotonic() + 300
+        while not runs.loss_curve(run_dir):
+            assert launch.is_alive() and time.monotonic() < deadline, "the run trains"
+            time.sleep(0.5)
+        stop = subprocess.run([DOCKYARD, "stop", str(run_dir)], capture_output=True, text=True, timeout=120)
+        launch.join(timeout=120)
+    log = (tmp_path / "run.out").read_text()
+    assert stop.stdout == "stopped   dockyard-stop-tracked\n", stop.stderr
+    assert (ended[0].status, ended[0].detail) == ("stopped", "stopped by `dockyard stop`"), log[-3000:]
+    assert "dockyard: the job was stopped by `dockyard stop`" in log and "failed" not in log, log[-3000:]
+    ((step, _),) = checkpoint.complete(run_dir / "checkpoints")  # the one checkpoint, saved at SIGTERM
+    stopped = f"training stopped: JobStoppedError: stopped by SIGTERM after step {step}; its checkpoint is saved"
+    assert f"algo-1 | dockyard-entrypoint: {stopped}" in log, log[-3000:]  # before SIGKILL: the launcher said so
+
+    client = MlflowClient(mlflow_server)
+    (found,) = client.search_runs([client.get_experiment_by_name("stopped-run").experiment_id])
+    assert found.info.status == "KILLED"

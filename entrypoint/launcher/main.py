@@ -284,12 +284,19 @@ def child_environment(launch: Launch, environ: Mapping[str, str]) -> dict[str, s
 
 
 def run(launch: Launch, env: dict[str, str]) -> int:
-    """Start torchrun, pass its output through, and on failure write why to the failure file."""
+    """Start torchrun, pass its output through, and on failure write why to the failure file. SIGTERM and
+    SIGINT go on to torchrun, which passes them to the workers; a job they end was stopped, not failed."""
     command = [sys.executable if launch.command[0] == "python" else launch.command[0], *launch.command[1:]]
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    forwarded: list[int] = []
+
+    def forward(number: int, _frame: object) -> None:
+        forwarded.append(number)
+        process.send_signal(number)
+
     for name in ("SIGTERM", "SIGINT"):
-        signal.signal(getattr(signal, name), lambda number, _: process.send_signal(number))
+        signal.signal(getattr(signal, name), forward)
     failures = 0
     for line in process.stdout:
         sys.stdout.write(line)
@@ -302,7 +309,9 @@ def run(launch: Launch, env: dict[str, str]) -> int:
                 note_failure(launch.paths, launch.node, failure)
                 print(restart_line(launch, failures, failure), file=sys.stderr, flush=True)
     status = process.wait()
-    if status != 0:
+    if status != 0 and forwarded:
+        print(f"dockyard-entrypoint: training stopped: {failure_reason(status, list(tail))}", file=sys.stderr)
+    elif status != 0:
         write_failure(launch, failure_reason(status, list(tail)), f"torchrun exit status {status}", list(tail))
     return status
 
@@ -347,13 +356,16 @@ FAILURE_PATTERNS = (
 )
 """What a failed rank leaves in the log, most telling first: an exception (a collective's timeout is one),
 then the signal that killed a rank (torchrun also ends the healthy ranks of a node with SIGTERM)."""
+TORCHRUN_EXCEPTIONS = ("ChildFailedError", "SignalException")
+"""torchrun's own, left out of the reason: it raises them once a worker has failed or it was signalled itself,
+and the worker's own line says more."""
 
 
 def failure_reason(status: int, tail: list[str]) -> str:
     """The last line of the log matching the first pattern that matches at all, else the exit status."""
     for pattern in FAILURE_PATTERNS:
         for line in reversed(tail):
-            if "ChildFailedError" not in line and (match := pattern.search(line)):
+            if not any(name in line for name in TORCHRUN_EXCEPTIONS) and (match := pattern.search(line)):
                 return match[0].strip()
     return f"torchrun exited with status {status}"
 

@@ -86,7 +86,7 @@ class LocalTarget:
     def stop(self, handle: dict) -> None:
         from compiler.targets.local import runner
 
-        runner.kill(handle["run_id"], Path(handle["run_dir"]))
+        runner.stop(handle["run_id"], Path(handle["run_dir"]))
 
 
 TARGET = LocalTarget()

@@ -4,16 +4,18 @@ All nodes' logs stream live, each line prefixed by its node. The first node to f
 its exit status is the job's; containers and the network are removed on every exit, Ctrl-C included.
 `target.max_retries` starts a failed job again: it resumes from the checkpoints in the run folder. An
 attempt still running after `target.max_run_hours` is stopped (SIGTERM first, so the trainer checkpoints)
-and not retried, as Slurm ends a job at its time limit and Kubernetes at its deadline. A job that `dockyard
-stop` killed ends stopped, not failed, and is not retried either.
+and not retried, as Slurm ends a job at its time limit and Kubernetes at its deadline. `dockyard stop` stops the
+nodes the same way; such a job ends stopped, not failed, and is not retried either.
 """
 
+import contextlib
 import os
 import queue
 import sys
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
@@ -29,13 +31,14 @@ from compiler.targets.local.translate import HOST_ALIAS, ContainerSpec, LocalReq
 from compiler.targets.logs import stamped
 
 STOP_TIMEOUT_S = 10
+"""From SIGTERM to SIGKILL when nodes are stopped: `docker stop`'s default."""
 RUN_LABEL = "dockyard.run_id"  # what `dockyard stop` finds a run's containers by
 SHM_SIZE = "1g"
 """torch's shared-memory tensors and data loader workers outgrow Docker's 64 MB default."""
 POLL_S = 60.0
 """The longest one wait for a node's exit: the deadline is looked at in between."""
 STOP_REQUEST = "stop-requested"
-"""Written into the run folder by `dockyard stop` before it kills the nodes: the process running the job, and
+"""Written into the run folder by `dockyard stop` before it stops the nodes: the process running the job, and
 `status` once none is left, then know the nodes were stopped rather than failed. It counts for the attempts
 started before it was written (a resumed run's folder keeps an earlier attempt's)."""
 
@@ -95,13 +98,12 @@ def stop_requested(run_dir: Path, since: float) -> bool:
     return marker.exists() and marker.stat().st_mtime >= since
 
 
-def kill(run_id: str, run_dir: Path, client=None) -> None:
-    """Kill a run's containers (`dockyard stop`), saying so in its folder first; the process running it
+def stop(run_id: str, run_dir: Path, client=None) -> None:
+    """Stop a run's containers (`dockyard stop`), saying so in its folder first; the process running it
     removes them."""
     client = client or docker.from_env()
     (run_dir / STOP_REQUEST).touch()
-    for container in client.containers.list(filters={"label": f"{RUN_LABEL}={run_id}"}):
-        container.kill()
+    _stop(client.containers.list(filters={"label": f"{RUN_LABEL}={run_id}"}))
 
 
 def run_once(request: LocalRequest, client, out: IO[str]) -> Ending:
@@ -170,13 +172,14 @@ def _wait_for_all(request: LocalRequest, containers: list, exits: queue.Queue, o
     deadline = time.monotonic() + request.max_run_seconds
     started = time.time()
     running = {host for host, _ in containers}
-    while running:
+    ending: Ending | None = None
+    while running and ending is None:
         left = deadline - time.monotonic()
         if left <= 0:
             hours = request.max_run_seconds / 3600
             print(f"dockyard: the job ran past target.max_run_hours ({hours:g}); stopping its nodes", file=out)
-            _stop(containers, running)
-            return Ending(status=1, out_of_time=True)
+            ending = Ending(status=1, out_of_time=True)
+            continue
         try:
             host, status = exits.get(timeout=min(left, POLL_S))
         except queue.Empty:
@@ -184,21 +187,26 @@ def _wait_for_all(request: LocalRequest, containers: list, exits: queue.Queue, o
         running.discard(host)
         if status != 0 and stop_requested(Path(request.run_dir), started):
             print("dockyard: the job was stopped by `dockyard stop`", file=out)
-            _stop(containers, running)
-            return Ending(status=status, stopped=True)
-        if status != 0:
+            ending = Ending(status=status, stopped=True)
+        elif status != 0:
             reason = _failure_reason(Path(request.run_dir), host)
             print(f"dockyard: {host} failed with exit status {status}{reason}; stopping the other nodes", file=out)
-            _stop(containers, running)
-            return Ending(status=status)
-    return Ending(status=0)
+            ending = Ending(status=status)
+    _stop([container for host, container in containers if host in running])
+    return ending or Ending(status=0)
 
 
-def _stop(containers: list, running: set[str]) -> None:
-    """SIGTERM (the trainer saves a checkpoint), then SIGKILL after STOP_TIMEOUT_S."""
-    for host, container in containers:
-        if host in running:
-            container.stop(timeout=STOP_TIMEOUT_S)
+def _stop(containers: list) -> None:
+    """SIGTERM to every node at once (the trainer saves a checkpoint and ends its trackers' runs), SIGKILL to
+    those still running STOP_TIMEOUT_S later, as SageMaker, Kubernetes and Slurm stop a job's nodes."""
+    if containers:
+        with ThreadPoolExecutor(max_workers=len(containers)) as pool:
+            list(pool.map(_stop_container, containers))
+
+
+def _stop_container(container) -> None:
+    with contextlib.suppress(docker.errors.NotFound):  # removed meanwhile by the process running the job
+        container.stop(timeout=STOP_TIMEOUT_S)
 
 
 def _failure_reason(run_dir: Path, host: str) -> str:
