@@ -109,7 +109,8 @@ def test_a_lost_rank_ends_the_other_node_with_an_error(tmp_path, fault, mlflow_s
 
 
 def test_sigterm_saves_a_checkpoint_that_the_next_run_resumes(tmp_path):
-    """A stopped job (SageMaker's managed-spot interruption sends SIGTERM) checkpoints the step it is in."""
+    """A stopped job (SageMaker's managed-spot interruption sends SIGTERM) checkpoints the step it is in, and the
+    entrypoint says it stopped, not that it failed."""
     plan = tiny_plan("trainer.steps=100000", "trainer.checkpoint_interval=0")
     process = start_entrypoint(write_plan(plan, tmp_path), entrypoint_env(tmp_path))
     try:
@@ -119,7 +120,8 @@ def test_sigterm_saves_a_checkpoint_that_the_next_run_resumes(tmp_path):
     finally:
         stop_everything([process])
     assert status != 0 and seconds < 35, output[-3000:]
-    assert "JobStoppedError: stopped by SIGTERM" in output
+    assert "dockyard-entrypoint: training stopped: JobStoppedError: stopped by SIGTERM" in output, output[-3000:]
+    assert not (tmp_path / "output/failure").exists(), "a stopped job is no failure"
     ((step, _),) = checkpoint.complete(tmp_path / "checkpoints")
     train(plan, tmp_path, DOCKYARD_STOP_AT_STEP=str(step + 2))
     assert [record["step"] for record in metrics(tmp_path)][-2:] == [step + 1, step + 2]

@@ -144,8 +144,8 @@ def wandb_exit_code(output: Path) -> int:
 
 
 def test_each_tracker_ends_its_run_as_the_run_ended(tmp_path, mlflow_server, monkeypatch):
-    """MLflow has a status for each end; W&B's client only finishes or fails a run (its server marks one
-    killed when it is stopped from the UI), so a stopped run fails with the code of a run that Ctrl-C ended."""
+    """MLflow has a status for each end; W&B's client only finishes or fails a run, so a stopped run fails with
+    the code W&B gives a run that Ctrl-C ended."""
     from mlflow.tracking import MlflowClient
 
     monkeypatch.delenv("WANDB_MODE", raising=False)

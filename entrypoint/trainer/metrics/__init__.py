@@ -5,10 +5,10 @@ lr, grad_norm, tokens_per_s, step_s, mfu, memory_gib, elapsed_s, and val_loss wh
 A tracker that fails (a server that is down, a missing client) costs one warning and its own records, never
 the run: jsonl, always on, keeps every record.
 
-Adding a sink: a class with `write` and `close` (which says how the run ended, `RunEnd`, in the tracker's own
-terms) whose constructor takes a `TrackedRun`, its name here in
-`SINKS`, the same name in `compiler.spec.contract.TRACKERS` (which the planner checks `trainer.trackers`
-against), and its client's pin in the image (`compiler.planner.image_rules.TRACKER_PINS`).
+Adding a sink: a class with `write` and `close` (which tells the tracker how the run ended, a `RunEnd`, in the
+tracker's own terms) whose constructor takes a `TrackedRun`, its name here in `SINKS`, the same name in
+`compiler.spec.contract.TRACKERS` (which the planner checks `trainer.trackers` against), and its client's pin in
+the image (`compiler.planner.image_rules.TRACKER_PINS`).
 """
 
 import sys

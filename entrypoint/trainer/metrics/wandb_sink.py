@@ -8,9 +8,8 @@ from typing import Any
 from entrypoint.trainer.metrics.base import RunEnd, TrackedRun, numbers
 
 EXIT_CODE = {RunEnd.finished: 0, RunEnd.stopped: 255, RunEnd.failed: 1}
-"""`Run.finish(exit_code)`: 0 finishes the run, any other code fails it. W&B's client has no way to mark a run
-killed (its server does so when a run is stopped from its UI); 255 is the code W&B's own exit hook gives a run
-that Ctrl-C ended, 1 the one it gives an exception."""
+"""`Run.finish(exit_code)`: 0 finishes the run, any other code fails it; W&B's client has no call that marks a
+run killed. 255 is the code W&B's own exit hook gives a run that Ctrl-C ended, 1 the one it gives an exception."""
 
 
 class WandbSink:
