@@ -46,7 +46,7 @@ def test_the_launchs_end_written_while_stop_holds_the_record_is_kept(tmp_path, m
     assert stopped[0].status == STOPPED  # stop read an open record and stopped it
     ended = records.load(tmp_path)
     assert (ended.status, ended.final) == (COMPLETED, FINAL)  # then the launch wrote the job's end
-    assert sorted(path.name for path in tmp_path.iterdir()) == [records.LOCK_FILE, records.RECORD_FILE]
+    assert sorted(path.name for path in tmp_path.iterdir()) == [records.RECORD_FILE]
 
 
 def test_a_record_that_has_ended_is_kept_as_it_is(tmp_path):

@@ -28,9 +28,6 @@ from compiler.targets import index
 from compiler.targets.base import FINAL_STATUSES, PENDING, RUNNING
 
 RECORD_FILE = "run.json"
-LOCK_FILE = f".{RECORD_FILE}.lock"
-"""Locked (`fcntl.flock`) by every writer of the record while it writes, and by `update_if_open` from its read
-to its write."""
 INVALID, DRY_RUN = "invalid", "dry-run"
 """A sweep's points that never became jobs."""
 OPEN_STATUSES = (PENDING, RUNNING)
@@ -119,11 +116,15 @@ def _changed(record: RunRecord, changes: dict[str, typing.Any]) -> RunRecord:
 
 @contextmanager
 def _locked(folder: Path) -> Iterator[None]:
-    """Hold the record's lock: each holder opens the lock file itself, so it excludes other threads of this
-    process as well as other processes; closing the file lets it go."""
-    with (folder / LOCK_FILE).open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    """Hold the record's lock, an `fcntl.flock` on the run folder itself (no lock file left in it), taken by
+    every writer while it writes and by `update_if_open` from its read to its write. Each holder opens the
+    folder itself, so it excludes other threads of this process as well as other processes; closing lets go."""
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
         yield
+    finally:
+        os.close(descriptor)
 
 
 def _write(record: RunRecord) -> RunRecord:
