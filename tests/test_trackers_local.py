@@ -5,6 +5,8 @@ loss.png, which `dockyard status RUN --plot` draws again. Tracker credentials re
 shell, never the plan or the request. A run that `dockyard stop` stops saves a checkpoint and ends its MLflow
 run as KILLED."""
 
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -15,6 +17,7 @@ import pytest
 
 from compiler.images.build import build_image, ensure_base_image
 from compiler.launch import runs
+from compiler.targets import records
 from compiler.targets.local import runner
 from compiler.targets.local import translate as local
 from entrypoint.trainer import checkpoint
@@ -100,40 +103,76 @@ def test_a_local_run_logs_to_mlflow_and_tensorboard_and_is_plotted(engine, mlflo
     assert (run_dir / "loss.png").read_bytes()[:8] == PNG
 
 
+def stop_with_the_cli(run_dir: Path) -> str:
+    """`dockyard stop RUN_DIR`, as a user in another shell: what it printed."""
+    stop = subprocess.run([DOCKYARD, "stop", str(run_dir)], capture_output=True, text=True, timeout=120)
+    return stop.stdout + stop.stderr
+
+
+def press_ctrl_c(run_dir: Path) -> str:
+    """SIGINT to this process, as Ctrl-C in the launch's terminal: the launch runs in the main thread."""
+    os.kill(os.getpid(), signal.SIGINT)
+    return ""
+
+
+STOPS = {
+    "dockyard stop": (
+        stop_with_the_cli,
+        "stopped   dockyard-stop-tracked\n",
+        "dockyard: the job was stopped by `dockyard stop`",
+        "stopped by `dockyard stop`",
+    ),
+    "ctrl-c": (press_ctrl_c, "", "dockyard: interrupted: stopping the nodes (Ctrl-C again kills them)", "interrupted"),
+}
+"""How a user stops a run → what the stopping command printed, what the launch printed, the record's detail."""
+
+
 @pytest.mark.torchrun
-def test_a_stopped_local_run_saves_a_checkpoint_and_ends_its_mlflow_run_killed(engine, mlflow_server, tmp_path):
-    """`dockyard stop` sends the nodes SIGTERM: the trainer saves a checkpoint at the end of its step and ends its
-    tracker's run, well before SIGKILL, and the launch says the job was stopped, not that it failed."""
+@pytest.mark.parametrize("how", list(STOPS))
+def test_a_stopped_local_run_saves_a_checkpoint_and_ends_its_mlflow_run_killed(engine, mlflow_server, tmp_path, how):
+    """`dockyard stop`, or Ctrl-C in the launch's terminal, sends the nodes SIGTERM: the trainer saves a checkpoint
+    at the end of its step and ends its tracker's run, well before SIGKILL, and the launch says the job was
+    stopped, not that it failed."""
     from mlflow.tracking import MlflowClient
 
+    stop, said, launch_said, detail = STOPS[how]
+    experiment = f"stopped-run-{how.replace(' ', '-')}"
     plan = tracked_plan(
         mlflow_server,
         "hardware.processes_per_node=1",
         "trainer.steps=100000",
         "trainer.checkpoint_interval=0",
-        "trainer.mlflow.experiment=stopped-run",
+        f"trainer.mlflow.experiment={experiment}",
     )
     run_dir = tmp_path / "run"
     request = local.to_request(plan, tracked_image(engine, plan), run_id="dockyard-stop-tracked", run_dir=run_dir)
-    ended = []
-    with open(tmp_path / "run.out", "w") as out:
-        record = runs.new_record(plan, request, run_dir, request.image)
-        launch = threading.Thread(target=lambda: ended.append(runs.execute(record, plan, request, out=out)))
-        launch.start()
+    record = runs.new_record(plan, request, run_dir, request.image)
+    stopped_by: list[str] = []
+
+    def stop_once_it_trains() -> None:
         deadline = time.monotonic() + 300
-        while not runs.loss_curve(run_dir):
-            assert launch.is_alive() and time.monotonic() < deadline, "the run trains"
+        while not runs.loss_curve(run_dir) and time.monotonic() < deadline:
             time.sleep(0.5)
-        stop = subprocess.run([DOCKYARD, "stop", str(run_dir)], capture_output=True, text=True, timeout=120)
-        launch.join(timeout=120)
+        stopped_by.append(stop(run_dir))
+
+    stopper = threading.Thread(target=stop_once_it_trains)
+    with open(tmp_path / "run.out", "w") as out:
+        stopper.start()
+        try:  # in the main thread, where Ctrl-C lands
+            runs.execute(record, plan, request, out=out)
+        except KeyboardInterrupt:
+            assert how == "ctrl-c"
+        stopper.join(timeout=120)
     log = (tmp_path / "run.out").read_text()
-    assert stop.stdout == "stopped   dockyard-stop-tracked\n", stop.stderr
-    assert (ended[0].status, ended[0].detail) == ("stopped", "stopped by `dockyard stop`"), log[-3000:]
-    assert "dockyard: the job was stopped by `dockyard stop`" in log and "failed" not in log, log[-3000:]
+    assert stopped_by == [said], log[-3000:]
+    ended = records.load(run_dir)
+    assert (ended.status, ended.detail) == ("stopped", detail), log[-3000:]
+    assert launch_said in log and "failed" not in log, log[-3000:]
     ((step, _),) = checkpoint.complete(run_dir / "checkpoints")  # the one checkpoint, saved at SIGTERM
     stopped = f"training stopped: JobStoppedError: stopped by SIGTERM after step {step}; its checkpoint is saved"
     assert f"algo-1 | dockyard-entrypoint: {stopped}" in log, log[-3000:]  # before SIGKILL: the launcher said so
+    assert not runner.running("dockyard-stop-tracked", engine)
 
     client = MlflowClient(mlflow_server)
-    (found,) = client.search_runs([client.get_experiment_by_name("stopped-run").experiment_id])
+    (found,) = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
     assert found.info.status == "KILLED"

@@ -1,7 +1,8 @@
 """Runs a `LocalRequest` on the Docker engine: the I/O half of the local target.
 
 All nodes' logs stream live, each line prefixed by its node. The first node to fail stops the others and
-its exit status is the job's; containers and the network are removed on every exit, Ctrl-C included.
+its exit status is the job's; containers and the network are removed on every exit, Ctrl-C included (which stops
+the nodes as `dockyard stop` does first).
 `target.max_retries` starts a failed job again: it resumes from the checkpoints in the run folder. An
 attempt still running after `target.max_run_hours` is stopped (SIGTERM first, so the trainer checkpoints)
 and not retried, as Slurm ends a job at its time limit and Kubernetes at its deadline. `dockyard stop` stops the
@@ -114,6 +115,10 @@ def run_once(request: LocalRequest, client, out: IO[str]) -> Ending:
     try:
         with relaying(gateway, request.loopback_ports):
             return _run_containers(request, client, network, gateway, containers, out)
+    except KeyboardInterrupt:  # Ctrl-C stops the nodes as `dockyard stop` does; a second one kills them
+        print("dockyard: interrupted: stopping the nodes (Ctrl-C again kills them)", file=out, flush=True)
+        _stop([container for _, container in containers])
+        raise
     finally:
         for _, container in containers:
             container.remove(force=True)
