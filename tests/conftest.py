@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import boto3
@@ -223,3 +223,25 @@ def registry(engine, tmp_path: Path) -> Iterator[str]:
     (tmp_path / "registry.yml").write_text(yaml.safe_dump(config))
     with serving(["docker-registry", "serve", str(tmp_path / "registry.yml")], port):
         yield f"127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(tmp_path_factory) -> Callable[[str], tuple[Path, list[dict]]]:
+    """The tiny model (`tests.entrypoint_support.tiny_plan`: 6 steps, checkpoints at 3 and 6) trained through
+    the entrypoint under a strategy: `tiny_runs("fsdp")` is that run's root and metrics records. Each strategy
+    trains once per test run, for whichever test asks first (the training, pipeline and recovery tests compare
+    with the same uninterrupted runs); with no C++ compiler and an empty folder of compiled extensions, as in
+    an image, so that training builds no extension at run time. Tests read these roots and never write to them."""
+    from tests.entrypoint_support import tiny_plan, train
+
+    runs: dict[str, tuple[Path, list[dict]]] = {}
+
+    def run(strategy: str) -> tuple[Path, list[dict]]:
+        if strategy not in runs:
+            root, extensions = tmp_path_factory.mktemp(strategy), tmp_path_factory.mktemp(f"{strategy}-extensions")
+            no_compiler = {"CXX": str(extensions / "no-such-compiler"), "TORCH_EXTENSIONS_DIR": str(extensions)}
+            runs[strategy] = (root, train(tiny_plan(f"parallelism={strategy}"), root, **no_compiler))
+            assert list(extensions.iterdir()) == [], f"{strategy} compiled an extension"
+        return runs[strategy]
+
+    return run

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from compiler.config.compose import compose_config
 from compiler.launch.plan import checked_plan
 from compiler.spec import Plan
 from compiler.spec.contract import NODES_PER_HOST
+from compiler.spec.token_cache_key import TOKEN_CACHE_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -178,6 +180,17 @@ def train(plan: Plan, root: Path, timeout: float = 240, **env: str) -> list[dict
     output, _ = process.communicate(timeout=timeout)
     assert process.returncode == 0, output[-4000:]
     return metrics(root)
+
+
+def stopped_at(step: int, uninterrupted: Path, root: Path) -> Path:
+    """`root` as a run stopped after its checkpoint at `step` (DOCKYARD_STOP_AT_STEP) leaves it for the next part
+    to resume from, without running those steps again: the uninterrupted run's checkpoint at `step` and its
+    token cache, copied. The same plan computed the same steps, so the shards and the cache are the bytes the
+    stopped run writes (the checkpoint's `.metadata` and the cache's `meta.json` differ only in ids and timings)."""
+    for name in (f"step-{step:08d}", TOKEN_CACHE_DIR):
+        if (uninterrupted / "checkpoints" / name).is_dir():
+            shutil.copytree(uninterrupted / "checkpoints" / name, root / "checkpoints" / name)
+    return root
 
 
 def run_on_two_ranks(body: str, plan: Plan, folder: Path, timeout: float = 120) -> str:

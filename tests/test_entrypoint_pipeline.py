@@ -1,8 +1,8 @@
 """Pipeline parallelism in real torchrun processes on CPU with gloo: every schedule, and pp combined with
 FSDP2 over dp and with tensor parallelism, trains the tiny model to the unpipelined run's losses and
 gradient norms (same seed, same 8 sequences per step), with separate or tied embeddings; a pipelined run
-stopped after a checkpoint and restarted ends where an uninterrupted one ends, and its final model has
-the unpipelined parameter names and values.
+resumed from the checkpoint a stopped run leaves ends where an uninterrupted one ends, and its final model
+has the unpipelined parameter names and values.
 """
 
 import numpy as np
@@ -10,7 +10,15 @@ import pytest
 import torch
 
 from entrypoint.trainer.models import MODELS
-from tests.entrypoint_support import RERUN_TOLERANCE, losses, metrics, run_on_two_ranks, tiny_plan, train
+from tests.entrypoint_support import (
+    RERUN_TOLERANCE,
+    losses,
+    metrics,
+    run_on_two_ranks,
+    stopped_at,
+    tiny_plan,
+    train,
+)
 
 UNTIED = "model.tied_embeddings=false"  # the embedding and the head are different weights
 PIPELINE_TOLERANCE = 1e-5
@@ -144,12 +152,12 @@ def test_pipeline_matches_unpipelined(tmp_path, unpipelined, name):
 
 
 @pytest.mark.torchrun
-def test_tied_embeddings_across_stages(tmp_path_factory):
+def test_tied_embeddings_across_stages(tmp_path_factory, tiny_runs):
     """The last stage's copy of the embedding gets the first stage's gradient added: pp × dp with tied
     embeddings trains like the unpipelined tied model, and its final model holds the one embedding."""
     tied = "model.tied_embeddings=true"
-    reference_root, pipelined_root = tmp_path_factory.mktemp("tied"), tmp_path_factory.mktemp("tied-pp")
-    reference = train(tiny_plan(UNTIED, tied), reference_root)
+    pipelined_root = tmp_path_factory.mktemp("tied-pp")
+    reference_root, reference = tiny_runs("ddp")  # the tiny model's own embeddings are tied: tiny_plan(UNTIED, tied)
     assert_same_run(train(pipeline_plan("pp2-dp2-fsdp", tied), pipelined_root), reference)
     ours = MODELS["decoder"].weights.load(pipelined_root / "model")
     theirs = MODELS["decoder"].weights.load(reference_root / "model")
@@ -159,18 +167,17 @@ def test_tied_embeddings_across_stages(tmp_path_factory):
 
 @pytest.mark.torchrun
 def test_pipelined_resume_equals_uninterrupted(tmp_path, one_f_one_b):
-    """Stopped after the checkpoint at step 3 (each stage's shards through torch.distributed.checkpoint) and
-    restarted: the same losses and the same final model as the uninterrupted pipelined run.
+    """Resumed from the checkpoint at step 3 that a run stopped there leaves (each stage's shards through
+    torch.distributed.checkpoint; `stopped_at`): the same losses and the same final model as the uninterrupted
+    pipelined run.
 
     (The final model was compared with the unpipelined run's at 1e-4; on some CPUs the tied embedding's rows of
     rare tokens differ by 3e-4 there, uninterrupted too: AdamW turns gradients of 1e-9, summed in another
     order across stages, into updates of the learning rate's size. The pipelined and unpipelined runs are
     held to each other by their losses, in test_pipeline_matches_unpipelined and the 1f1b fixture.)"""
-    plan = pipeline_plan("1f1b")
-    first = train(plan, tmp_path, DOCKYARD_STOP_AT_STEP="3")
-    assert [r["step"] for r in first] == [1, 2, 3]
-    assert (tmp_path / "checkpoints/step-00000003").is_dir()
-    train(plan, tmp_path)
+    assert (one_f_one_b[0] / "checkpoints/step-00000003").is_dir()
+    train(pipeline_plan("1f1b"), stopped_at(3, one_f_one_b[0], tmp_path))
+    assert [r["step"] for r in metrics(tmp_path)] == [4, 5, 6]
     resumed, uninterrupted = losses(metrics(tmp_path)), losses(one_f_one_b[1])
     assert max(resumed) == max(uninterrupted) == 6
     for step in (4, 5, 6):

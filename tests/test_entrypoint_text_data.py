@@ -1,6 +1,7 @@
 """Documents and conversations through the real entrypoint and torchrun (2 CPU processes, gloo): every file
-format trains with a validation loss that falls, and a run stopped at a checkpoint and resumed reuses the
-token cache and sees exactly the batches of the uninterrupted run, for text, chat and preference pairs."""
+format trains with a validation loss that falls, and a run resumed from the checkpoint a stopped run leaves
+reuses the token cache and sees exactly the batches of the uninterrupted run, for text, chat and preference
+pairs."""
 
 import pytest
 
@@ -10,6 +11,7 @@ from tests.entrypoint_support import (
     losses,
     metrics,
     start_entrypoint,
+    stopped_at,
     tiny_plan,
     write_plan,
 )
@@ -64,7 +66,9 @@ def test_every_format_trains_and_the_validation_loss_falls(tmp_path, hf_tokenize
 @pytest.mark.parametrize("fmt", ["text", "chat", "preference"])
 def test_resume_equals_uninterrupted_and_reuses_the_cache(tmp_path, hf_tokenizer, fmt):
     """Chat runs with document-boundary masking (`data.packing_mask`), text with plain packing, preference pairs
-    with DPO against a frozen copy of the starting weights (restored from the plan, not the checkpoint)."""
+    with DPO against a frozen copy of the starting weights (restored from the plan, not the checkpoint). The
+    uninterrupted run builds the token cache; the resumed one starts from its checkpoint at step 3 and that
+    cache (`stopped_at`: what a run stopped there leaves)."""
     data = tmp_path / "data"
     if fmt == "chat":
         write_jsonl(data / "train.jsonl", [{"messages": c} for c in conversations(400)])
@@ -76,17 +80,16 @@ def test_resume_equals_uninterrupted_and_reuses_the_cache(tmp_path, hf_tokenizer
     options = {"chat": ("data.packing_mask=true",), "preference": ("trainer.objective=dpo",)}.get(fmt, ())
     plan = document_plan(data, hf_tokenizer, fmt, *options)
     whole_output, whole = run(plan, tmp_path / "whole")
-    assert "token cache       building" in whole_output
+    assert "token cache       building" in whole_output and "tokenizing" in whole_output
     if fmt == "chat":
         masked = float(whole_output.split("assistant tokens: ")[1].split("%")[0])
         assert 40 < masked < 90  # prompts, system lines and separators are no targets
-    first_output, first = run(plan, tmp_path / "parts", DOCKYARD_STOP_AT_STEP="3")
-    assert [r["step"] for r in first] == [1, 2, 3] and "tokenizing" in first_output
-    resumed_output, _ = run(plan, tmp_path / "parts")
+    resumed_output, _ = run(plan, stopped_at(3, tmp_path / "whole", tmp_path / "parts"))
     assert "token cache       reused" in resumed_output and "tokenizing" not in resumed_output
     resumed = {r["step"]: r for r in metrics(tmp_path / "parts")}
-    for step, loss in losses(whole).items():
-        assert resumed[step]["loss"] == pytest.approx(loss, abs=RERUN_TOLERANCE), step
+    assert list(resumed) == [4, 5, 6]
+    for step in resumed:
+        assert resumed[step]["loss"] == pytest.approx(losses(whole)[step], abs=RERUN_TOLERANCE), step
     assert resumed[6]["val_loss"] == pytest.approx(whole[-1]["val_loss"], abs=RERUN_TOLERANCE)
     if fmt == "preference":
         margin = whole[-1]["val_rewards/margin"]

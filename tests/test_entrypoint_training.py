@@ -1,8 +1,8 @@
 """The built-in trainer in real torchrun processes, started through the entrypoint, on CPU with gloo.
 
 Every strategy trains the tiny model a few steps and the loss falls; DDP, FSDP and ZeRO-1/2/3 give the
-same losses (same seed, same global batch); a run stopped after a checkpoint and restarted ends where an
-uninterrupted run ends.
+same losses (same seed, same global batch); a run resumed from the checkpoint a stopped run leaves ends where
+an uninterrupted run ends.
 """
 
 import shutil
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from entrypoint.trainer.data import SyntheticTokens
-from tests.entrypoint_support import LLAMA_STYLE, RERUN_TOLERANCE, losses, metrics, tiny_plan, train
+from tests.entrypoint_support import LLAMA_STYLE, RERUN_TOLERANCE, losses, metrics, stopped_at, tiny_plan, train
 
 pytestmark = pytest.mark.torchrun
 
@@ -25,16 +25,10 @@ REFERENCE = ("ddp", "fsdp", "zero1", "zero2", "zero3")
 
 
 @pytest.fixture(scope="module")
-def reference_runs(tmp_path_factory):
+def reference_runs(tiny_runs):
     """DDP, FSDP and ZeRO-1/2/3, two processes each, 6 steps, checkpoints every 3; with no C++ compiler and an
     empty folder of compiled extensions, as in an image, so that training builds no extension at run time."""
-    runs = {}
-    for strategy in REFERENCE:
-        root, extensions = tmp_path_factory.mktemp(strategy), tmp_path_factory.mktemp(f"{strategy}-extensions")
-        no_compiler = {"CXX": str(extensions / "no-such-compiler"), "TORCH_EXTENSIONS_DIR": str(extensions)}
-        runs[strategy] = (root, train(tiny_plan(f"parallelism={strategy}"), root, **no_compiler))
-        assert list(extensions.iterdir()) == [], f"{strategy} compiled an extension"
-    return runs
+    return {strategy: tiny_runs(strategy) for strategy in REFERENCE}
 
 
 def assert_loss_falls(records: list[dict]) -> None:
@@ -119,13 +113,13 @@ def test_hybrid_shard_and_tensor_parallel_agree(tmp_path):
 
 @pytest.mark.parametrize("strategy", ["fsdp", "zero2"])
 def test_resume_equals_uninterrupted(tmp_path, reference_runs, strategy):
-    plan = tiny_plan(f"parallelism={strategy}")
-    first = train(plan, tmp_path, DOCKYARD_STOP_AT_STEP="3")
-    assert [r["step"] for r in first] == [1, 2, 3]
-    assert not (tmp_path / "model/model.safetensors").exists()
-    train(plan, tmp_path)
+    """Resumed from the checkpoint at step 3 that a run stopped there leaves (`stopped_at`; the stop itself:
+    test_recovery's async test), the run ends where the uninterrupted one ends."""
+    root, records = reference_runs[strategy]
+    train(tiny_plan(f"parallelism={strategy}"), stopped_at(3, root, tmp_path))
+    assert [r["step"] for r in metrics(tmp_path)] == [4, 5, 6]
     resumed = losses(metrics(tmp_path))
-    uninterrupted = losses(reference_runs[strategy][1])
+    uninterrupted = losses(records)
     assert max(resumed) == max(uninterrupted) == 6
     for step in (4, 5, 6):
         assert resumed[step] == pytest.approx(uninterrupted[step], abs=RERUN_TOLERANCE), step

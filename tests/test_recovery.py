@@ -132,19 +132,22 @@ def saved_state(folder: Path, scratch: Path) -> dict:
 
 
 @pytest.mark.torchrun
-def test_async_checkpoints_restore_what_sync_ones_do(tmp_path):
+def test_async_checkpoints_restore_what_sync_ones_do(tmp_path, tiny_runs):
     """FSDP (sharded state, the harder case for staging): the async checkpoint at step 3 is complete (marker,
     final name) and holds exactly what the sync one holds, and a run resumed from it gives the uninterrupted
-    (sync-checkpointing) run's losses."""
+    (sync-checkpointing) run's losses. The async run is stopped there (DOCKYARD_STOP_AT_STEP): it ends after
+    step 3 without exporting a model."""
     base = ("hardware.nodes=1", "hardware.processes_per_node=2", "parallelism=fsdp")
-    sync = train(tiny_plan(*base), tmp_path / "sync")
+    sync_root, sync = tiny_runs("fsdp")  # tiny_plan(*base), uninterrupted
     asynchronous = train(
         tiny_plan(*base, "trainer.checkpoint_async=true"), tmp_path / "async", DOCKYARD_STOP_AT_STEP="3"
     )
     assert (tmp_path / "async/checkpoints/step-00000003/dockyard.json").is_file()
     assert not list((tmp_path / "async/checkpoints").glob("*.tmp"))
     assert [r["step"] for r in asynchronous] == [1, 2, 3]
-    written = {kind: saved_state(tmp_path / kind / "checkpoints/step-00000003", tmp_path) for kind in ("sync", "async")}
+    assert not (tmp_path / "async/model/model.safetensors").exists()
+    roots = {"sync": sync_root, "async": tmp_path / "async"}
+    written = {kind: saved_state(root / "checkpoints/step-00000003", tmp_path) for kind, root in roots.items()}
     assert written["sync"].keys() == written["async"].keys()
     for key, value in written["sync"].items():
         assert torch.equal(value, written["async"][key]) if torch.is_tensor(value) else value == written["async"][key]

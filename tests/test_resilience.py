@@ -3,6 +3,7 @@ thresholds from the catalog, nvidia-smi's answers, the fault grammar), then real
 entrypoints standing in for two nodes (a rank that stops calling collectives, a failed health check), and
 the local target's containers (one throttled by Docker, a failed health check on Slurm)."""
 
+import contextlib
 import io
 import re
 import subprocess
@@ -11,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import docker
 import psutil
 import pytest
 import torch
@@ -225,17 +227,26 @@ THROTTLED_CPUS = 0.1
 """The second node's share of a core once training runs, as `docker update --cpus 0.1` sets it."""
 
 
-def throttle_as_training_starts(engine, run_id: str, run_dir: Path, host: str, finished: threading.Event) -> None:
+def throttle_while_training(
+    engine, run_id: str, run_dir: Path, host: str, steps: int, finished: threading.Event
+) -> None:
     """Once rank 0 has printed the run's layout, just before the first step (a throttle from the start would
-    slow the node's imports tenfold), limit `host`'s container to THROTTLED_CPUS (a CFS quota)."""
+    slow the node's imports tenfold), limit `host`'s container to THROTTLED_CPUS (a CFS quota); once rank 0 has
+    logged the last step (its straggler windows all measured), lift it, or the node's exit (its torchrun's
+    teardown) takes ten times as long too."""
     found: list = []
     while not found and not finished.wait(0.2):
         containers = engine.containers.list(filters={"label": f"{RUN_LABEL}={run_id}"})
         found = [container for container in containers if container.attrs["Config"]["Hostname"] == host]
-    log = run_dir / "logs/algo-1.log"
+    log, throttled = run_dir / "logs/algo-1.log", False
     while not finished.wait(0.05):
-        if log.exists() and "world size " in log.read_text():
+        text = log.read_text() if log.exists() else ""
+        if not throttled and "world size " in text:
             found[0].update(cpu_period=100_000, cpu_quota=int(THROTTLED_CPUS * 100_000))
+            throttled = True
+        elif throttled and f'{{"step": {steps}, "loss": ' in text:
+            with contextlib.suppress(docker.errors.APIError):  # the node may have ended, and been removed
+                found[0].update(cpu_quota=-1)  # no quota
             return
 
 
@@ -260,7 +271,8 @@ def test_a_throttled_container_node_is_named_a_straggler_and_status_shows_it(eng
     run_dir.mkdir()
     request = local.to_request(plan, smoke_image, run_id=run_id, run_dir=run_dir)
     finished = threading.Event()
-    threading.Thread(target=throttle_as_training_starts, args=(engine, run_id, run_dir, "algo-2", finished)).start()
+    throttle = (engine, run_id, run_dir, "algo-2", plan.trainer.steps, finished)
+    threading.Thread(target=throttle_while_training, args=throttle).start()
     try:
         with open(tmp_path / "launch.out", "w") as out:
             record = runs.execute(runs.new_record(plan, request, run_dir, request.image), plan, request, out=out)
@@ -282,9 +294,11 @@ def test_a_throttled_container_node_is_named_a_straggler_and_status_shows_it(eng
 @pytest.mark.torchrun
 def test_slurms_retry_leaves_out_the_node_that_failed_its_health_check(smoke_image, slurm_cluster, tmp_path):
     """Both nodes are made to fail (`unhealthy:n1,unhealthy:n2`), so the test does not depend on where Slurm
-    puts the first attempt: that node is excluded from the retry, which runs on the other one."""
+    puts the first attempt: that node is excluded from the retry, which runs on the other one. A node of one
+    process is enough: its first rank makes the node's checks."""
     fault = "+target.environment.DOCKYARD_FAULT='unhealthy:n1,unhealthy:n2'"
-    plan = plan_for("experiment=smoke", "target=slurm", "hardware.nodes=1", "target.max_retries=1", fault)
+    one_node = ("hardware.nodes=1", "hardware.processes_per_node=1")
+    plan = plan_for("experiment=smoke", "target=slurm", *one_node, "target.max_retries=1", fault)
     run_dir = tmp_path / "run"
     request = SLURM.to_request(plan, smoke_image, run_id="slurm-health-test", run_dir=run_dir)
     handle = SLURM.submit(request, plan.to_json(), out=io.StringIO())
