@@ -59,6 +59,13 @@ def tiny_plan(*overrides: str) -> Plan:
     return plan_for(*TINY, *overrides)
 
 
+INDUCTOR_ISA_FROM_CPUINFO = {"TORCHINDUCTOR_VEC_ISA_OK": "1"}
+"""For a test whose runs compile with inductor on CPU: inductor trusts the vector ISAs /proc/cpuinfo lists instead of
+compiling and loading a probe library for each (about 5 s of g++ per process on a cold cache, half a cold compile
+here). g++ builds every ISA a CPU lists, so the probes would choose the same one (AVX-512 VNNI here, on the host and
+in the image; AMX keeps its own probe): the kernels, and their build with g++ and Python.h, are a default job's."""
+
+
 GPU_MODELS = {
     "p4d.24xlarge": ("NVIDIA A100-SXM4-40GB", 4),
     "p5.48xlarge": ("NVIDIA H100 80GB HBM3", 32),

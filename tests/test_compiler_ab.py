@@ -11,6 +11,7 @@ import pytest
 
 from compiler.launch import summary
 from compiler.targets.records import RunRecord
+from tests.entrypoint_support import INDUCTOR_ISA_FROM_CPUINFO
 from tests.helpers import plan_for
 
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
@@ -63,9 +64,11 @@ def test_compile_true_is_the_blocks_it_meant_before_the_scopes():
 
 @pytest.mark.torchrun
 def test_compiler_ab_cpu_runs_locally_and_writes_the_comparison(tmp_path, engine):
+    isa = [f"+target.environment.{name}={value}" for name, value in INDUCTOR_ISA_FROM_CPUINFO.items()]
     result = subprocess.run(
         [DOCKYARD, "launch", "-m", "experiment=compiler-ab-cpu", "hydra.sweep.dir=sweep", "trainer.steps=6",
-         "parallelism.micro_batch=4"],  # one micro batch of the experiment's two: the A/B is compile against eager
+         "parallelism.micro_batch=4",  # one micro batch of the experiment's two: the A/B is compile against eager
+         "model.seq_len=64", *isa],  # a quarter of the experiment's tokens per step: the same kernels to compile
         cwd=tmp_path, capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
     (tmp_path / "output.log").write_text(result.stdout + result.stderr)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from compiler.spec import Plan
-from tests.entrypoint_support import RERUN_TOLERANCE, losses, metrics, tiny_plan, train
+from tests.entrypoint_support import INDUCTOR_ISA_FROM_CPUINFO, RERUN_TOLERANCE, losses, metrics, tiny_plan, train
 
 pytestmark = pytest.mark.torchrun
 
@@ -47,7 +47,7 @@ def compiled(tmp_path_factory) -> Callable[[str], Path]:
     @functools.cache
     def run(case: str) -> Path:
         root = tmp_path_factory.mktemp(case)
-        train(compiled_plan(case), root)
+        train(compiled_plan(case), root, **INDUCTOR_ISA_FROM_CPUINFO)
         return root
 
     return run
@@ -72,7 +72,8 @@ def test_a_restarted_job_compiles_from_the_warm_cache(tmp_path, compiled):
     shutil.copytree(compiled("ddp-blocks"), tmp_path, dirs_exist_ok=True)
     cold = metrics(tmp_path)
     (tmp_path / "output/data/metrics.jsonl").unlink()
-    warm = train(compiled_plan("ddp-blocks"), tmp_path)  # the same checkpoints folder, as a restarted job gets it back
+    # the same checkpoints folder, as a restarted job gets it back
+    warm = train(compiled_plan("ddp-blocks"), tmp_path, **INDUCTOR_ISA_FROM_CPUINFO)
     assert losses(warm) == pytest.approx(losses(cold), abs=RERUN_TOLERANCE)
     cold_compile, warm_compile = cold[0]["step_s"] - cold[1]["step_s"], warm[0]["step_s"] - warm[1]["step_s"]
     assert warm_compile < cold_compile / 2, (cold_compile, warm_compile)

@@ -2,8 +2,8 @@
 on two local container nodes and on two Slurm nodes through `dockyard launch`, on two emulated Kubernetes
 pods, and under the SageMaker Python SDK's local mode with instance_count=2 — the real external client of
 SageMaker's container contract, which mounts /opt/ml from root-owned 0700 folders. Every run checks each
-SM_* variable the script read against what the training toolkit would have given it, and the model it
-wrote where SageMaker uploads it from."""
+SM_* variable each of its processes read against what the training toolkit would have given it, and the model
+it wrote where SageMaker uploads it from."""
 
 import io
 import json
@@ -25,7 +25,10 @@ pytestmark = pytest.mark.torchrun
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
 SCRIPT_DIR = Path(__file__).resolve().parent / "estimator"
 PLAN_HYPERPARAMETERS = {"epochs": 40, "lr": 0.5}
-PROCESSES_PER_NODE = 2  # experiment=smoke
+PROCESSES_PER_NODE = 2
+"""On the local target's two nodes, so that every process of a node is checked against its node's variables.
+One per node on the other targets: the entrypoint starts a node's processes the same way on every target, and
+each further process is another import of torch in a container."""
 TOOLKIT_PROPERTIES = {
     "additional_framework_parameters", "channel_input_dirs", "current_host", "current_instance_group",
     "current_instance_group_hosts", "current_instance_type", "distribution_hosts", "distribution_instance_groups",
@@ -49,9 +52,10 @@ def points(tmp_path_factory) -> Path:
     return folder
 
 
-def overrides(points: Path) -> list[str]:
+def overrides(points: Path, per_node: int = 1) -> list[str]:
     return [
         "experiment=smoke",
+        f"hardware.processes_per_node={per_node}",
         "trainer=script",
         f"trainer.source_dir={SCRIPT_DIR}",
         "trainer.script=train.py",
@@ -79,14 +83,15 @@ def check_run(
     hyperparameters: dict,
     instance_type: str = "local",
     interface: str | None = "eth0",
+    per_node: int = 1,
 ) -> None:
     """What each process read is what the training toolkit gives a script on SageMaker, and it trained.
     `interface` None: the host's own network (Slurm's containers), whatever it names its interface."""
     arguments = [part for key, value in sorted(hyperparameters.items()) for part in (f"--{key}", str(value))]
-    assert [report["rank"] for report in found] == list(range(len(hosts) * PROCESSES_PER_NODE))
+    assert [report["rank"] for report in found] == list(range(len(hosts) * per_node))
     for report in found:
         env = report["env"]
-        node_rank = report["rank"] // PROCESSES_PER_NODE
+        node_rank = report["rank"] // per_node
         assert report["uid"] != 0, "training runs as the unprivileged user"
         assert json.loads(env["SM_HOSTS"]) == hosts
         assert env["SM_CURRENT_HOST"] == hosts[node_rank]
@@ -125,11 +130,11 @@ def check_run(
 
 
 def test_estimator_script_trains_on_two_local_container_nodes(engine, tmp_path, points):
-    dockyard("launch", *overrides(points), "hydra.run.dir=run", cwd=tmp_path)
+    dockyard("launch", *overrides(points, PROCESSES_PER_NODE), "hydra.run.dir=run", cwd=tmp_path)
     run = tmp_path / "run"
     found = reports([run / "nodes" / host / "output/data" for host in ("algo-1", "algo-2")])
     model = json.loads((run / "model/model.json").read_text())
-    check_run(found, model, ["algo-1", "algo-2"], PLAN_HYPERPARAMETERS)
+    check_run(found, model, ["algo-1", "algo-2"], PLAN_HYPERPARAMETERS, per_node=PROCESSES_PER_NODE)
 
 
 def test_estimator_script_trains_on_two_slurm_nodes(engine, slurm_cluster, tmp_path, points):

@@ -26,6 +26,7 @@ SMALL = [
     "trainer.warmup_steps=1",
     "hardware.nodes=1",
     "hardware.processes_per_node=1",
+    "model.seq_len=64",
 ]
 
 
