@@ -110,7 +110,8 @@ def stop_with_the_cli(run_dir: Path) -> str:
 
 
 def press_ctrl_c(run_dir: Path) -> str:
-    """SIGINT to this process, as Ctrl-C in the launch's terminal: the launch runs in the main thread."""
+    """SIGINT to this process, as Ctrl-C in the launch's terminal: the launch runs in the main thread, where the
+    test has put Python's own handler back (a suite started in the background has SIGINT ignored)."""
     os.kill(os.getpid(), signal.SIGINT)
     return ""
 
@@ -156,12 +157,15 @@ def test_a_stopped_local_run_saves_a_checkpoint_and_ends_its_mlflow_run_killed(e
         stopped_by.append(stop(run_dir))
 
     stopper = threading.Thread(target=stop_once_it_trains)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # put back below
     with open(tmp_path / "run.out", "w") as out:
         stopper.start()
         try:  # in the main thread, where Ctrl-C lands
             runs.execute(record, plan, request, out=out)
         except KeyboardInterrupt:
             assert how == "ctrl-c"
+        finally:
+            signal.signal(signal.SIGINT, previous)
         stopper.join(timeout=120)
     log = (tmp_path / "run.out").read_text()
     assert stopped_by == [said], log[-3000:]
