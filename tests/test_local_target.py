@@ -222,15 +222,18 @@ def wait_for_checkpoint(run_dir: Path, timeout: float = 300) -> None:
 
 
 @pytest.mark.torchrun
-def test_zero_trains_in_the_cpu_image_which_has_no_compiler(engine, smoke_image, tmp_path):
+def test_zero_trains_in_the_cpu_image_which_has_no_compiler_on_an_s3_channel(engine, smoke_image, s3_tokens, tmp_path):
     """DeepSpeed compiled an extension when its communication started on CPU; the image has no compiler, so
-    every ZeRO job on the local target failed (`c++: not found`) until the engine skipped that op."""
-    plan = plan_for(*SHORT, *ONE_PER_NODE, "parallelism=zero3", "trainer.steps=4", "trainer.checkpoint_interval=0")
+    every ZeRO job on the local target failed (`c++: not found`) until the engine skipped that op. The same short
+    job reads its tokens from an S3 channel, which the launch downloads into the run folder first."""
+    short = ("trainer.steps=4", "trainer.checkpoint_interval=0")
+    plan = plan_for(*SHORT, *ONE_PER_NODE, "parallelism=zero3", *short, *S3_TOKENS)
     run_dir = tmp_path / "run"
     request = local.to_request(plan, smoke_image, run_id="dockyard-zero-test", run_dir=run_dir)
     output = io.StringIO()
     assert run_locally(plan, request, run_dir, output).exit_status == 0, output.getvalue()[-3000:]
     assert "deepspeed_shm_comm" not in output.getvalue()
+    assert (run_dir / "data/train/part-000.bin").read_bytes() == s3_tokens
     assert [row["step"] for row in metrics(run_dir)] == [1, 2, 4]
     assert (run_dir / "model/model.safetensors").exists()
 
@@ -290,17 +293,6 @@ def test_retry_resumes_from_the_last_checkpoint(engine, smoke_image, tmp_path):
     assert f"OMP_NUM_THREADS={max(1, cores // 2)}  # {cores} CPUs split among the training processes" in output
     assert metrics(run_dir)[-1]["step"] == 12
     assert json.loads((run_dir / "run.json").read_text())["attempts"] == 2
-
-
-@pytest.mark.torchrun
-def test_s3_channel_is_downloaded_and_the_trainer_reads_it(engine, smoke_image, s3_tokens, tmp_path):
-    plan = plan_for(*SHORT, *ONE_PER_NODE, "trainer.steps=4", "trainer.checkpoint_interval=0", *S3_TOKENS)
-    run_dir = tmp_path / "run"
-    request = local.to_request(plan, smoke_image, run_id="dockyard-s3-test", run_dir=run_dir)
-    output = io.StringIO()
-    assert run_locally(plan, request, run_dir, output).exit_status == 0, output.getvalue()[-3000:]
-    assert (run_dir / "data/train/part-000.bin").read_bytes() == s3_tokens
-    assert metrics(run_dir)[-1]["step"] == 4
 
 
 KILL_A_RANK = (
