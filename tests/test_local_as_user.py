@@ -1,8 +1,8 @@
-"""The local target launched by a user who is not root, as on a shared machine: a user of the docker group, made
-for the test. What the user cannot read is refused when planning; a checkpoint as `save_pretrained` leaves it
-(its weights 0600) fine-tunes as it is, every file and folder of the run is that user's and none is
-world-writable, `--resume` goes on from the run's checkpoint, and `dockyard stop` ends the resumed run as
-stopped in the launch, `status`, `runs` and the run record."""
+"""The local target launched by a user who is not root, as on a shared machine: a user of the docker group, made for
+the test. What the user cannot read, or a run folder they cannot write in, is refused when planning; a checkpoint as
+`save_pretrained` leaves it (its weights 0600) fine-tunes as it is, every file and folder of the run is that user's
+and none is world-writable, `--resume` goes on from the run's checkpoint, and `dockyard stop` ends the resumed run
+as stopped in the launch, `status`, `runs` and the run record."""
 
 import grp
 import json
@@ -88,6 +88,17 @@ def test_a_checkpoint_the_launching_user_cannot_read_is_refused_when_planning(ho
         "launches the run and trains in its containers; launch as a user who can read the checkpoint, or make it "
         f"readable: chmod -R a+rX {roots}"
     ]
+
+
+def test_a_run_folder_the_user_cannot_write_is_refused_in_one_line(host_user):
+    shared = Path(host_user.pw_dir) / "shared"  # root's: the user may read it, not write in it
+    shared.mkdir(mode=0o755)
+    refused = run(host_user, "plan", "experiment=smoke", f"hydra.run.dir={shared}/run")
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        f"dockyard: error: hydra.run.dir: cannot create '{shared}/run': Permission denied; name a folder you can write"
+    ]
+    assert not any(shared.iterdir())
 
 
 @pytest.mark.torchrun

@@ -77,8 +77,7 @@ def fresh_dir(root: str, name_key: str, stamp: str, *, _root_: DictConfig) -> st
         except (FileExistsError, FileNotFoundError):  # a concurrent command made or removed a parent
             return fresh_dir(root, name_key, stamp, _root_=_root_)
         except OSError as error:
-            message = f"cannot create '{wanted}': {error.strerror}"
-            raise ConfigError("hydra.run.dir", message, "name another folder") from None
+            raise cannot_create("hydra.run.dir", wanted, error) from None
         _current.created.append(folder)
         _current.fresh[root] = folder.resolve()
     return str(_current.fresh[root])
@@ -116,10 +115,33 @@ def check_folder(key: str, folder: str) -> None:
 def expect(run_dir: str) -> None:
     """A run folder the user names, as its value reads before Hydra resolves it (`out-${name}`): what the
     deepest folder on its way that exists holds now, so that `claim` can tell the folders Hydra then makes."""
-    literal, interpolated, _ = run_dir.partition("${")
-    start = Path(literal) if not interpolated or literal.endswith("/") else Path(literal).parent
+    start = _made_at(run_dir)
     base = next(p for p in [start, *start.parents] if p.is_dir())
     _current.expected = (base.resolve(), frozenset(os.listdir(base)))
+
+
+def _made_at(folder: str) -> Path:
+    """Where a folder the user names is made, as far as its value says before Hydra resolves it: the folder
+    itself, or the one its first interpolation is made in (`out-${name}/a`: `.`)."""
+    literal, interpolated, _ = folder.partition("${")
+    return Path(literal) if not interpolated or literal.endswith("/") else Path(literal).parent
+
+
+def cannot_create(key: str, folder: Path, error: OSError) -> ConfigError:
+    reason = "a file is there" if isinstance(error, FileExistsError) else error.strerror
+    return ConfigError(key, f"cannot create '{folder}': {reason}", "name a folder you can write")
+
+
+def creation_error(key: str, folder: str, error: OSError) -> ConfigError | None:
+    """Hydra's failure to make the folder the user named as `key` (`folder`, as given: a file on its way, a
+    folder this user cannot write, a read-only or pseudo file system) as that key's error; None for an
+    OSError about any other path, which is not the user's to fix."""
+    if error.filename is None:
+        return None
+    failed, start = Path(os.fsdecode(error.filename)).absolute(), _made_at(folder).absolute()
+    if failed != start and failed not in start.parents and start not in failed.parents:
+        return None
+    return cannot_create(key, failed, error)
 
 
 def claim(run_dir: Path) -> None:

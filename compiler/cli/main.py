@@ -152,6 +152,8 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
     folders.start()
     sys.argv = [PROG, *_with_staging(open_maps(overrides))]
+    named: dict[str, str] = {}
+    """The run or sweep folder the user named (`hydra.run.dir=...`), as given."""
     try:
         flags = _check_flags(sys.argv[1:])
         for folder in (flags.config_dir, flags.config_path):
@@ -161,6 +163,7 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
             key, _, folder = override.partition("=")
             if key in folders.FOLDER_KEYS:
                 folders.check_folder(key, folder)
+                named[key] = _value(override)
             if key == "hydra.run.dir":
                 folders.expect(_value(override))
         check_overrides([o for o in overrides if ("=" in o or o.startswith("~")) and not o.startswith("-")])
@@ -173,6 +176,12 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
             raise
         error = as_config_error(exc)
         errors += [error.one_line(), *(error.points if isinstance(error, InvalidSweepError) else ())]
+    except OSError as exc:  # Hydra could not make the folder the user named
+        refusals = (folders.creation_error(key, folder, exc) for key, folder in named.items())
+        refusal = next((r for r in refusals if r is not None), None)
+        if user_wants_traceback or task_failed or refusal is None:
+            raise
+        errors.append(refusal.one_line())
     finally:
         folders.discard()
         if not user_wants_traceback:
