@@ -1,8 +1,9 @@
 """The local target launched by a user who is not root, as on a shared machine: a user of the docker group, made for
-the test. What the user cannot read, or a run folder they cannot write in, is refused when planning; a checkpoint as
-`save_pretrained` leaves it (its weights 0600) fine-tunes as it is, every file and folder of the run is that user's
-and none is world-writable, `--resume` goes on from the run's checkpoint, and `dockyard stop` ends the resumed run
-as stopped in the launch, `status`, `runs` and the run record."""
+the test. What the user cannot read, or a run folder they cannot write in, is refused when planning (an `init` that
+fails half-way takes back what it wrote); a checkpoint as `save_pretrained` leaves it (its weights 0600) fine-tunes
+as it is, every file and folder of the run is that user's and none is world-writable, `--resume` goes on from the
+run's checkpoint, and `dockyard stop` ends the resumed run as stopped in the launch, `status`, `runs` and the run
+record."""
 
 import grp
 import json
@@ -99,6 +100,20 @@ def test_a_run_folder_the_user_cannot_write_is_refused_in_one_line(host_user):
         f"dockyard: error: hydra.run.dir: cannot create '{shared}/run': Permission denied; name a folder you can write"
     ]
     assert not any(shared.iterdir())
+
+
+def test_init_that_fails_half_way_takes_back_what_it_wrote(host_user):
+    """The project's config folder is the user's, the project folder root's: the experiment is written, then
+    `train.py` cannot be, and the experiment goes again."""
+    project = Path(host_user.pw_dir) / "project"
+    (project / "conf").mkdir(parents=True, mode=0o755)
+    os.chown(project / "conf", host_user.pw_uid, host_user.pw_gid)
+    refused = run(host_user, "init", str(project))
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        f"dockyard: error: init: cannot write '{project}/train.py': Permission denied; name a folder you can write"
+    ]
+    assert [str(p.relative_to(project)) for p in project.rglob("*")] == ["conf"]
 
 
 @pytest.mark.torchrun

@@ -49,6 +49,19 @@ def test_init_overwrites_nothing(tmp_path: Path) -> None:
     assert (tmp_path / "train.py").read_text() == "mine\n"
 
 
+def test_init_where_it_cannot_write_is_one_line_and_a_link_is_never_written_through(tmp_path: Path) -> None:
+    result = dockyard("init", "/etc/passwd/demo", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "dockyard: error: init: cannot write '/etc/passwd/demo/conf/experiment': Not a directory; "
+        "name a folder you can write\n"
+    )
+    (tmp_path / "train.py").symlink_to(tmp_path / "elsewhere.py")  # dangling: writing it would make elsewhere.py
+    result = dockyard("init", cwd=tmp_path)
+    assert result.stderr == "dockyard: error: init: train.py exists already; run it in a new or empty folder\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
+
+
 def test_the_projects_code_is_read_from_the_project_whatever_the_current_folder(project: Path, tmp_path: Path) -> None:
     """From another folder, `$DOCKYARD_CONFIG_DIR` or `--config-dir` finds the experiment, and its relative
     `trainer.source_dir` is the project's: the same image as from the project itself."""

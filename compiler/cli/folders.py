@@ -97,6 +97,8 @@ def _mkdir_new(wanted: Path) -> Path:
 PATH_MAX = 4096
 """Linux's limit on a path, in bytes with its closing NUL."""
 FOLDER_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
+MADE_BY_HYDRA = (*FOLDER_KEYS, "hydra.output_subdir", "hydra.sweep.subdir")
+"""The folders Hydra makes itself; a subfolder given as an absolute path is made there, not in the run's."""
 
 
 def check_folder(key: str, folder: str) -> None:

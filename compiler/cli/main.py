@@ -153,7 +153,7 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
     folders.start()
     sys.argv = [PROG, *_with_staging(open_maps(overrides))]
     named: dict[str, str] = {}
-    """The run or sweep folder the user named (`hydra.run.dir=...`), as given."""
+    """The folders Hydra makes that the user named (`hydra.run.dir=...`), as given."""
     try:
         flags = _check_flags(sys.argv[1:])
         for folder in (flags.config_dir, flags.config_path):
@@ -163,6 +163,7 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
             key, _, folder = override.partition("=")
             if key in folders.FOLDER_KEYS:
                 folders.check_folder(key, folder)
+            if key in folders.MADE_BY_HYDRA:
                 named[key] = _value(override)
             if key == "hydra.run.dir":
                 folders.expect(_value(override))

@@ -128,13 +128,34 @@ def init_project(folder: Path) -> list[Path]:
     if folder.exists() and not folder.is_dir():
         raise ConfigError("init", f"'{folder}' is a file, not a folder", "name a new or empty folder")
     files = {folder / path: text for path, text in project_files(folder.resolve().name).items()}
-    there = [str(path) for path in files if path.exists()]
+    there = [str(path) for path in files if path.exists() or path.is_symlink()]  # a link would write elsewhere
     if there:
         raise ConfigError("init", f"{there[0]} exists already", "run it in a new or empty folder")
-    for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    made: list[Path] = []
+    """What this call creates, in order (folders before what they hold), to take back if a write fails."""
+    try:
+        for path, text in files.items():
+            made += reversed([parent for parent in path.parents if not parent.exists()])
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made.append(path)
+            path.write_text(text)
+    except OSError as error:
+        message = f"cannot write '{error.filename or path}': {error.strerror}"
+        _take_back(made, files)
+        raise ConfigError("init", message, "name a folder you can write") from None
     return list(files)
+
+
+def _take_back(made: list[Path], files: dict[Path, str]) -> None:
+    """Remove what `init_project` made, innermost first: its files, then its folders that stayed empty."""
+    for path in reversed(made):
+        if path in files:
+            path.unlink(missing_ok=True)
+            continue
+        try:
+            path.rmdir()
+        except OSError:  # not made after all, or it holds what this call did not write
+            continue
 
 
 def main(args: list[str]) -> None:

@@ -11,6 +11,7 @@ and writes each point's request instead of submitting it.
 
 import dataclasses
 import functools
+import os
 import shutil
 import sys
 import threading
@@ -162,6 +163,7 @@ class Sweep:
         try:
             cfg = self.composer.compose(overrides, num)
             point.run_dir = Path(str(cfg.hydra.sweep.dir), str(cfg.hydra.sweep.subdir)).resolve()
+            _check_creatable(point.run_dir)
             point.cfg, point.hydra_cfg = split_hydra_node(cfg)
             point.job_name = str(point.hydra_cfg.hydra.job.name)
             reject_numbers_in_files(point.hydra_cfg.hydra, point.cfg)
@@ -354,6 +356,18 @@ def split_hydra_node(cfg: DictConfig) -> tuple[DictConfig, DictConfig]:
     with flag_override(hydra_cfg, "no_deepcopy_set_nodes", True):
         hydra_cfg.hydra = hydra_node
     return cfg, hydra_cfg
+
+
+def _check_creatable(run_dir: Path) -> None:
+    """A point's folder that cannot be made (`hydra.sweep.subdir` leads through a file or into a folder this
+    user cannot write) is the point's error, found before anything is built or written."""
+    there = next(p for p in [run_dir, *run_dir.parents] if p.exists())
+    if there == run_dir and there.is_dir():
+        return
+    if not there.is_dir() or not os.access(there, os.W_OK | os.X_OK):
+        why = "is a file" if not there.is_dir() else "is a folder this user cannot write in"
+        message = f"cannot create '{run_dir}': '{there}' {why}"
+        raise ConfigError("hydra.sweep.subdir", message, "name a folder you can write")
 
 
 def discard(sweep_dir: Path) -> None:
