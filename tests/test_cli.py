@@ -156,11 +156,15 @@ def test_multirun_writes_one_plan_per_point(tmp_path):
     assert points == {(0.001, "ddp"), (0.001, "zero2"), (0.002, "ddp"), (0.002, "zero2")}
 
 
-def test_multirun_names_each_invalid_point(tmp_path):
+def test_multirun_names_each_invalid_point_and_leaves_only_the_valid_ones(tmp_path):
     result = dockyard("plan", "-m", "parallelism.dp=3,4", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.startswith("dockyard: error: [job 0: parallelism.dp=3] parallelism.dp:")
-    assert len(list(tmp_path.glob("multirun/smoke/*/*/plan.json"))) == 1
+    (sweep,) = tmp_path.glob("multirun/smoke/*")
+    assert sorted(p.name for p in sweep.iterdir()) == ["1", "multirun.yaml"]
+    result = dockyard("plan", "-m", "parallelism.dp=3,5", cwd=tmp_path)
+    assert result.returncode == 2
+    assert list(tmp_path.glob("multirun/smoke/*")) == [sweep]  # the second sweep left nothing
 
 
 def test_config_dir_adds_user_configs(tmp_path):

@@ -13,7 +13,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from itertools import count
 from pathlib import Path
 
@@ -26,6 +26,8 @@ from compiler.spec.errors import ConfigError
 
 RESOLVER = "dockyard.fresh_dir"
 HYDRA_SUBDIR = ".hydra"
+SWEEP_RECORD = "multirun.yaml"
+"""What Hydra writes into a sweep folder before any point runs."""
 
 
 class Invocation:
@@ -181,6 +183,18 @@ def results_in(run_dir: Path, *, keep: bool = True) -> Iterator[Path]:
     discard()
 
 
+def discard_point(run_dir: Path, output_subdir: str | None) -> None:
+    """A point of a sweep that ended in the user's error, under a sweep folder this invocation made: the
+    config files Hydra wrote for it, and its folder if that leaves it empty."""
+    run_dir = run_dir.resolve()
+    if not any(fresh in run_dir.parents for fresh in _current.fresh.values()):
+        return
+    if output_subdir is not None and run_dir in (run_dir / output_subdir).resolve().parents:
+        shutil.rmtree(run_dir / output_subdir, ignore_errors=True)
+    with suppress(OSError):  # it holds what the point wrote before its error
+        run_dir.rmdir()
+
+
 def discard(*, results_too: bool = False) -> None:
     """Remove the folders this invocation created that nothing else was written into. With `results_too`
     (a launch that failed after its results moved into place) also its results: the fresh run folder
@@ -188,7 +202,7 @@ def discard(*, results_too: bool = False) -> None:
     (a file it replaced keeps the new version: the old one is gone)."""
     for fresh in _current.fresh.values():
         shutil.rmtree(fresh / _current.staging, ignore_errors=True)
-        if results_too:
+        if results_too or _holds_only(fresh, SWEEP_RECORD):  # a sweep none of whose points left anything
             shutil.rmtree(fresh, ignore_errors=True)
     if results_too:
         for path in _current.results:
@@ -198,6 +212,10 @@ def discard(*, results_too: bool = False) -> None:
             folder.rmdir()  # only when empty
         except OSError:
             continue
+
+
+def _holds_only(folder: Path, name: str) -> bool:
+    return folder.is_dir() and [path.name for path in folder.iterdir()] == [name]
 
 
 def _promote(stage: Path, run_dir: Path) -> None:

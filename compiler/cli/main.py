@@ -133,6 +133,7 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
             point = ""
             if hydra_cfg.mode is RunMode.MULTIRUN:
                 point = f"[job {hydra_cfg.job.num}: {' '.join(hydra_cfg.overrides.task)}] "
+                folders.discard_point(Path(hydra_cfg.runtime.output_dir), hydra_cfg.output_subdir)
             errors.append(point + error.one_line())
         except PlatformError as error:
             platform_errors.append(error.one_line())
