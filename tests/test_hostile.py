@@ -142,18 +142,6 @@ def test_an_error_in_a_users_folder_leaves_their_plan(tmp_path):
     assert not list(tmp_path.glob(".dockyard-*"))
 
 
-def test_a_sweep_whose_points_cannot_have_their_folders_is_refused_with_nothing_written(tmp_path):
-    subdir = "hydra.sweep.subdir=/etc/passwd/${hydra.job.num}"  # through a file
-    outcome = invoke(["launch", "--dry-run", "-m", "hydra/launcher=dockyard", subdir, "trainer.steps=60,61"], tmp_path)
-    assert outcome.status == 2, outcome.stderr
-    assert outcome.stderr.splitlines()[1:] == [
-        f"dockyard: error: [job {n}: trainer.steps={60 + n}] hydra.sweep.subdir: cannot create '/etc/passwd/{n}': "
-        "'/etc/passwd' is a file; name a folder you can write"
-        for n in (0, 1)
-    ]
-    assert not outcome.created, sorted(outcome.created)
-
-
 def test_the_canary_never_reaches_a_plan_a_request_or_a_message(tmp_path):
     for args in (
         ["plan", "experiment=smoke"],

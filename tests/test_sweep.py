@@ -48,6 +48,18 @@ def test_one_invalid_point_stops_the_sweep_and_every_invalid_point_is_listed(tmp
     assert not (tmp_path / "sweep").exists()
 
 
+def test_a_point_whose_folder_cannot_be_made_is_invalid_and_nothing_is_written(tmp_path):
+    subdir = "hydra.sweep.subdir=/etc/passwd/${hydra.job.num}"  # through a file
+    result = dockyard(tmp_path, "launch", "--dry-run", "-m", "hydra/launcher=dockyard", subdir, "trainer.steps=60,61")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines()[1:] == [
+        f"dockyard: error: [job {n}: trainer.steps={60 + n}] hydra.sweep.subdir: cannot create '/etc/passwd/{n}': "
+        "'/etc/passwd' is a file; name a folder you can write"
+        for n in (0, 1)
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_skip_invalid_goes_on_with_the_valid_points(tmp_path):
     dry = ["hydra.launcher.dry_run=true", "hydra.launcher.skip_invalid=true"]
     result = dockyard(tmp_path, *SWEEP, *dry, "parallelism.tp=1,3", "model=tiny,nope")

@@ -167,7 +167,7 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
             if key in folders.MADE_BY_HYDRA:
                 named[key] = _value(override)
             if key == "hydra.run.dir":
-                folders.expect(_value(override))
+                folders.expect(named[key])
         check_overrides([o for o in overrides if ("=" in o or o.startswith("~")) and not o.startswith("-")])
         app()
     except PointFailedError as exc:  # a sweep's job failed: the others ran, the summary says how

@@ -362,12 +362,14 @@ def _check_creatable(run_dir: Path) -> None:
     """A point's folder that cannot be made (`hydra.sweep.subdir` leads through a file or into a folder this
     user cannot write) is the point's error, found before anything is built or written."""
     there = next(p for p in [run_dir, *run_dir.parents] if p.exists())
-    if there == run_dir and there.is_dir():
+    if not there.is_dir():
+        why = "is a file"
+    elif there != run_dir and not os.access(there, os.W_OK | os.X_OK):
+        why = "is a folder this user cannot write in"
+    else:
         return
-    if not there.is_dir() or not os.access(there, os.W_OK | os.X_OK):
-        why = "is a file" if not there.is_dir() else "is a folder this user cannot write in"
-        message = f"cannot create '{run_dir}': '{there}' {why}"
-        raise ConfigError("hydra.sweep.subdir", message, "name a folder you can write")
+    message = f"cannot create '{run_dir}': '{there}' {why}"
+    raise ConfigError("hydra.sweep.subdir", message, "name a folder you can write")
 
 
 def discard(sweep_dir: Path) -> None:
