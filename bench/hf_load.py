@@ -84,6 +84,7 @@ import transformers.models.llama.modeling_llama, peft
 from transformers import AutoModelForCausalLM
 from torch.distributed.checkpoint import HuggingFaceStorageReader
 from entrypoint.trainer.engines import make_engine, native
+from entrypoint.trainer.teardown import leave
 from entrypoint.trainer.train import save_final_model
 before, peak, start = anonymous_mib(), Peak(), time.perf_counter()
 if way == "baseline":
@@ -107,7 +108,7 @@ gathered = [None] * dist.get_world_size()
 dist.all_gather_object(gathered, figures)
 if rank == 0:
     print("FIGURES " + json.dumps(gathered), flush=True)
-dist.destroy_process_group()
+leave()  # the trainer's way out: no interpreter shutdown under gloo's threads
 """
 
 

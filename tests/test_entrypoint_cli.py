@@ -32,6 +32,8 @@ if "--fail" in sys.argv:
 report = json.dumps({"argv": sys.argv[1:], "rank": dist.get_rank(), "sum": total.item()})
 sys.stdout.write(f"SCRIPT {report}\\n")  # one write: the ranks share the log (unbuffered)
 dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)  # as `dockyard init`'s train.py ends: no interpreter shutdown under gloo's threads
 """
 
 

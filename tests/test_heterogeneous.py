@@ -107,7 +107,7 @@ def test_another_groups_node_runs_its_command(tmp_path):
 
 TRAIN_SCRIPT = '''
 """The training group: waits for what the prep group wrote into the shared channel, then fits it."""
-import json, os, pathlib, time
+import json, os, pathlib, sys, time
 import torch, torch.distributed as dist
 
 data = pathlib.Path(os.environ["SM_CHANNEL_TRAIN"])
@@ -133,6 +133,8 @@ if dist.get_rank() == 0:
     pathlib.Path("/opt/ml/model/result.json").write_text(json.dumps(result))
 dist.barrier()
 dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)  # as `dockyard init`'s train.py ends: no interpreter shutdown under gloo's threads
 '''
 PREP_SCRIPT = """
 import os, pathlib

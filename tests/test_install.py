@@ -54,7 +54,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def run(command: list[str], cwd: Path, timeout: int = 120) -> str:
     result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    said = [line for line in result.stdout.splitlines() if line.startswith("dockyard")]  # which node failed, why
+    assert result.returncode == 0, "\n".join(said) + "\n" + result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
 
 
@@ -72,6 +73,7 @@ def test_the_wheel_needs_only_the_hosts_packages(installed: tuple[Path, Path]) -
         assert f"compiler/images/{data}" in names
 
 
+@pytest.mark.torchrun
 def test_an_initialised_project_trains_from_the_wheel(installed: tuple[Path, Path], engine, tmp_path: Path) -> None:
     """`dockyard init demo && cd demo && dockyard launch experiment=mine` on two local container nodes; dry
     runs on SageMaker and Kubernetes and a dry-run sweep; the checkout's dockyard plans the same image."""

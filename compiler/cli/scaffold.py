@@ -51,6 +51,7 @@ builds with this folder as the last layer. Replace the model and data with yours
 
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -81,12 +82,16 @@ def main() -> None:
         os.makedirs(model_dir, exist_ok=True)
         torch.save(model.module.state_dict(), os.path.join(model_dir, "model.pt"))
     dist.barrier()  # every rank waits for rank 0's save: one that left early would break its peers' connections
-    del model, optimizer  # DDP's reducer holds the process group: let it go before the group is destroyed
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
+    # gloo's worker threads may still be letting go of the last collective; were the interpreter shutting
+    # down by then, Python would end such a thread and the finished rank would abort (SIGABRT). So the
+    # process leaves without that shutdown, once its output is flushed.
+    sys.stdout.flush()
+    os._exit(0)
 '''
 
 README_MD = """\

@@ -1,12 +1,15 @@
-"""How a rank leaves torch.distributed: the one way the built-in trainer, and every script the tests start
-under torchrun, end.
+"""How a rank leaves torch.distributed: the one way the built-in trainer, and the tests' and benches' scripts
+that import it, end (a script written as a user's, like `dockyard init`'s train.py, ends the same way in two
+lines of its own).
 
-A process group outlives `destroy_process_group` while Python objects still reference it (FSDP's device
-mesh, DDP's reducer, DeepSpeed's engine). Its gloo worker threads, which hold the tensors of finished work,
-are then torn down while the interpreter finalizes; a thread that needs the GIL at that point is ended by
-Python (`PyThread_exit_thread`, a `pthread_exit`), and that forced unwind through gloo's `noexcept` C++
-frames aborts the process: "terminate called without an active exception", SIGABRT, from a rank that had
-finished its work. So a rank synchronises (every collective is complete on every rank), destroys its
+A process group can outlive `destroy_process_group`: Python objects may still reference it (FSDP's device
+mesh, DDP's reducer, DeepSpeed's engine), and even with none, a gloo worker thread may still be letting go
+of the last collective's work (a barrier's), whose captured thread-local state holds a Python object. If
+the interpreter is finalizing by then, the thread, needing the GIL, is ended by Python
+(`PyThread_exit_thread`, a `pthread_exit`), and that forced unwind through gloo's `noexcept` C++ frames
+aborts the process: "terminate called without an active exception", SIGABRT, from a rank that had
+finished its work (a core dump shows it: the main thread in `Py_FinalizeEx`, the worker in
+`~AsyncBarrierWork`). So a rank synchronises (every collective is complete on every rank), destroys its
 process groups while the interpreter is alive, flushes its output, and ends without finalizing.
 """
 

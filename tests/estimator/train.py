@@ -48,3 +48,5 @@ if rank == 0:
     (Path(args.model_dir) / "model.json").write_text(json.dumps(model))
 dist.barrier()  # every file written before the first node exits (the SDK's compose then stops the others)
 dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)  # as `dockyard init`'s train.py ends: no interpreter shutdown under gloo's threads
