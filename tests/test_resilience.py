@@ -27,7 +27,7 @@ from compiler.targets.local import translate as local
 from compiler.targets.local.runner import RUN_LABEL
 from compiler.targets.slurm import TARGET as SLURM
 from compiler.targets.slurm import jobs as slurm_jobs
-from entrypoint.launcher import main as launcher
+from entrypoint.launcher import failures
 from entrypoint.trainer.faults import Faults
 from entrypoint.trainer.health import FAIL_BELOW, WARN_BELOW, bandwidth_finding, expected_gbps, parse_smi
 from entrypoint.trainer.models import model_spec
@@ -139,11 +139,36 @@ def test_resilience_keys_are_checked_at_compile():
 
 def test_the_failure_reason_becomes_the_termination_message(tmp_path):
     log = tmp_path / "termination-log"
-    launcher.termination_message("health check failed on node 1 (n2): gpus: 7 visible", log)
+    failures.termination_message("health check failed on node 1 (n2): gpus: 7 visible", log)
     assert not log.exists()  # only where Kubernetes made the file
     log.touch()
-    launcher.termination_message("health check failed on node 1 (n2): gpus: 7 visible", log)
+    failures.termination_message("health check failed on node 1 (n2): gpus: 7 visible", log)
     assert log.read_text() == "health check failed on node 1 (n2): gpus: 7 visible\n"
+
+
+ABORTED_AT_EXIT = """\
+step 20 loss 1.6000
+terminate called without an active exception
+W1128 07:41:00.994 7 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 9 closing signal SIGTERM
+E1128 07:41:01.026 7 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -6) local_rank: 1
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+  exitcode  : -15 (pid: 9)  (SIGTERM)
+  traceback : Signal 15 (SIGTERM) received by PID 9
+  exitcode  : -6 (pid: 10)  (SIGABRT)
+  traceback : Signal 6 (SIGABRT) received by PID 10
+"""
+"""The end of a node's log where a user's script on gloo aborted after its last step (torch's exit race; seen on
+a local job of `dockyard init`'s first train.py; shortened: no time stamps, the traceback's middle left out)."""
+
+
+def test_a_rank_aborted_in_cpp_is_named_so_with_what_to_do():
+    reason = failures.failure_reason(1, ABORTED_AT_EXIT.splitlines())
+    assert reason.startswith("terminate called without an active exception: a rank aborted in C++;"), reason
+    assert "os._exit(0)" in reason
+    signalled = [line for line in ABORTED_AT_EXIT.splitlines() if "terminate called" not in line]
+    assert failures.failure_reason(1, signalled) == "Signal 6 (SIGABRT) received by PID 10"
+    thrown = "terminate called after throwing an instance of 'gloo::EnforceNotMet'"
+    assert failures.failure_reason(1, [*signalled, thrown]) == thrown  # another abort: its line, without a hint
 
 
 def start_two_nodes(tmp_path: Path, *overrides: str, **env: str) -> list[subprocess.Popen]:

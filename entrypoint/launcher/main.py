@@ -12,19 +12,17 @@ import argparse
 import collections
 import json
 import os
-import re
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from compiler.spec import Plan
-from compiler.spec.contract import RUN_AS_USER, TERMINATION_LOG
+from compiler.spec.contract import RUN_AS_USER
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import Entry, Launcher
 from entrypoint.launcher import toolkit
@@ -40,6 +38,13 @@ from entrypoint.launcher.cluster import (
     within_group,
 )
 from entrypoint.launcher.comm import Detected, EnvRow, Interface, choose_interface, comm_env, detect
+from entrypoint.launcher.failures import (
+    WORKER_FAILED,
+    failure_reason,
+    note_failure,
+    termination_message,
+    worker_failure,
+)
 from entrypoint.launcher.privileges import Account, PathError, check_writable, choose_account, drop_to, hand_over
 from entrypoint.launcher.secrets import with_secrets
 from entrypoint.launcher.threads import threads_env
@@ -316,58 +321,12 @@ def run(launch: Launch, env: dict[str, str]) -> int:
     return status
 
 
-WORKER_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
-"""What torchrun's agent logs when one of its workers has failed, before it restarts them or gives up."""
-
-
-FAILURES_FILE = "failures.jsonl"
-"""In a node's restart notes (`Paths.restart_notes`): one JSON object per worker failure of that node."""
-
-
-def worker_failure(node: Node, failed: re.Match, tail: list[str]) -> dict:
-    """A worker failure as the node whose worker died sees it: where, the exit code (negative: the signal)
-    and the cause in words."""
-    code, local_rank = int(failed[1]), int(failed[2])
-    cause = f"killed by {signal.Signals(-code).name}" if code < 0 else failure_reason(code, tail[:-1])
-    where = f"local rank {local_rank} on node {node.node_rank} ({node.current_host})"
-    return {"where": where, "host": node.current_host, "local_rank": local_rank, "exit_code": code, "cause": cause}
-
-
-def note_failure(paths: Paths, node: Node, failure: dict) -> None:
-    """Note the failure where the restarted trainer reads it, if the trainer made the folder (it does when
-    the job starts; a failure before that goes without a note)."""
-    folder = paths.restart_notes(node.current_host)
-    if folder.is_dir():
-        with (folder / FAILURES_FILE).open("a") as notes:
-            notes.write(json.dumps({**failure, "at": time.time()}) + "\n")
-
-
 def restart_line(launch: Launch, count: int, failure: dict) -> str:
     """The cause of an in-job restart, as the node whose worker died sees it."""
     return (
         f"dockyard-entrypoint: restart {count} of {launch.plan.trainer.restarts}: {failure['where']} failed: "
         f"{failure['cause']}; torchrun restarts the workers, which resume from the newest checkpoint"
     )
-
-
-FAILURE_PATTERNS = (
-    re.compile(r"\b(\w+(Error|Exception)|Timed out|timed out)\b.*"),
-    re.compile(r"\bSignal \d+ \(\w+\) received\b.*"),
-)
-"""What a failed rank leaves in the log, most telling first: an exception (a collective's timeout is one),
-then the signal that killed a rank (torchrun also ends the healthy ranks of a node with SIGTERM)."""
-TORCHRUN_EXCEPTIONS = ("ChildFailedError", "SignalException")
-"""torchrun's own, left out of the reason: it raises them once a worker has failed or it was signalled itself,
-and the worker's own line says more."""
-
-
-def failure_reason(status: int, tail: list[str]) -> str:
-    """The last line of the log matching the first pattern that matches at all, else the exit status."""
-    for pattern in FAILURE_PATTERNS:
-        for line in reversed(tail):
-            if not any(name in line for name in TORCHRUN_EXCEPTIONS) and (match := pattern.search(line)):
-                return match[0].strip()
-    return f"torchrun exited with status {status}"
 
 
 def write_failure(launch: Launch, reason: str, context: str, tail: list[str]) -> None:
@@ -378,12 +337,6 @@ def write_failure(launch: Launch, reason: str, context: str, tail: list[str]) ->
     launch.paths.failure.parent.mkdir(parents=True, exist_ok=True)
     launch.paths.failure.write_text(text)
     termination_message(reason)
-
-
-def termination_message(reason: str, path: Path = Path(TERMINATION_LOG)) -> None:
-    """The reason as the container's termination message, where Kubernetes made the file for one."""
-    if path.is_file():
-        path.write_text(reason + "\n")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -4,7 +4,7 @@ rank died, and this attempt resumes from the newest complete checkpoint.
 Rank 0 notes the step it has reached (a file beside the checkpoints, replaced after each step), so that the
 attempt after a restart can say how many steps were lost. Each node keeps restart notes (`Paths.restart_notes`):
 its local leader makes the folder when the job starts and marks there that the node passed the health check;
-the node's entrypoint adds each worker failure it sees (`entrypoint.launcher.main.note_failure`). After a
+the node's entrypoint adds each worker failure it sees (`entrypoint.launcher.failures.note_failure`). After a
 restart the ranks gather every node's failures, and rank 0 appends one JSON line per restart, with its cause
 and the steps lost, to the job's output folder (`RESTARTS_FILE`), which the run's record counts.
 """
@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from compiler.spec import files
 from compiler.spec.contract import RESTARTS_FILE
-from entrypoint.launcher.main import FAILURES_FILE
+from entrypoint.launcher.failures import FAILURES_FILE
 
 REACHED = "reached-step"
 """The file beside the checkpoints that holds the last step rank 0 finished."""
