@@ -93,3 +93,28 @@ def test_an_edit_to_the_projects_config_is_composed_again(project: Path) -> None
     experiment = project / "conf" / "experiment" / "mine.yaml"
     experiment.write_text(experiment.read_text().replace("steps: 20", "steps: 7"))
     assert "steps=7" in dockyard("plan", "experiment=mine", cwd=project).stdout
+
+
+def test_a_folder_a_config_file_names_that_cannot_be_made_is_one_line_naming_its_key(project: Path) -> None:
+    """`hydra: run: dir:` or `sweep: dir:` in the user's experiment, not on the command line, through a file or
+    into /proc: the key's one line, from the project and from elsewhere through `--config-dir`; nothing made."""
+    experiment = project / "conf" / "experiment" / "mine.yaml"
+    written = experiment.read_text()
+    experiment.write_text(written + "hydra:\n  run:\n    dir: /etc/passwd/${name}\n")
+    for cwd, flags in ((project, ()), (project.parent, ("--config-dir", str(project / "conf")))):
+        result = dockyard("plan", *flags, "experiment=mine", cwd=cwd)
+        assert (result.returncode, result.stderr) == (
+            2,
+            "dockyard: error: hydra.run.dir: cannot create '/etc/passwd/mine': Not a directory; "
+            "name a folder you can write\n",
+        )
+    experiment.write_text(written + "hydra:\n  sweep:\n    dir: /proc/sweeps\n")
+    sweep = ("-m", "experiment=mine", "trainer.hyperparameters.steps=1,2")
+    for command in (("plan", *sweep), ("launch", *sweep, "--dry-run")):
+        result = dockyard(*command, cwd=project)
+        assert (result.returncode, result.stderr) == (
+            2,
+            "dockyard: error: hydra.sweep.dir: cannot create '/proc/sweeps': No such file or directory; "
+            "name a folder you can write\n",
+        )
+    assert sorted(p.name for p in project.iterdir()) == [".dockerignore", "README.md", "conf", "train.py"]

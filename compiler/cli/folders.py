@@ -12,15 +12,18 @@ is removed, and a file it did not create is never touched.
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from itertools import count
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from compiler.config.compose import NAME_MAX, as_config_error
+from compiler.config.compose import CONFIG_NAME, NAME_MAX, as_config_error
 from compiler.core.grammar import check_name
 from compiler.spec.errors import ConfigError
 
@@ -146,6 +149,26 @@ def creation_error(key: str, folder: str, error: OSError) -> ConfigError | None:
     if failed != start and failed not in start.parents and start not in failed.parents:
         return None
     return cannot_create(key, failed, error)
+
+
+def configured(overrides: Sequence[str], config_dirs: Sequence[Path], multirun: bool) -> dict[str, str]:
+    """The run or sweep folder as the user's config files name it (`hydra: run: dir: ...`), as written:
+    the command is composed again, without its sweep, only to tell which folder Hydra failed to make.
+    Empty where the folder is dockyard's default (made by `fresh_dir`, which reports its own errors) or the
+    command does not compose this way (a primary config of the user's own)."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    *users, dockyards = config_dirs
+    searchpath = [f"hydra.searchpath=[{','.join(f'file://{folder}' for folder in users)}]"] if users else []
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        single = [o.input_line for o in parsed if not o.is_sweep_override()]
+        with initialize_config_dir(str(dockyards), version_base="1.3"):
+            cfg = compose(CONFIG_NAME, overrides=[*single, *searchpath], return_hydra_config=True)
+        parent, _, leaf = key.rpartition(".")
+        written = str(OmegaConf.select(cfg, parent)._get_node(leaf)._value())
+    except (HydraException, OmegaConfBaseException):
+        return {}
+    return {} if RESOLVER in written else {key: written}
 
 
 def claim(run_dir: Path) -> None:

@@ -155,6 +155,7 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
     sys.argv = [PROG, *_with_staging(open_maps(overrides))]
     named: dict[str, str] = {}
     """The folders Hydra makes that the user named (`hydra.run.dir=...`), as given."""
+    flags: argparse.Namespace | None = None
     try:
         flags = _check_flags(sys.argv[1:])
         for folder in (flags.config_dir, flags.config_path):
@@ -178,7 +179,9 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
             raise
         error = as_config_error(exc)
         errors += [error.one_line(), *(error.points if isinstance(error, InvalidSweepError) else ())]
-    except OSError as exc:  # Hydra could not make the folder the user named
+    except OSError as exc:  # Hydra could not make the folder the user named, here or in a config file
+        if not named and flags is not None:
+            named = folders.configured(flags.overrides, config_dirs(overrides), flags.multirun)
         refusals = (folders.creation_error(key, folder, exc) for key, folder in named.items())
         refusal = next((r for r in refusals if r is not None), None)
         if user_wants_traceback or task_failed or refusal is None:
