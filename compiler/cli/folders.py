@@ -165,7 +165,7 @@ def configured(overrides: Sequence[str], config_dirs: Sequence[Path], multirun: 
         with initialize_config_dir(str(dockyards), version_base="1.3"):
             cfg = compose(CONFIG_NAME, overrides=[*single, *searchpath], return_hydra_config=True)
         parent, _, leaf = key.rpartition(".")
-        written = str(OmegaConf.select(cfg, parent)._get_node(leaf)._value())
+        written = str(OmegaConf.to_container(OmegaConf.select(cfg, parent), resolve=False)[leaf])
     except (HydraException, OmegaConfBaseException):
         return {}
     return {} if RESOLVER in written else {key: written}
