@@ -133,6 +133,10 @@ def test_the_end_of_text_token_is_appended_once_and_trained_only_after_an_open_t
         Encoded(np.asarray([1, 2, eos], np.uint32), np.asarray([0, 1, 0], np.uint8), False), eos
     )
     assert closed[0].tolist() == [1, 2, eos] and closed[1].tolist() == [0, 1, 0]  # Phi's rendering ends with it
+    stop = token_cache._with_eos(
+        Encoded(np.asarray([1, 2, eos], np.uint32), np.asarray([0, 1, 1], np.uint8), False), eos
+    )
+    assert stop[0].tolist() == [1, 2, eos] and stop[1].tolist() == [0, 1, 1]  # Llama 3's <|eot_id|> is its eos
     open_turn = token_cache._with_eos(Encoded(np.asarray([1, 2], np.uint32), np.asarray([0, 1], np.uint8)), eos)
     assert open_turn[0].tolist() == [1, 2, eos] and open_turn[1].tolist() == [0, 1, 1]
 

@@ -12,6 +12,7 @@ import pytest
 from jinja2 import TemplateError
 
 from compiler.spec.schema import LossOn
+from entrypoint.trainer import token_cache
 from entrypoint.trainer.chat import ChatEncoder, ChatRecordError
 
 TEMPLATES_DIR = Path(__file__).parent / "data" / "chat_templates"
@@ -126,3 +127,21 @@ def test_the_templates_date_is_the_plans(encoders):
     assert f"Today Date: {date.today():%d %b %Y}" in today
     planned = ChatEncoder(Path(encoder.tokenizer.name_or_path), LossOn.assistant, date(2031, 2, 3))
     assert "Today Date: 03 Feb 2031" in encoder.tokenizer.decode(planned.encode({"messages": messages}).ids.tolist())
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_single_turns_stop_token_is_trained_as_the_token_cache_writes_it(encoders, name):
+    """The token cache's document (`_with_eos`): the reply's end-of-turn marker is a target even where it is the
+    rendering's last token and the tokenizer's eos (Llama 3, Mistral v0.3); an end-of-text token after it is not."""
+    encoder, model = encoders[name], MODELS[name]
+    encoded = encoder.encode({"messages": CONVERSATIONS["one turn"]})
+    eos, marker = (encoder.tokenizer.convert_tokens_to_ids(token) for token in (model.eos, model.marker))
+    ids, targets = token_cache._with_eos(encoded, eos)
+    assert ids[-1] == eos and ids[: len(encoded.ids)].tolist() == encoded.ids.tolist()
+    last_marker = int(np.flatnonzero(encoded.ids == marker)[-1])  # the rendering's, not an appended eos
+    assert targets[last_marker] == 1, (name, ids.tolist(), targets.tolist())
+    assert targets[last_marker + 1 :].sum() == 0  # what follows it (a newline, Phi's or an appended eos): none
+    assert target_runs(encoder.tokenizer, ids, targets) == [
+        run + model.marker for run in target_runs(encoder.tokenizer, ids[:last_marker], targets[:last_marker])
+    ]
+    assert target_runs(encoder.tokenizer, ids, targets)[-1].endswith("Four." + model.marker)

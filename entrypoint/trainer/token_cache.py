@@ -131,11 +131,13 @@ def build(
 
 def _with_eos(encoded: Encoded, eos: int | None) -> tuple[np.ndarray, np.ndarray]:
     """A document followed by the end-of-text token, which separates documents in the stream: appended unless the
-    rendering already ends with it (Phi's templates), and a target where the document does not end its last turn
-    itself (text; a chat template without an end-of-turn marker)."""
+    rendering already ends with it, and a target where the document does not end its last turn itself (text; a
+    chat template without an end-of-turn marker). A rendering that ends with it keeps that token's own flag too:
+    where the template's end-of-turn marker is the eos (Llama 3, Mistral v0.3) it is the last reply's stop token,
+    a target; after Phi's `<|end|>` it is none."""
     ids, targets = encoded.ids, encoded.targets
     if len(ids) and ids[-1] == eos:
-        return ids, np.concatenate([targets[:-1], [int(encoded.eos_target)]]).astype(np.uint8)
+        return ids, np.concatenate([targets[:-1], [targets[-1] | int(encoded.eos_target)]]).astype(np.uint8)
     return (
         np.concatenate([ids, np.asarray([eos], dtype=np.uint32)]),
         np.concatenate([targets, [int(encoded.eos_target)]]).astype(np.uint8),
