@@ -1,6 +1,7 @@
 """`dockyard launch ... data.format=chat` on two local container nodes with Phi-4-mini's chat template (whose
 renderings end with the end-of-text token, where prefix comparison found no reply): the validation loss
-falls, and the run's token cache holds transformers' ids and exactly the replies with their `<|end|>`."""
+falls, and the run's token cache holds transformers' ids and exactly the replies with their `<|end|>`. Llama
+3.2's template through the entrypoint alone: the final `<|eot_id|>`, its eos, is a target."""
 
 import json
 import subprocess
