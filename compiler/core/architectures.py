@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compiler.spec.errors import ConfigError
-from compiler.spec.files import FileError, as_json, integer, number
+from compiler.spec.files import FileError, as_json, integer, number, optional_object
 
 
 @dataclass(frozen=True)
@@ -95,8 +95,8 @@ def model_fields(config: dict[str, Any], where: str) -> dict[str, Any]:
         raise FileError("model.path", where, f"gives {kv_heads} key/value heads, which do not divide {heads} heads")
     if head_dim is None and hidden % heads:
         raise FileError("model.path", where, f"gives {heads} heads, which do not divide hidden_size {hidden}")
-    rope = config.get("rope_parameters")
-    rope = rope if isinstance(rope, dict) else {}
+    rope = optional_object(config, "rope_parameters", "model.path", where)
+    optional_object(config, "rope_scaling", "model.path", where)  # transformers 4's name for rope_parameters
     theta_from = config if config.get("rope_theta") is not None else rope
     attention_bias = _flag(config, "attention_bias", False, where)
     return shape | {
@@ -118,8 +118,30 @@ GRAMMAR = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 """A transformers model type (`llama`, `gpt_neox`, `xlm-roberta`; remote code may use capitals)."""
 
 
+DIMENSION_BOUNDS = {
+    "num_hidden_layers": 2**10,
+    "n_layer": 2**10,
+    "hidden_size": 2**17,
+    "n_embd": 2**17,
+    "intermediate_size": 2**20,
+    "n_inner": 2**20,
+    "num_attention_heads": 2**12,
+    "n_head": 2**12,
+    "num_key_value_heads": 2**12,
+    "head_dim": 2**12,
+    "vocab_size": 2**22,
+    "max_position_embeddings": 2**24,
+    "n_positions": 2**24,
+}
+"""The largest value of each count dockyard plans: far above every published model (hundreds of layers, widths
+of tens of thousands, vocabularies of a few hundred thousand, contexts of ten million), far below what would
+overflow a plan's estimate."""
+DEFAULT_BOUND = 2**20
+"""The bound of a count not listed above."""
+
+
 def _integer(config: dict[str, Any], key: str, where: str) -> int:
-    return integer(config, key, "model.path", where)
+    return integer(config, key, "model.path", where, maximum=DIMENSION_BOUNDS.get(key, DEFAULT_BOUND))
 
 
 def _flag(config: dict[str, Any], key: str, default: bool, where: str) -> bool:

@@ -118,15 +118,32 @@ def read_json_lines(path: Path, key: str, limit: int = LARGE_FILE) -> tuple[list
     return found, skipped
 
 
-def integer(values: dict[str, Any], name: str, key: str, path: Path | str, *, minimum: int = 1) -> int:
-    """`values[name]` as a whole number ≥ `minimum` (JSON's `2.0` is one; `"2"`, `true` and `2.5` are not)."""
+def integer(
+    values: dict[str, Any], name: str, key: str, path: Path | str, *, minimum: int = 1, maximum: int = 2**63 - 1
+) -> int:
+    """`values[name]` as a whole number from `minimum` to `maximum`. JSON's `64.0` is refused, not rounded:
+    transformers' configs and the `tokenizers` library refuse it too, so a file dockyard reads loads there."""
     value = values.get(name)
     if isinstance(value, float) and value.is_integer():
-        value = int(value)
+        fix = f"write {name}: {int(value)}" if abs(value) < 2**63 else "fix or replace the file"
+        problem = f"gives {name} = {as_json(value)}, written with a decimal point, which transformers refuses"
+        raise FileError(key, path, problem, fix)
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         if name not in values:
             raise FileError(key, path, f"has no {name}")
         raise FileError(key, path, f"gives {name} = {as_json(value)}, not a whole number ≥ {minimum}")
+    if value > maximum:
+        raise FileError(key, path, f"gives {name} = {value:,}, above {maximum:,}, the most dockyard plans")
+    return value
+
+
+def optional_object(values: dict[str, Any], name: str, key: str, path: Path | str) -> dict[str, Any]:
+    """`values[name]` as a JSON object, `{}` where it is absent or null (`rope_parameters`, `rope_scaling`)."""
+    value = values.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise FileError(key, path, f"gives {name} = {as_json(value)}, not an object or null")
     return value
 
 
