@@ -82,6 +82,11 @@ CONFIG_JSON_CASES = {
     "tied": ({"tie_word_embeddings": "yes"}, 'gives tie_word_embeddings = "yes", not true or false'),
     "model_type": ({"model_type": "llama\n\x1b[2Jdockyard: ok"}, "gives model_type = "),
     "long": ({"intermediate_size": "9" * 5000}, 'gives intermediate_size = "9999999999'),
+    "hidden_huge": ({"hidden_size": 2**62}, "gives hidden_size = 4,611,686,018,427,387,904, above 131,072"),
+    "layers_huge": ({"num_hidden_layers": 2**40}, "gives num_hidden_layers = 1,099,511,627,776, above 1,024"),
+    "hidden_float": ({"hidden_size": 4096.0}, "gives hidden_size = 4096.0, written with a decimal point"),
+    "rope_scaling": ({"rope_scaling": 3}, "gives rope_scaling = 3, not an object or null"),
+    "rope_parameters": ({"rope_parameters": "x"}, 'gives rope_parameters = "x", not an object or null'),
 }
 
 
@@ -134,6 +139,7 @@ def tokenizer_folder(folder: Path, added: list, vocab: object = None) -> Path:
         ([{"content": "</s>"}], None, "added_tokens[0] has no id"),
         ([{"content": "</s>", "id": -1}], None, "added_tokens[0] gives id = -1, not a whole number ≥ 0"),
         ([{"content": "</s>", "id": 2.5}], None, "added_tokens[0] gives id = 2.5, not a whole number ≥ 0"),
+        ([{"content": "</s>", "id": 2.0}], None, "added_tokens[0] gives id = 2.0, written with a decimal point"),
         ([{"content": "</s>", "id": "2"}], None, 'added_tokens[0] gives id = "2", not a whole number ≥ 0'),
         (["</s>"], None, "gives added_tokens that are not a list of objects"),
         ([], {"a": -3}, 'gives the token "a" the id -3, not a whole number ≥ 0'),
@@ -190,3 +196,53 @@ def test_the_nodes_read_a_safetensors_index_through_the_same_reader(tmp_path, in
     with pytest.raises(files.FileError) as error:
         load_safetensors(tmp_path)
     assert error.value.one_line() == f"model.path: {tmp_path / SAFETENSORS_INDEX} {problem}; fix or replace the file"
+
+
+def checkpoint(folder: Path, index: dict | None = None) -> Path:
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA3_8B))
+    if index is not None:
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": index}))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (lambda f: checkpoint(f, {"w": "../../../../etc/passwd"}), "index.json has no weight_map of tensor names"),
+        (lambda f: checkpoint(f, {"w": "/etc/shadow"}), "index.json has no weight_map of tensor names to shard"),
+        (lambda f: checkpoint(f, {"w": "model-1.safetensors"}), "model-1.safetensors does not exist"),
+        (lambda f: (checkpoint(f, {"w": "shard"}) / "shard").mkdir(), "shard is not a regular file, and model."),
+        (lambda f: (checkpoint(f) / "model.safetensors").symlink_to("/gone"), "model.safetensors is a link to nothing"),
+        (lambda f: (checkpoint(f) / "model.safetensors").symlink_to("model.safetensors"), "is a link that loops"),
+    ],
+    ids=["climbs", "absolute", "missing", "folder", "dangling", "loop"],
+)
+def test_a_checkpoint_folder_whose_index_leaves_it_or_links_nowhere_is_one_line_at_plan_time(tmp_path, make, problem):
+    """Nothing outside the folder is read, mounted or uploaded: the planner checks what the nodes would open."""
+    make(tmp_path / "checkpoint")
+    outcome = invoke(["plan", "model=hf", f"model.path={tmp_path / 'checkpoint'}"], tmp_path)
+    assert_clean(outcome)
+    assert outcome.status == 2 and outcome.error_keys == ["model.path"], outcome.stderr
+    assert problem in outcome.stderr and str(tmp_path / "checkpoint") in outcome.stderr
+
+
+def test_a_hub_cache_snapshot_linking_its_shards_into_blobs_plans(tmp_path):
+    (tmp_path / "blobs").mkdir()
+    (tmp_path / "blobs" / "abc").write_bytes(b"weights")
+    folder = checkpoint(tmp_path / "snapshot", {"w": "model-1.safetensors"})
+    (folder / "model-1.safetensors").symlink_to("../blobs/abc")
+    outcome = invoke(["plan", "model=hf", f"model.path={folder}", "hardware.memory_check=false"], tmp_path)
+    assert outcome.status == 0, outcome.stderr
+
+
+def test_a_lora_rank_wider_than_the_projections_it_adapts_is_one_line(tmp_path):
+    """Llama 3 8B's k_proj and v_proj write 1,024 features: a rank above that adapts nothing more."""
+    folder = checkpoint(tmp_path / "checkpoint")
+    outcome = invoke(["plan", "model=hf", f"model.path={folder}", "model.lora.rank=1025"], tmp_path)
+    assert outcome.status == 2 and outcome.error_keys == ["model.lora.rank"], outcome.stderr
+    assert "1025 exceeds 1024, the narrowest side of a projection it adapts" in outcome.stderr
+    outcome = invoke(
+        ["plan", "model=hf", f"model.path={folder}", "model.lora.rank=1024", "hardware.memory_check=false"], tmp_path
+    )
+    assert outcome.status == 0, outcome.stderr

@@ -1,9 +1,10 @@
 """`model=hf`: the checkpoint's config.json, read when the config is made, fills the model's shape, so the
 planner sizes a Hugging Face model as it sizes the built-in one.
 
-Only config.json is read here, never the weights: from the folder, as the one object under an s3:// prefix,
-or from the Hub over HTTPS for a Hub id (with the caller's HF_TOKEN for gated models: the token stays on this
-machine, the plan records only the id). The nodes fetch the weights themselves.
+Only config.json is read here, never the weights (a local folder's links and index are checked: every shard
+it names lies in it): from the folder, as the one object under an s3:// prefix, or from the Hub over HTTPS
+for a Hub id (with the caller's HF_TOKEN for gated models: the token stays on this machine, the plan records
+only the id). The nodes fetch the weights themselves.
 """
 
 import os
@@ -15,11 +16,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from compiler.core import grammar
 from compiler.core.architectures import model_fields
+from compiler.spec.checkpoint_files import check_folder
 from compiler.spec.errors import ConfigError, shown
 from compiler.spec.files import SMALL_FILE, decoded, json_object, read_json_object
 
 CONFIG_FILE = "config.json"
-HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?")
 HUB = "https://huggingface.co"
 """The Hub, or the mirror HF_ENDPOINT names (as huggingface_hub reads it)."""
 REQUIRED_SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "context")
@@ -38,6 +40,7 @@ def fill_from_checkpoint(model: DictConfig) -> None:
         )
     fields = model_fields(read_config(path), f"{path}/{CONFIG_FILE}")
     if Path(path).is_dir():  # the targets mount it, from wherever the command ran
+        check_folder(Path(path))
         model.path = str(Path(path).resolve())
     for name, value in fields.items():
         if name in REQUIRED_SHAPE and not OmegaConf.is_missing(model, name):
@@ -60,7 +63,7 @@ def read_config(path: str) -> dict[str, Any]:
         if not file.exists() and not file.is_symlink():
             raise ConfigError("model.path", f"{path} holds no {CONFIG_FILE}", "point it at a save_pretrained folder")
         return read_json_object(file, "model.path")
-    if HUB_ID.match(path) and not path.startswith((".", "/")):
+    if HUB_ID.fullmatch(path) and not path.startswith((".", "/")):
         return json_object(decoded(_read_hub(path), "model.path", where), "model.path", where)
     raise ConfigError("model.path", f"{shown(path)} is not a folder, an s3:// prefix or a Hub id", "check the path")
 

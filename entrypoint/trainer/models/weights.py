@@ -15,13 +15,11 @@ import torch
 from huggingface_hub import save_torch_state_dict
 from safetensors.torch import load_file
 
-from compiler.spec import files
+from compiler.spec.checkpoint_files import SAFETENSORS_FILE, SAFETENSORS_INDEX, shard_names
 
 MODEL_FILE = "model.pt"
 CONFIG_FILE = "config.json"
 GENERATION_CONFIG_FILE = "generation_config.json"
-SAFETENSORS_FILE = "model.safetensors"
-SAFETENSORS_INDEX = "model.safetensors.index.json"
 SHARD_SIZE = "5GB"
 """Hugging Face's default: a larger model is split into shards of at most this size, with an index."""
 PARTIAL = ".partial"
@@ -95,16 +93,6 @@ def load_safetensors(folder: Path) -> dict[str, torch.Tensor]:
     for shard in shard_names(index):
         state |= load_file(folder / shard)
     return state
-
-
-def shard_names(index: Path) -> list[str]:
-    """The shards a safetensors index names: files in the index's own folder (a name with a folder in it,
-    `../x`, would read outside the checkpoint)."""
-    weight_map = files.read_json_object(index, "model.path").get("weight_map")
-    shards = set(weight_map.values()) if isinstance(weight_map, dict) else set()
-    if not shards or not all(isinstance(s, str) and s and Path(s).name == s and s not in (".", "..") for s in shards):
-        raise files.FileError("model.path", index, "has no weight_map of tensor names to shard files beside it")
-    return sorted(shards)
 
 
 TOKENIZER_FILES = (
