@@ -200,6 +200,13 @@ def count(text: str) -> int:
     return value
 
 
+def node_name(text: str) -> str:
+    """A node's name as the logs label it: not empty (which would match every line), printable."""
+    if not text.strip() or not text.isprintable():
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a node's name (algo-2, n1, a pod's host)")
+    return text
+
+
 def main(verb: str, args: list[str]) -> None:
     parser = OneLineParser(prog=f"dockyard {verb}")
     if verb == "runs":
@@ -213,7 +220,9 @@ def main(verb: str, args: list[str]) -> None:
     if verb == "logs":
         parser.add_argument("-f", "--follow", action="store_true", help="print new lines until the run ends")
         parser.add_argument("--tail", type=count, metavar="N", help="only the last N lines (before following)")
-        parser.add_argument("--node", metavar="NAME", help="only this node's lines (algo-2, n1, a pod's host)")
+        parser.add_argument(
+            "--node", type=node_name, metavar="NAME", help="only this node's lines (algo-2, n1, a pod's host)"
+        )
     if verb == "status":
         parser.add_argument("--plot", action="store_true", help="draw RUN/loss.png from the metrics in its folder")
         parser.add_argument("--sort", choices=summary.SORTABLE, help="a sweep's table by this column, lowest first")

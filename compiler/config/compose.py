@@ -39,7 +39,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandat
 
 from compiler.config import cache, interpolations, pretrained, store
 from compiler.spec import schema
-from compiler.spec.errors import ConfigError, UnknownNameError
+from compiler.spec.errors import ConfigError, UnknownNameError, shown
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 CONFIG_NAME = "config"
@@ -235,15 +235,20 @@ def _reject_duplicate_keys(override: str) -> None:
 
 def reject_numbers_for_strings(overrides: Sequence[str]) -> None:
     """`image.torch=2.10` would arrive as the float 2.1 and `name=1e3` as '1000.0': a float given for a
-    string field (versions, names, environment values) is refused with the quoting that keeps it."""
+    string field (versions, names, environment values) is refused with the quoting that keeps it. A yes/no
+    field takes true or false only: OmegaConf would read `2`, `1` or `yes` as true."""
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except OverrideParseException:
         return  # Hydra reports it while composing
     for override in parsed:
-        if override.is_delete() or override.is_sweep_override() or not isinstance(override.value(), float):
+        if override.is_delete() or override.is_sweep_override():
             continue
-        if str in _field_types(override.key_or_group.split(".")):
+        types, value = _field_types(override.key_or_group.split(".")), override.value()
+        if bool in types and str not in types and value is not None and not isinstance(value, bool):
+            key = override.key_or_group.lstrip("+~")
+            raise ConfigError(key, f"is true or false, not {shown(value)}", f"write {key}=true or false")
+        if isinstance(value, float) and str in types:
             raw = override.input_line.partition("=")[2]
             raise ConfigError(
                 override.key_or_group,

@@ -64,7 +64,7 @@ def check_image_reference(key: str, value: str) -> re.Match:
     if match is None or len(match["repository"]) + len(match["domain"] or "") > MAX_REPOSITORY:
         raise ConfigError(key, f"{shown(value)} is not an image reference", "use [registry/]repository[:tag][@digest]")
     if match["domain"]:
-        _check_port(key, match["domain"])
+        check_port(key, match["domain"])
     return match
 
 
@@ -77,7 +77,7 @@ def check_repository(key: str, value: str) -> None:
 def check_registry(key: str, value: str) -> None:
     _refuse_credentials(key, value)
     check(key, value, DOMAIN, "a registry host", "use host[:port], like 123456789012.dkr.ecr.us-east-1.amazonaws.com")
-    _check_port(key, value)
+    check_port(key, value)
 
 
 def _refuse_credentials(key: str, host: object) -> None:
@@ -88,7 +88,7 @@ def _refuse_credentials(key: str, host: object) -> None:
         )
 
 
-def _check_port(key: str, host: str) -> None:
+def check_port(key: str, host: str) -> None:
     _, colon, port = host.rpartition(":")
     if colon and "]" not in port and not 0 < int(port) <= MAX_PORT:
         raise ConfigError(key, f"port {port} is not a TCP port", f"use a port from 1 to {MAX_PORT}")

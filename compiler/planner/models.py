@@ -74,6 +74,12 @@ class DecoderFamily:
 
     def check(self, model: schema.ModelConfig) -> Iterator[str]:
         check_lora(model.lora)  # the built-in decoder takes no adapters, but its values are checked too
+        if model.path and model.family != "hf":
+            raise ConfigError(
+                "model.path",
+                f"names a checkpoint, and model.family={model.family} is built from its shape, never loaded",
+                "use model=hf to start from the checkpoint, or drop model.path",
+            )
         for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "context", "seq_len"):
             if getattr(model, name) < 1:
                 raise ConfigError(f"model.{name}", f"must be at least 1 (got {getattr(model, name)})")
@@ -201,6 +207,13 @@ class PretrainedFamily(DecoderFamily):
                         f"{shown(target)} names no projection of {model.architecture}",
                         f"choose among {', '.join(names)}",
                     )
+        widths = [min(shape) for shape in self._adapted_shapes(model)] or [model.hidden]
+        if model.lora.rank > min(widths):
+            raise ConfigError(
+                "model.lora.rank",
+                f"{model.lora.rank} exceeds {min(widths)}, the narrowest side of a projection it adapts",
+                f"give a rank of at most {min(widths)} (8 to 64 is usual)",
+            )
 
     def parameter_count(self, model: schema.ModelConfig, layers: int, first: bool, last: bool) -> int:
         arch = architecture(model.architecture)
@@ -222,6 +235,11 @@ class PretrainedFamily(DecoderFamily):
 
     def lora_parameters(self, model: schema.ModelConfig) -> int:
         """The adapters' parameters: rank × (inputs + outputs) of every adapted projection of every layer."""
+        return model.layers * model.lora.rank * sum(inputs + outputs for inputs, outputs in self._adapted_shapes(model))
+
+    @staticmethod
+    def _adapted_shapes(model: schema.ModelConfig) -> list[tuple[int, int]]:
+        """(inputs, outputs) of each projection of a layer that `model.lora.targets` names."""
         head_dim = model.head_dim or model.hidden // model.heads
         q, kv, h, f = model.heads * head_dim, model.kv_heads * head_dim, model.hidden, model.ffn_hidden
         shapes = {
@@ -233,8 +251,7 @@ class PretrainedFamily(DecoderFamily):
             "up_proj": (h, f),
             "down_proj": (f, h),
         }
-        adapted = [shape for name, shape in shapes.items() if any(name.endswith(t) for t in model.lora.targets)]
-        return model.layers * model.lora.rank * sum(inputs + outputs for inputs, outputs in adapted)
+        return [shape for name, shape in shapes.items() if any(name.endswith(t) for t in model.lora.targets)]
 
     @staticmethod
     def _norm_parameters(model: schema.ModelConfig) -> int:
@@ -254,12 +271,16 @@ def family(model: schema.ModelConfig) -> ModelFamily:
 MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*")
 """A module's name or dotted path (`q_proj`, `self_attn.q_proj`): peft matches each as a name, never a regex."""
 MAX_LORA_TARGETS = 64
+MAX_LORA_RANK = 2**16
+"""Above the width of any model's projection."""
 
 
 def check_lora(lora: schema.LoraConfig) -> None:
     """`model.lora`'s values, checked where LoRA is off too (rank 0), as every value is."""
     if lora.rank < 0 or lora.alpha <= 0 or not 0 <= lora.dropout < 1:  # compose refuses nan and inf
         raise ConfigError("model.lora", "needs rank >= 0, alpha > 0 and 0 <= dropout < 1", "fix the values")
+    if lora.rank > MAX_LORA_RANK:
+        raise ConfigError("model.lora.rank", f"{lora.rank:,} is above {MAX_LORA_RANK:,}", "8 to 64 is usual")
     if len(lora.targets) > MAX_LORA_TARGETS or len(set(lora.targets)) < len(lora.targets):
         raise ConfigError(
             "model.lora.targets", f"lists {len(lora.targets)} names, or one twice", "name each projection once"

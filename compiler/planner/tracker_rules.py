@@ -28,6 +28,7 @@ def check_trackers(trainer: schema.TrainerConfig) -> Iterator[str]:
             "are the built-in trainer's; a script logs to its own trackers",
             "leave trainer.trackers out with trainer=script",
         )
+    check_tracker_names(trainer)
     if "mlflow" in trainer.trackers or trainer.mlflow.tracking_uri is not None:  # checked where it is off too
         check_mlflow_uri(trainer.mlflow.tracking_uri)
         if sagemaker_mlflow(trainer.mlflow.tracking_uri):
@@ -36,6 +37,34 @@ def check_trackers(trainer: schema.TrainerConfig) -> Iterator[str]:
                 "sagemaker-mlflow plugin, and the nodes sign its requests with their AWS role, which needs "
                 "sagemaker-mlflow:* on the server (a SageMaker job's role; IRSA on Kubernetes)"
             )
+
+
+MAX_MLFLOW_NAME = 500
+"""MLflow's longest experiment name (`mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH`)."""
+MAX_WANDB_PROJECT = 128
+WANDB_FORBIDDEN = "/\\#?%:"
+"""The characters W&B refuses in a project name (`wandb.sdk.wandb_settings.Settings.validate_project`)."""
+
+
+def check_tracker_names(trainer: schema.TrainerConfig) -> None:
+    """The names the trackers take, checked where the tracker is off too (a sweep may turn it on): what MLflow
+    and W&B accept, on one printable line."""
+    names = {
+        "trainer.mlflow.experiment": (trainer.mlflow.experiment, MAX_MLFLOW_NAME, ""),
+        "trainer.mlflow.run_name": (trainer.mlflow.run_name, MAX_MLFLOW_NAME, ""),
+        "trainer.wandb.project": (trainer.wandb.project, MAX_WANDB_PROJECT, WANDB_FORBIDDEN),
+    }
+    for key, (name, longest, forbidden) in names.items():
+        if name is None and key == "trainer.mlflow.run_name":
+            continue
+        if not isinstance(name, str) or not name.strip() or not name.isprintable() or len(name) > longest:
+            raise ConfigError(
+                key,
+                f"{grammar.shown(name)} is not a name the tracker takes",
+                f"give 1 to {longest} printable characters",
+            )
+        if any(character in name for character in forbidden):
+            raise ConfigError(key, f"{grammar.shown(name)} holds one of {forbidden}, which W&B refuses", "drop them")
 
 
 def check_mlflow_uri(uri: str | None) -> None:
@@ -66,3 +95,4 @@ def check_mlflow_uri(uri: str | None) -> None:
             f"{grammar.shown(uri)} is not an http(s)://HOST[:PORT] URL",
             "set trainer.mlflow.tracking_uri=http://HOST:PORT",
         )
+    grammar.check_port(key, parts.netloc)

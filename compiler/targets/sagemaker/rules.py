@@ -4,7 +4,9 @@ other targets do not."""
 
 import functools
 import json
+import os
 import re
+from urllib.parse import urlsplit
 
 import botocore.session
 
@@ -17,8 +19,8 @@ from compiler.targets.secrets import check_secret_names
 
 SUBNET, SECURITY_GROUP = re.compile(r"subnet-[0-9a-f]{8,17}"), re.compile(r"sg-[0-9a-f]{8,17}")
 MAX_RUN_HOURS = 28 * 24
-LOOPBACK_REGISTRY = re.compile(r"(127\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}|localhost)(:[0-9]{1,5})?")
-"""A registry on this machine, which only a SageMaker emulator (moto, in the tests) can pull from."""
+LOOPBACK = re.compile(r"(127\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}|localhost)(:[0-9]{1,5})?")
+"""A host (and port) on this machine."""
 RESERVED_ENVIRONMENT = 2
 """DOCKYARD_PLAN and DOCKYARD_RUN_ID, which every request adds to the config's environment."""
 
@@ -65,6 +67,13 @@ def check_shape(key: str, shape: str, value, *, echo: bool = True) -> None:
         raise ConfigError(key, f"{given} does not match SageMaker's pattern {pattern}")
 
 
+def _emulated(registry: str) -> bool:
+    """A registry on this machine, which only a SageMaker emulator on this machine too (moto's server, which
+    `AWS_ENDPOINT_URL` names in the tests) can pull from; SageMaker's own hosts cannot reach it."""
+    endpoint = urlsplit(os.environ.get("AWS_ENDPOINT_URL_SAGEMAKER") or os.environ.get("AWS_ENDPOINT_URL") or "")
+    return LOOPBACK.fullmatch(registry) is not None and LOOPBACK.fullmatch(endpoint.netloc) is not None
+
+
 def check(plan: Plan) -> list[str]:
     """SageMaker's own limits (CreateTrainingJob's constraints), for a plan that targets it."""
     target = plan.target
@@ -80,7 +89,7 @@ def check(plan: Plan) -> list[str]:
     check_shape("target.max_run_hours", "MaxRuntimeInSeconds", round(target.max_run_hours * 3600))
     _check_groups(plan)
     registry = plan.image.registry
-    if registry is not None and not (ECR_REGISTRY.fullmatch(registry) or LOOPBACK_REGISTRY.fullmatch(registry)):
+    if registry is not None and not (ECR_REGISTRY.fullmatch(registry) or _emulated(registry)):
         raise ConfigError(
             "image.registry",
             f"{shown(registry)} is not an ECR registry, and SageMaker pulls training images only from ECR",
