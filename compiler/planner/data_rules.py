@@ -49,12 +49,7 @@ def check_format(config: schema.Config, targets: TargetCapabilities) -> Iterator
         )
     if not data.field:
         raise ConfigError("data.field", "is empty", "name the column holding the text, like data.field=text")
-    if data.cache is not None and not Path(data.cache).is_absolute():
-        raise ConfigError(
-            "data.cache",
-            f"{grammar.shown(data.cache)} is not an absolute path",
-            "give a folder inside the container, like /opt/ml/checkpoints/token-cache",
-        )
+    _check_cache(data.cache)
     _check_validation(data)
     facts = _tokenizer_facts(config, targets)
     if facts is None:
@@ -118,8 +113,8 @@ def check_tokenizer(config: schema.Config, facts: TokenizerFacts) -> None:
         from compiler.planner import chat_templates  # jinja2 for chat and pairs only: `dockyard plan` starts fast
 
         chat_templates.check_templates(facts, "data.tokenizer")
-        if config.data.source is schema.DataSource.local and config.data.path and Path(config.data.path).exists():
-            chat_templates.check_first_records(facts, sources(Path(config.data.path)))
+        local = config.data.source is schema.DataSource.local and config.data.path and Path(config.data.path).exists()
+        chat_templates.check_first_records(facts, sources(Path(config.data.path)) if local else [])
 
 
 def _tokenizer_facts(config: schema.Config, targets: TargetCapabilities) -> TokenizerFacts | None:
@@ -151,6 +146,21 @@ def _tokenizer_facts(config: schema.Config, targets: TargetCapabilities) -> Toke
     return TokenizerFacts.read(folder)
 
 
+SYSTEM_FOLDERS = frozenset({"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "proc", "run", "sbin", "sys", "usr"})
+"""The top folders of the image's system, where a token cache would overwrite or hide the system's files."""
+
+
+def _check_cache(cache: str | None) -> None:
+    fix = "give a folder of its own inside the container, like /opt/ml/checkpoints/token-cache"
+    if cache is None:
+        return
+    path = Path(cache)
+    if not path.is_absolute() or not cache.isprintable():
+        raise ConfigError("data.cache", f"{grammar.shown(cache)} is not an absolute path on one line", fix)
+    if ".." in path.parts or len(path.parts) < 2 or path.parts[1] in SYSTEM_FOLDERS:
+        raise ConfigError("data.cache", f"{grammar.shown(cache)} is, or climbs into, a system folder", fix)
+
+
 def _check_validation(data: schema.DataConfig) -> None:
     held_out = data.validation
     if held_out is None:
@@ -163,12 +173,12 @@ def _check_validation(data: schema.DataConfig) -> None:
         )
     if isinstance(held_out, str):
         path = Path(held_out)
-        if path.is_absolute() or ".." in path.parts or not held_out.strip():
-            raise ConfigError(
-                "data.validation",
-                f"{grammar.shown(held_out)} is not a path inside the data folder",
-                "give the held-out file or folder relative to the data folder, like val.jsonl",
-            )
+        fix = "give the held-out file or folder relative to the data folder, like val.jsonl"
+        if path.is_absolute() or ".." in path.parts or not held_out.strip() or not held_out.isprintable():
+            raise ConfigError("data.validation", f"{grammar.shown(held_out)} is not a path inside the data folder", fix)
+        folder = Path(data.path) if data.source is schema.DataSource.local and data.path else None
+        if folder is not None and folder.is_dir() and not (folder / path).exists():
+            raise ConfigError("data.validation", f"{grammar.shown(held_out)} is not in {folder}", fix)
     elif not 0 < held_out < 1:
         raise ConfigError(
             "data.validation",
