@@ -73,9 +73,8 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
     for check in rules.CROSS_FIELD_CHECKS:
         warnings += check(config, instance, layout, targets)
     config = dataclasses.replace(config, parallelism=_resolved(config.parallelism, layout, batch))
-    predicted = None
+    predicted, dpo = None, estimate.preference(config.trainer)
     if instance.has_gpus:
-        dpo = estimate.preference(config.trainer)
         stages = estimate.stage_memory(config.model, config.parallelism, layout, batch.micro_batch, dpo)
         memory = max(stages, key=lambda m: m.total)
         warnings += fit.check_fits(config, instance, memory)
@@ -92,6 +91,9 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
             stage_memory=tuple(m.total for m in stages) if layout.pp > 1 else (),
             host_memory=host,
         )
+    else:
+        memory = estimate.memory(config.model, config.parallelism, layout, batch.micro_batch, dpo)
+        warnings += fit.check_cpu_fits(config, instance, memory, layout)
     plan = Plan(
         name=config.name,
         model=config.model,

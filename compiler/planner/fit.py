@@ -1,4 +1,5 @@
-"""Does the plan fit in GPU memory, and if not, which single change makes it fit at the lowest cost?
+"""Does the plan fit in GPU memory (a CPU node's own memory on hardware=cpu), and if not, which single
+change makes it fit at the lowest cost?
 
 A plan whose predicted peak exceeds the GPU's memory is a `ConfigError` that names the largest term and
 up to three changes that would fit, cheapest first (changes that keep the instance count before more
@@ -123,6 +124,41 @@ def check_host_fits(config: schema.Config, instance: InstanceType, host: dict[st
         yield f"{need}; {fix} (hardware.memory_check=false: not enforced)"
         return
     raise ConfigError(key, need, fix)
+
+
+def check_cpu_fits(
+    config: schema.Config, instance: InstanceType, memory: estimate.Memory, layout: Layout
+) -> Iterator[str]:
+    """A CPU node holds every process's parameters, gradients, optimizer state and activations in its own
+    memory: on `hardware=cpu` this machine's (the local target), else the instance type's. A CPU has no CUDA
+    context to count."""
+    each = memory.total - memory.terms.get("context", 0)
+    total, processes = each * layout.processes_per_node, layout.processes_per_node
+    usable = (instance.memory_gib * GIB or this_machines_memory()) * HOST_USABLE
+    if total <= usable:
+        return
+    largest = memory.largest_term()
+    host = "this machine" if instance.name == "cpu" else instance.name
+    need = (
+        f"predicted {total / GIB:,.1f} GiB for {processes} processes exceeds the {usable / GIB:,.1f} GiB usable "
+        f"of {host}'s memory (largest per process: {largest} {memory.terms[largest] / GIB:,.1f} GiB)"
+    )
+    key, fix = "hardware.instance_type", "train a smaller model or micro batch, or on GPUs (hardware.instance_type)"
+    if each <= usable:
+        key, fix = "hardware.processes_per_node", f"start at most {int(usable // each)} processes per node"
+    elif largest in ("activations", "logits"):
+        key = TERM_KEYS[largest]
+    if not config.hardware.memory_check:
+        yield f"{need}; {fix} (hardware.memory_check=false: not enforced)"
+        return
+    raise ConfigError(key, need, fix)
+
+
+def this_machines_memory() -> int:
+    """The physical memory of the machine the plan is made on, in bytes."""
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def cheapest_fixes(config: schema.Config, instance: InstanceType) -> list[tuple[str, int]]:
