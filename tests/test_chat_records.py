@@ -108,6 +108,23 @@ def test_a_template_exception_names_the_file_and_record(tmp_path):
     assert str(raised.value) == "d/a.jsonl, record 7: the chat template raised: System role not supported"
 
 
+def test_a_rendering_past_the_size_limit_is_a_records_error_on_the_node(tmp_path):
+    """The limit the plan renders the first records under (`compiler.planner.chat_templates`) holds on the
+    nodes for every record: a node never tokenizes a gigabyte for one conversation."""
+    folder = make_tokenizer(tmp_path / "qwen", "qwen2.5")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    template = "{% for i in range(100000) %}{{ messages[0].content * 200 }}{% endfor %}"
+    (folder / "tokenizer_config.json").write_text(json.dumps(config | {"chat_template": template}))
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    with pytest.raises(ChatRecordError) as raised:
+        token_cache.Encoder(folder, DataFormat.chat, LossOn.assistant).encode(
+            [("d/a.jsonl, record 3", {"messages": [{"role": "user", "content": "x"}]})]
+        )
+    assert str(raised.value) == (
+        "d/a.jsonl, record 3: the chat template writes 20,000,000 characters, above 16,777,216"
+    )
+
+
 def test_a_record_that_is_no_conversation_is_named(tmp_path):
     path = write_jsonl(tmp_path / "a.jsonl", [{"messages": [{"role": "user", "content": "x"}]}, {"prompt": "p"}])
     with pytest.raises(ValueError, match=r"a.jsonl, record 2: no conversation: a 'messages' list, or 'prompt'"):

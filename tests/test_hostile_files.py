@@ -5,6 +5,7 @@ host's planner and the nodes' trainer read through the same functions, so a node
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -246,3 +247,31 @@ def test_a_lora_rank_wider_than_the_projections_it_adapts_is_one_line(tmp_path):
         ["plan", "model=hf", f"model.path={folder}", "model.lora.rank=1024", "hardware.memory_check=false"], tmp_path
     )
     assert outcome.status == 0, outcome.stderr
+
+
+@pytest.mark.parametrize(
+    ("template", "problem"),
+    [
+        ("{% for i in range(10**18) %}{{ i }}{% endfor %}", "its chat template fails (OverflowError: "),
+        (
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+            "its chat template runs past 2 s for one record",
+        ),
+        ("{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}", "writes more than 16,777,216 characters"),
+        ("{{ 'x' * 1000000000 }}", "repeats a value past 16,777,216 characters"),
+        ("{{ 10 ** 100000000 }}", "raises a number to the power 100000000"),
+    ],
+    ids=["range", "loops", "writes", "repeats", "power"],
+)
+def test_a_chat_template_past_the_time_or_size_limit_is_one_line_at_plan_time(tmp_path, template, problem):
+    """Rendered at plan time, without a record of the user's (a one-turn sample), within the limits a node
+    renders a record in; never a stall, never a traceback."""
+    folder = tokenizer_folder(tmp_path / "tokenizer", [{"content": "</s>", "id": 2}])
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>", "chat_template": template}))
+    data = ["data=local", "data.format=chat", f"data.tokenizer={folder}", f"data.path={tmp_path}", "model.vocab=512"]
+    started = time.monotonic()
+    outcome = invoke(["plan", *data], tmp_path)
+    assert time.monotonic() - started < 30
+    assert_clean(outcome)
+    assert outcome.status == 2 and outcome.error_keys == ["data.tokenizer"], outcome.stderr
+    assert problem in outcome.stderr and "a one-turn sample conversation" in outcome.stderr

@@ -4,11 +4,21 @@ supported`, fails here naming the file and the record). The environment is trans
 (`chat_template_utils`): a sandbox with `trim_blocks`, `lstrip_blocks`, loop controls, its `{% generation %}`
 block and `raise_exception`; the host does not install transformers, and only a refusal is looked for here
 (the nodes render with transformers itself).
+
+A template is a program from a file the user was handed: each rendering here runs under a time limit (a line
+tracer on this thread checks the clock) and a size limit (the text is counted as it is written, and a string
+or list repeated past the limit is refused before it is made), so a template that would loop for ever or
+write a gigabyte per record is one line, not a stall or a traceback. With no local JSONL file, a one-turn
+conversation is rendered instead.
 """
 
 import gzip
 import itertools
 import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import jinja2
@@ -18,7 +28,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from compiler.core.grammar import shown
 from compiler.spec.errors import ConfigError
-from compiler.spec.tokenizer import TokenizerFacts
+from compiler.spec.tokenizer import MAX_RENDERED, TokenizerFacts
 
 
 class GenerationBlock(jinja2.ext.Extension):
@@ -34,14 +44,67 @@ class GenerationBlock(jinja2.ext.Extension):
 
 FIRST_RECORDS = 16
 """The records of the first JSONL file rendered at plan time."""
+RENDER_SECONDS = 2.0
+"""The longest one record's rendering may take (the real templates take a millisecond)."""
+SAMPLE = [{"role": "user", "content": "What is two plus two?"}, {"role": "assistant", "content": "Four."}]
 
 
 class TemplateRaised(Exception):
     """The template's own `raise_exception(message)`."""
 
 
+class TemplateUnbounded(Exception):
+    """A rendering past `RENDER_SECONDS` or `MAX_RENDERED`."""
+
+
 def _raise_exception(message: str) -> None:
     raise TemplateRaised(message)
+
+
+class LimitedEnvironment(ImmutableSandboxedEnvironment):
+    """transformers' sandbox, with `*` and `**` unable to make a value past the size limit."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context, operator: str, left, right):
+        sized = (str, list, tuple)
+        if operator == "*" and isinstance(right, sized) and isinstance(left, int):
+            left, right = right, left
+        if operator == "*" and isinstance(left, sized) and isinstance(right, int) and len(left) * right > MAX_RENDERED:
+            raise TemplateUnbounded(f"repeats a value past {MAX_RENDERED:,} characters")
+        if operator == "**" and isinstance(right, int | float) and abs(right) > 1024:
+            raise TemplateUnbounded(f"raises a number to the power {right}")
+        return super().call_binop(context, operator, left, right)
+
+
+@contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Every line of Python the rendering runs on this thread first checks the clock (jinja compiles a
+    template to Python, so each loop's step is a line)."""
+    end, previous = time.monotonic() + seconds, sys.gettrace()
+
+    def tracer(frame, event, arg):
+        if time.monotonic() > end:
+            raise TemplateUnbounded(f"runs past {seconds:g} s for one record")
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        yield
+    finally:
+        sys.settrace(previous)
+
+
+def render_limited(template: jinja2.Template, **context) -> str:
+    """The template's text for `context`, or `TemplateUnbounded` past the time or the size limit."""
+    written, chunks = 0, []
+    with _deadline(RENDER_SECONDS):
+        for chunk in template.generate(**context):
+            written += len(chunk)
+            if written > MAX_RENDERED:
+                raise TemplateUnbounded(f"writes more than {MAX_RENDERED:,} characters for one record")
+            chunks.append(chunk)
+    return "".join(chunks)
 
 
 def check_templates(facts: TokenizerFacts, key: str) -> None:
@@ -60,32 +123,52 @@ def check_templates(facts: TokenizerFacts, key: str) -> None:
 
 
 def check_first_records(facts: TokenizerFacts, sources: list[Path]) -> None:
-    """The first records of the first `.jsonl` or `.jsonl.gz` source, rendered as a conversation without tools
-    by the default template (Parquet and datasets are read on the nodes only)."""
-    first = next((p for p in sources if p.name.endswith((".jsonl", ".jsonl.gz"))), None)
-    if first is None or facts.chat_template is None:
+    """The first records of the first `.jsonl` or `.jsonl.gz` source (a one-turn sample without one),
+    rendered as a conversation without tools by the default template (Parquet and datasets are read on the
+    nodes only), each within the time and size limits."""
+    if facts.chat_template is None:
         return
-    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlock])
+    first = next((p for p in sources if p.name.endswith((".jsonl", ".jsonl.gz"))), None)
+    environment = LimitedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlock])
     environment.globals["raise_exception"] = _raise_exception
     template = environment.from_string(facts.chat_template)
     special = {"bos_token": facts.bos_token or "", "eos_token": facts.eos_token or ""}
+    for where, messages in _conversations(first):
+        try:
+            render_limited(template, messages=messages, add_generation_prompt=False, **special)
+        except TemplateRaised as error:
+            if first is None:
+                continue  # the sample is no record of the user's
+            raise ConfigError(
+                "data.path",
+                f"{where}: the chat template raised: {shown(str(error))}",
+                "change the record, or use a tokenizer whose template accepts it",
+            ) from None
+        except (TemplateUnbounded, OverflowError, MemoryError, RecursionError) as error:
+            problem = (
+                error if isinstance(error, TemplateUnbounded) else f"fails ({type(error).__name__}: {shown(error)})"
+            )
+            raise ConfigError(
+                "data.tokenizer",
+                f"its chat template {problem} ({where})",
+                f"use a template that renders a record within {RENDER_SECONDS:g} s and {MAX_RENDERED:,} characters",
+            ) from None
+        except (jinja2.TemplateError, TypeError, ValueError, LookupError):
+            continue  # what only transformers' own rendering judges (the node reports it)
+
+
+def _conversations(first: Path | None) -> Iterator[tuple[str, list]]:
+    """(where, messages) of the first records of `first`, or of the sample conversation."""
+    if first is None:
+        yield "a one-turn sample conversation", SAMPLE
+        return
     opener = gzip.open if first.name.endswith(".gz") else open
     with opener(first, "rt", encoding="utf-8") as stream:
         lines = itertools.islice((line for line in stream if line.strip()), FIRST_RECORDS)
         for number, line in enumerate(lines, 1):
             messages = _messages(line)
-            if messages is None:
-                continue  # not a conversation: the node names it
-            try:
-                template.render(messages=messages, add_generation_prompt=False, **special)
-            except TemplateRaised as error:
-                raise ConfigError(
-                    "data.path",
-                    f"{first}, record {number}: the chat template raised: {shown(str(error))}",
-                    "change the record, or use a tokenizer whose template accepts it",
-                ) from None
-            except (jinja2.TemplateError, TypeError, ValueError, LookupError):
-                continue  # what only transformers' own rendering judges (the node reports it)
+            if messages is not None:  # not a conversation: the node names it
+                yield f"{first}, record {number}", messages
 
 
 def _messages(line: str) -> list | None:

@@ -20,6 +20,9 @@ CONFIG_FILE = "tokenizer_config.json"
 TEMPLATE_FILE = "chat_template.jinja"
 TEMPLATES_DIR = "additional_chat_templates"
 DEFAULT_TEMPLATE = "default"
+MAX_RENDERED = 2**24
+"""The most characters a chat template may write for one record (16 Mi: a conversation of millions of tokens),
+checked at plan time on the first records and on the nodes on every one."""
 
 
 def tokenizer_location(data: DataConfig, model: ModelConfig) -> str | None:

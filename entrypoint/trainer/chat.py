@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from compiler.spec.schema import LossOn
+from compiler.spec.tokenizer import MAX_RENDERED
 
 GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 PLACEHOLDER = "\ue000dockyard-reply-{}\ue001"
@@ -152,9 +153,12 @@ class ChatEncoder:
 
         with self._dated(self.tokenizer.get_chat_template(tools=tools)):
             try:
-                return self.tokenizer.apply_chat_template(messages, tools=tools, **options)
+                rendered = self.tokenizer.apply_chat_template(messages, tools=tools, **options)
             except TemplateError as error:
                 raise ChatRecordError(f"the chat template raised: {error}") from None
+        if isinstance(rendered, str) and len(rendered) > MAX_RENDERED:
+            raise ChatRecordError(f"the chat template writes {len(rendered):,} characters, above {MAX_RENDERED:,}")
+        return rendered
 
     @contextmanager
     def _dated(self, template: str) -> Iterator[None]:
