@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from entrypoint.launcher.failures import StopTracebacks
 from entrypoint.trainer import checkpoint
 from tests.entrypoint_support import (
     SHARED_CORES,
@@ -121,7 +122,26 @@ def test_sigterm_saves_a_checkpoint_that_the_next_run_resumes(tmp_path):
         stop_everything([process])
     assert status != 0 and seconds < 35, output[-3000:]
     assert "dockyard-entrypoint: training stopped: JobStoppedError: stopped by SIGTERM" in output, output[-3000:]
+    assert "(node 0, " in output.rsplit("training stopped: ", 1)[1]
+    assert "Traceback" not in output and "SignalException" not in output, output[-3000:]  # a stop is no crash
     assert not (tmp_path / "output/failure").exists(), "a stopped job is no failure"
     ((step, _),) = checkpoint.complete(tmp_path / "checkpoints")
     train(plan, tmp_path, DOCKYARD_STOP_AT_STEP=str(step + 2))
     assert [record["step"] for record in metrics(tmp_path)][-2:] == [step + 1, step + 2]
+
+
+def test_a_stops_tracebacks_are_dropped_and_any_other_is_passed_whole():
+    """Rank tracebacks interleave, each line behind its rank's prefix; only those that end in a stop's
+    exception are dropped, and only once the job is stopping."""
+    agent = ["Traceback (most recent call last):\n", '  File "run.py", line 9\n', "    ^^^^\n"]
+    agent += ["torch.distributed.elastic.multiprocessing.api.SignalException: Process 1 got signal: 15\n"]
+    rank0 = ["[rank0]: Traceback (most recent call last):\n", '[rank0]:   File "train.py", line 1\n']
+    rank0 += ["[rank0]: JobStoppedError: stopped by SIGTERM after step 2\n"]
+    rank1 = ["[rank1]: Traceback (most recent call last):\n", '[rank1]:   File "data.py", line 3\n']
+    rank1 += ["[rank1]: OSError: disk full\n"]
+    lines = [rank0[0], rank1[0], rank0[1], rank1[1], rank0[2], rank1[2], "step 2\n", *agent]
+    filtered = StopTracebacks()
+    printed = [out for line in lines for out in filtered.passed(line, stopping=True)] + filtered.left()
+    assert printed == [*rank1, "step 2\n"]
+    running = StopTracebacks()
+    assert [out for line in agent for out in running.passed(line, stopping=False)] == agent

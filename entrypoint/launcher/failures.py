@@ -70,3 +70,42 @@ def termination_message(reason: str, path: Path = Path(TERMINATION_LOG)) -> None
     """The reason as the container's termination message, where Kubernetes made the file for one."""
     if path.is_file():
         path.write_text(reason + "\n")
+
+
+STOP_EXCEPTIONS = ("SignalException", "JobStoppedError")
+"""What torchrun's agent (signalled itself) and each rank (which saved its checkpoint) raise when a job is stopped."""
+RANK_PREFIX = re.compile(r"\[(?:default)?rank\d+\]: ")
+"""The prefix torchrun's worker error handler puts before each line of a rank's traceback."""
+CONTINUED = ("Traceback (most recent call last):", "During handling of the above exception", "The above exception")
+
+
+class StopTracebacks:
+    """A stopped job's log ends with dockyard's own lines: once the job is stopping, each traceback (the agent's
+    and every rank's, told apart by their prefix, which may interleave) is held back until its last line, and
+    dropped when that line is a stop's exception; any other traceback is passed on whole."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, list[str]] = {}
+
+    def passed(self, line: str, stopping: bool) -> list[str]:
+        """The lines to print now, given the next `line` of torchrun's output."""
+        match = RANK_PREFIX.match(line)
+        prefix = match[0] if match else ""
+        rest = line[len(prefix) :]
+        held = self.held.get(prefix)
+        if held is None:
+            if stopping and rest.startswith(CONTINUED[0]):
+                self.held[prefix] = [line]
+                return []
+            return [line]
+        held.append(line)
+        if not rest.strip() or rest[0].isspace() or rest.startswith(CONTINUED):
+            return []
+        del self.held[prefix]
+        return [] if any(name in rest for name in STOP_EXCEPTIONS) else held
+
+    def left(self) -> list[str]:
+        """What is still held when the output ends: a traceback cut short, passed on as it is."""
+        lines = [line for held in self.held.values() for line in held]
+        self.held.clear()
+        return lines

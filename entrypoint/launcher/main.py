@@ -40,6 +40,7 @@ from entrypoint.launcher.cluster import (
 from entrypoint.launcher.comm import Detected, EnvRow, Interface, choose_interface, comm_env, detect
 from entrypoint.launcher.failures import (
     WORKER_FAILED,
+    StopTracebacks,
     failure_reason,
     note_failure,
     termination_message,
@@ -290,7 +291,8 @@ def child_environment(launch: Launch, environ: Mapping[str, str]) -> dict[str, s
 
 def run(launch: Launch, env: dict[str, str]) -> int:
     """Start torchrun, pass its output through, and on failure write why to the failure file. SIGTERM and
-    SIGINT go on to torchrun, which passes them to the workers; a job they end was stopped, not failed."""
+    SIGINT go on to torchrun, which passes them to the workers; a job they end was stopped, not failed, and
+    its log shows no traceback of the stop (`StopTracebacks`)."""
     command = [sys.executable if launch.command[0] == "python" else launch.command[0], *launch.command[1:]]
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -302,9 +304,9 @@ def run(launch: Launch, env: dict[str, str]) -> int:
 
     for name in ("SIGTERM", "SIGINT"):
         signal.signal(getattr(signal, name), forward)
-    failures = 0
+    failures, tracebacks = 0, StopTracebacks()
     for line in process.stdout:
-        sys.stdout.write(line)
+        sys.stdout.writelines(tracebacks.passed(line, bool(forwarded)))
         sys.stdout.flush()
         tail.append(line.rstrip("\n"))
         if match := WORKER_FAILED.search(line):
@@ -313,9 +315,12 @@ def run(launch: Launch, env: dict[str, str]) -> int:
                 failure = worker_failure(launch.node, match, list(tail))
                 note_failure(launch.paths, launch.node, failure)
                 print(restart_line(launch, failures, failure), file=sys.stderr, flush=True)
+    sys.stdout.writelines(tracebacks.left())
     status = process.wait()
     if status != 0 and forwarded:
-        print(f"dockyard-entrypoint: training stopped: {failure_reason(status, list(tail))}", file=sys.stderr)
+        node = launch.node
+        stopped = f"{failure_reason(status, list(tail))} (node {node.node_rank}, {node.current_host})"
+        print(f"dockyard-entrypoint: training stopped: {stopped}", file=sys.stderr)
     elif status != 0:
         write_failure(launch, failure_reason(status, list(tail)), f"torchrun exit status {status}", list(tail))
     return status
