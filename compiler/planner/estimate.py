@@ -209,7 +209,8 @@ def _share_memory(
     parameters = parameters_per_gpu(model, tp, share)
     trained = parameters * trainable_fraction(model)
     weight, gradient, optimizer = state_bytes_per_parameter(par, layout.shard_degree)
-    states = [weight * parameters, gradient * trained, optimizer * trained]
+    adapters = trained if model.lora.rank else 0  # LoRA's own weights, beside the frozen ones
+    states = [weight * (parameters + adapters), gradient * trained, optimizer * trained]
     if _autocast(par):
         states[0] += 2 * _matmul_parameters_per_gpu(model, tp, share)
     tokens = micro_batch * model.seq_len
