@@ -103,7 +103,7 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
         data=config.data,
         image=config.image,
         target=config.target,
-        trainer=config.trainer,
+        trainer=schedule_rules.with_floor(config.trainer),
         layout=layout,
         batch=batch,
         parameters=estimate.parameter_count(config.model),

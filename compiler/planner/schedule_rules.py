@@ -2,6 +2,7 @@
 the training settings of a plan that differ from the Hugging Face Trainer's defaults (said in the summary, so a
 recipe ported from the Trainer never trains differently without a word)."""
 
+import dataclasses
 import math
 from collections.abc import Iterator
 
@@ -32,8 +33,7 @@ def check_schedule(trainer: schema.TrainerConfig) -> Iterator[str]:
             raise ConfigError(f"trainer.{name}", f"must be in [0, 1) (got {getattr(trainer, name)})")
     if not 0 < trainer.adam_epsilon < math.inf:
         raise ConfigError("trainer.adam_epsilon", f"must be positive (got {trainer.adam_epsilon})", "use 1e-8")
-    if not 0 <= trainer.min_lr_ratio <= 1:
-        raise ConfigError("trainer.min_lr_ratio", "must be between 0 and 1")
+    _check_floor(trainer)
     if trainer.warmup_steps < 0:
         raise ConfigError("trainer.warmup_steps", f"cannot be negative (got {trainer.warmup_steps})")
     if not 0 <= trainer.warmup_ratio < 1:
@@ -60,6 +60,29 @@ def check_schedule(trainer: schema.TrainerConfig) -> Iterator[str]:
     _check_decay(trainer, warmup)
     if warmup >= trainer.steps:
         yield f"the warm-up lasts the whole run ({warmup} of {trainer.steps} steps): the lr never reaches trainer.lr"
+
+
+DEFAULT_FLOOR = 0.1
+"""`trainer.min_lr_ratio` where the config leaves it unset."""
+
+
+def _check_floor(trainer: schema.TrainerConfig) -> None:
+    floor = trainer.min_lr_ratio
+    if floor is None:
+        return
+    if not 0 <= floor <= 1:
+        raise ConfigError("trainer.min_lr_ratio", "must be between 0 and 1")
+    if floor and trainer.lr_schedule not in FLOOR_SCHEDULES:
+        raise ConfigError(
+            "trainer.min_lr_ratio",
+            f"{floor:g} has no effect: lr_schedule={trainer.lr_schedule.value} has no floor",
+            f"use lr_schedule={' or '.join(s.value for s in FLOOR_SCHEDULES)}, or drop trainer.min_lr_ratio",
+        )
+
+
+def with_floor(trainer: schema.TrainerConfig) -> schema.TrainerConfig:
+    """`trainer` with `min_lr_ratio` as the plan records it (the default where unset), after the checks."""
+    return trainer if trainer.min_lr_ratio is not None else dataclasses.replace(trainer, min_lr_ratio=DEFAULT_FLOOR)
 
 
 def _check_decay(trainer: schema.TrainerConfig, warmup: int) -> None:

@@ -152,8 +152,9 @@ class TrainerConfig:
     (× its square root), so a sweep over the batch keeps one recipe."""
     base_batch: int | None = None
     """The global batch, in sequences, that `lr` was tuned at (needed by `lr_scaling`)."""
-    min_lr_ratio: float = 0.1
-    """The final learning rate of cosine_with_min_lr, wsd and cosine_to_min, as a fraction of `lr`."""
+    min_lr_ratio: float | None = None
+    """The final learning rate of cosine_with_min_lr, wsd and cosine_to_min, as a fraction of `lr`; unset, the
+    plan records 0.1. A floor above 0 with a schedule that has none (linear, cosine, the constants) is refused."""
     lr_schedule: LrSchedule = LrSchedule.cosine_to_min
     """How the learning rate moves (`LrSchedule`): linear, cosine, cosine_with_min_lr, constant,
     constant_with_warmup, wsd (transformers' curves) or cosine_to_min."""
