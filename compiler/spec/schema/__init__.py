@@ -38,6 +38,7 @@ from compiler.spec.schema.model import (
 )
 from compiler.spec.schema.parallelism import (
     Checkpointing,
+    ContextParallelMethod,
     Offload,
     ParallelismConfig,
     Precision,
@@ -91,6 +92,7 @@ __all__ = [
     "ModelConfig",
     "Strategy",
     "Checkpointing",
+    "ContextParallelMethod",
     "Precision",
     "Offload",
     "ParallelismConfig",
