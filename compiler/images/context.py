@@ -24,7 +24,7 @@ from docker.utils.build import exclude_paths
 
 from compiler.images import PACKAGES_ROOT
 from compiler.images.digests import file_sha256
-from compiler.images.render import CONSTRAINTS, has_user_code, render_dockerfile, uses_constraints
+from compiler.images.render import CONSTRAINTS, has_eval_tasks, has_user_code, render_dockerfile, uses_constraints
 from compiler.spec import Plan, schema
 from compiler.spec.errors import ConfigError
 
@@ -92,6 +92,8 @@ def build_context(plan: Plan, *, cwd: Path, base_id: str = "") -> BuildContext:
                 "give its path relative to trainer.source_dir",
             )
         files.update(code)
+    if has_eval_tasks(plan):
+        files.update(eval_task_files(cwd / plan.eval.include_path))  # type: ignore[union-attr]
     return BuildContext(render_dockerfile(plan), files, base_id)
 
 
@@ -154,6 +156,11 @@ def user_code_files(source_dir: Path) -> dict[str, Path]:
         patterns += [line for line in lines if line and not line.startswith("#")]
     kept = exclude_paths(str(source_dir), patterns, dockerfile=".dockerignore")
     return {f"code/{name}": source_dir / name for name in sorted(kept) if (source_dir / name).is_file()}
+
+
+def eval_task_files(folder: Path) -> dict[str, Path]:
+    """Every file of `eval.include_path` (the task YAMLs and the data files they name), as the image holds them."""
+    return {f"eval_tasks/{path.relative_to(folder)}": path for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
 def code_commit(source_dir: Path) -> str | None:

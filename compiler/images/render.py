@@ -11,7 +11,7 @@ import jinja2
 
 from compiler.images import PACKAGE_DIR
 from compiler.spec import Plan, schema
-from compiler.spec.contract import CODE_DIR, RUN_AS_USER
+from compiler.spec.contract import CODE_DIR, EVAL_TASKS_DIR, RUN_AS_USER
 from compiler.spec.schema.trainer import sagemaker_mlflow
 
 TEMPLATES = {
@@ -48,11 +48,17 @@ def render_dockerfile(plan: Plan) -> str:
         features=feature_dependencies(plan),
         constrained=uses_constraints(image),
         constraints=CONSTRAINTS_IN_IMAGE,
+        eval_tasks=EVAL_TASKS_DIR if has_eval_tasks(plan) else "",
     )
 
 
 def has_user_code(plan: Plan) -> bool:
     return plan.trainer.entry is schema.Entry.script
+
+
+def has_eval_tasks(plan: Plan) -> bool:
+    """An evaluation with a folder of its own tasks (`eval.include_path`), which the image carries."""
+    return plan.eval is not None and bool(plan.eval.include_path)
 
 
 def system_packages(plan: Plan) -> list[str]:
@@ -85,20 +91,22 @@ def feature_dependencies(plan: Plan) -> list[str]:
     """Pinned packages only some plans need, in a layer of their own above dockyard's (which every plan of
     the family shares): the document readers for `data.format` text or chat, Hugging Face's transformers for
     model=hf and for chat (its chat rendering), peft for LoRA, the clients of `trainer.trackers` (and the
-    sagemaker-mlflow plugin for a managed MLflow server's ARN)."""
+    sagemaker-mlflow plugin for a managed MLflow server's ARN), lm-evaluation-harness for `dockyard eval`."""
     image, model = plan.image, plan.model
     pins = []
     if plan.data.format is not schema.DataFormat.tokens:
         pins += [f"{name}=={getattr(image, name)}" for name in schema.DOCUMENT_PACKAGES]
     if model.family == "hf" or plan.data.format.rendered:  # chat and preference: transformers renders
         pins.append(f"transformers=={image.transformers}")
-    if model.lora.rank:
+    if model.lora.rank or plan.eval is not None:  # the harness's Hugging Face backend imports peft
         pins.append(f"peft=={image.peft}")
     for tracker, field in schema.TRACKER_PINS.items():
         if tracker in plan.trainer.trackers:
             pins.append(f"{field.replace('_', '-')}=={getattr(image, field)}")
     if "mlflow" in plan.trainer.trackers and sagemaker_mlflow(plan.trainer.mlflow.tracking_uri):
         pins.append(f"sagemaker-mlflow=={image.sagemaker_mlflow}")
+    if plan.eval is not None:
+        pins.append(f"lm_eval[hf]=={plan.eval.lm_eval}")
     return pins
 
 

@@ -184,8 +184,11 @@ def group_command(plan: Plan, group: str) -> tuple[str, ...]:
 
 def launch_command(plan: Plan, node: Node, paths: Paths, plan_path: Path, arguments: list[str]) -> tuple[str, ...]:
     """torchrun with a process per GPU (or CPU slot) for the built-in trainer or the script; for a script
-    with `trainer.launcher=per_node`, the script alone, once per node."""
+    with `trainer.launcher=per_node`, the script alone, once per node; for an evaluation (`plan.eval`), the
+    harness once (`entrypoint.evaluation`)."""
     trainer = plan.trainer
+    if plan.eval is not None:
+        return ("python", "-m", "entrypoint.evaluation", f"--plan={plan_path}")
     if trainer.entry is Entry.script and trainer.launcher is Launcher.per_node:
         return ("python", str(paths.code / trainer.script), *arguments)
     launcher = (
