@@ -24,7 +24,14 @@ from docker.utils.build import exclude_paths
 
 from compiler.images import PACKAGES_ROOT
 from compiler.images.digests import file_sha256
-from compiler.images.render import CONSTRAINTS, has_eval_tasks, has_user_code, render_dockerfile, uses_constraints
+from compiler.images.render import (
+    CONSTRAINTS,
+    EVAL_CONSTRAINTS,
+    has_eval_tasks,
+    has_user_code,
+    render_dockerfile,
+    uses_constraints,
+)
 from compiler.spec import Plan, schema
 from compiler.spec.errors import ConfigError
 
@@ -80,6 +87,8 @@ def build_context(plan: Plan, *, cwd: Path, base_id: str = "") -> BuildContext:
     files = dict(_dockyard_files())
     if uses_constraints(plan.image):
         files["constraints.txt"] = CONSTRAINTS
+        if plan.eval is not None:
+            files["eval-constraints.txt"] = EVAL_CONSTRAINTS
     if plan.image.family is schema.ImageFamily.cpu_local:
         wheel = find_torch_wheel(plan.image, wheelhouse_folders(plan.image))
         files[f"wheelhouse/{wheel.name}"] = wheel
