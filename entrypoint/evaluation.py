@@ -1,6 +1,7 @@
 """`python -m entrypoint.evaluation --plan PATH`: what an evaluation job runs (`dockyard eval`, a plan with an
-`eval` section), once, on its first node: EleutherAI's lm-evaluation-harness with its Hugging Face backend on
-the model at `model.path`, exactly as a user runs `lm_eval --model hf` by hand.
+`eval` section), once, on its one node: EleutherAI's lm-evaluation-harness with its Hugging Face backend on
+the model at `model.path`, exactly as a user runs `lm_eval --model hf` by hand; on a node of several GPUs under
+`accelerate launch`, a process a GPU (data parallel), and on a CPU node in one process with its cores.
 
 The harness writes its results JSON and samples into the job's output folder (`output/data/eval`); the
 scores also go into the metrics file as one line (`eval/<task>/<metric>`), which the host reads back. The
@@ -30,7 +31,11 @@ def harness_command(plan: Plan, model: Path, output: Path) -> list[str]:
     evaluation = plan.eval
     if evaluation is None:
         raise ValueError("the plan has no eval section")
-    command = [sys.executable, "-m", "lm_eval", "run", "--model", "hf", "--model_args", f"pretrained={model}"]
+    harness = [sys.executable, "-m", "lm_eval"]
+    if plan.instance.gpus > 1:  # data parallel, one process a GPU, as the harness documents it
+        harness = [sys.executable, "-m", "accelerate.commands.launch", f"--num_processes={plan.instance.gpus}"]
+        harness += ["-m", "lm_eval"]
+    command = [*harness, "run", "--model", "hf", "--model_args", f"pretrained={model}"]
     command += ["--tasks", ",".join(evaluation.tasks), "--batch_size", str(evaluation.batch_size)]
     command += ["--device", "cuda" if plan.instance.has_gpus else "cpu"]
     command += ["--output_path", str(output), "--log_samples"]

@@ -3,6 +3,7 @@ installs and carries, the harness's command line on the node, and every mistake 
 anything is built (an unknown task, a task file that does not parse or whose data is missing, a model that
 was never exported)."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,14 @@ def test_the_node_runs_the_harness_as_a_user_would(model, tasks):
     ]  # fmt: skip
 
 
+def test_several_gpus_evaluate_in_data_parallel_under_accelerate(model, tasks):
+    gpus = ("target=sagemaker", "hardware=ml.g5.12xlarge", "target.role_arn=arn:aws:iam::123456789012:role/r")
+    plan = plan_for(*evaluation(model, tasks, "hardware.nodes=1"), *gpus)
+    command = harness_command(plan, Path("/m"), Path("/out"))
+    assert command[1:7] == ["-m", "accelerate.commands.launch", "--num_processes=4", "-m", "lm_eval", "run"]
+    assert command[command.index("--device") + 1] == "cuda"
+
+
 @pytest.mark.parametrize(
     ("change", "error"),
     [
@@ -115,3 +124,15 @@ def test_scores_keep_each_metric_and_filter_with_its_standard_error():
     line = {"step": 0, **scores(results)}
     assert line == {"step": 0, "eval/gen/exact_match/strict-match": 1.0, "eval/mc/acc": 0.5, "eval/mc/acc_stderr": 0.25}
     assert score_rows(line) == [("gen", "exact_match/strict-match", 1.0, None), ("mc", "acc", 0.5, 0.25)]
+
+
+def test_status_shows_an_evaluations_scores(tmp_path):
+    run_dir = tmp_path / "evaluated"
+    (run_dir / "output/data").mkdir(parents=True)
+    line = {"step": 0, **scores({"mc": {"acc,none": 0.5, "acc_stderr,none": 0.25}})}
+    (run_dir / "output/data/metrics.jsonl").write_text(json.dumps(line) + "\n")
+    records.save(RunRecord(run_dir=str(run_dir), run_id="eval-1", target="local", steps=1, status="completed"))
+    table = invoke(["status", "eval-1"], tmp_path)
+    assert table.status == 0 and "score     mc acc 0.5000 ± 0.2500" in table.stdout.splitlines()
+    shown = json.loads(invoke(["status", "eval-1", "-o", "json"], tmp_path).stdout)
+    assert shown["scores"] == [{"task": "mc", "metric": "acc", "value": 0.5, "stderr": 0.25}]

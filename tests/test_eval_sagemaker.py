@@ -4,8 +4,8 @@ that request, submitted, is a job SageMaker's API takes, whose plan (the `plan` 
 
 import json
 
-from compiler.launch.plan import checked_plan, with_account_defaults
 from compiler.config.compose import compose_config
+from compiler.launch.plan import checked_plan, with_account_defaults
 from compiler.spec import Plan
 from compiler.targets.sagemaker import submit as sagemaker_submit
 from compiler.targets.sagemaker import translate as sagemaker

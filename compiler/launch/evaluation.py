@@ -62,7 +62,7 @@ def keep_results(run_dir: Path) -> Path | None:
 
 
 def print_scores(run_dir: Path, out: IO[str]) -> None:
-    rows = [(printable(task), printable(metric), value, stderr) for task, metric, value, stderr in latest_scores(run_dir)]
+    rows = [(printable(task), printable(name), value, stderr) for task, name, value, stderr in latest_scores(run_dir)]
     if not rows:
         print("scores    none in the run folder (a remote job keeps its output on its platform)", file=out)
         return

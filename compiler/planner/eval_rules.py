@@ -72,7 +72,9 @@ def task_names(folder: Path) -> set[str]:
         for data_file in _data_files(task, path):
             if not (folder / data_file).is_file():
                 raise FileError(
-                    "eval.include_path", folder / data_file, f"(a data file of {path.name}) does not exist",
+                    "eval.include_path",
+                    folder / data_file,
+                    f"(a data file of {path.name}) does not exist",
                     "give data_files as paths relative to eval.include_path",
                 )
     return names
@@ -110,8 +112,12 @@ def _data_files(task: dict[str, Any], path: Path) -> list[str]:
     if not all(isinstance(item, str) for item in found if item is not None):
         raise FileError("eval.include_path", path, "has data_files that are not paths")
     if any(Path(item).is_absolute() for item in found if item):
-        raise FileError("eval.include_path", path, "names a data file by an absolute path, which the job lacks",
-                        "give data_files as paths relative to eval.include_path")
+        raise FileError(
+            "eval.include_path",
+            path,
+            "names a data file by an absolute path, which the job lacks",
+            "give data_files as paths relative to eval.include_path",
+        )
     return [item for item in found if item and "://" not in item]
 
 

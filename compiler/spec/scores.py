@@ -3,7 +3,7 @@
 Standard library only."""
 
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 from compiler.spec.contract import EVAL_METRIC_PREFIX, EVAL_STDERR_SUFFIX
 
@@ -36,5 +36,5 @@ def score_rows(line: dict[str, Any]) -> list[tuple[str, str, float, float | None
     return rows
 
 
-def _number(value: object) -> bool:
+def _number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
