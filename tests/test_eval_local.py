@@ -4,6 +4,7 @@ by hand on the same folder, tasks and options scores; the results JSON and sampl
 `eval/`, the scores in its metrics, and the terminal shows them as a table."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ def test_dockyard_eval_scores_what_lm_eval_scores_by_hand(engine, tmp_path, hf_t
     tasks = write_tasks(tmp_path / "tasks")
     command = [DOCKYARD, "eval", "model=hf", f"model.path={model}", f"eval.tasks=[{','.join(TASKS)}]"]
     command += [f"eval.include_path={tasks}", f"eval.limit={LIMIT}", "hardware.nodes=1", "hydra.run.dir=run"]
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=1800)  # a cold build
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir = tmp_path / "run"
     dockyard = scores(newest_results(run_dir / "eval")["results"])
@@ -43,6 +44,8 @@ def test_dockyard_eval_scores_what_lm_eval_scores_by_hand(engine, tmp_path, hf_t
     assert {"eval/dockyard_mc/acc", "eval/dockyard_gen/exact_match"} <= set(expected), expected
     assert dockyard == expected
     assert list((run_dir / "eval").rglob("samples_dockyard_mc_*.jsonl"))
+    threads = r"OMP_NUM_THREADS=(\d+)  # \1 CPUs split among the training processes on this machine: 1 node\(s\) × 1"
+    assert re.search(threads, result.stdout), result.stdout[-3000:]  # the harness's one process takes every CPU
     table = result.stdout[result.stdout.index("task ") :]
     for task, metric, value, _ in evaluation.latest_scores(run_dir):
         assert f"{task}  " in table and metric in table and f"{value:8.4f}" in table

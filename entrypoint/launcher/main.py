@@ -119,7 +119,8 @@ def prepare(
     rows += trainer_env(backend.name, root, timeout, environ, account, node.current_host)
     rows += restart_env(plan.trainer.restarts, environ)
     machine = machine or toolkit.Machine(cpus=0, gpus=detected.gpus)
-    rows += threads_env(backend.name, plan.layout.processes_per_node, machine.affinity, environ)
+    processes = 1 if plan.eval is not None else plan.layout.processes_per_node  # the harness: one process
+    rows += threads_env(backend.name, processes, machine.affinity, environ)
     rows += toolkit.toolkit_env(job, node, paths, script, arguments, machine, environ)
     command = launch_command(plan, node, paths, plan_path, arguments) if trains else group_command(plan, group)
     if account is not None:
