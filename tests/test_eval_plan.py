@@ -136,3 +136,9 @@ def test_status_shows_an_evaluations_scores(tmp_path):
     assert table.status == 0 and "score     mc acc 0.5000 ± 0.2500" in table.stdout.splitlines()
     shown = json.loads(invoke(["status", "eval-1", "-o", "json"], tmp_path).stdout)
     assert shown["scores"] == [{"task": "mc", "metric": "acc", "value": 0.5, "stderr": 0.25}]
+
+
+def test_eval_has_its_usage(tmp_path):
+    outcome = invoke(["eval", "--help"], tmp_path)
+    assert outcome.status == 0 and outcome.stdout.startswith("usage: dockyard eval [RUN] [--dry-run]")
+    assert "eval    [RUN] eval.tasks=[...]" in invoke(["--help"], tmp_path).stdout
