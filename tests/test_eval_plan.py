@@ -4,12 +4,14 @@ anything is built (an unknown task, a task file that does not parse or whose dat
 was never exported)."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from compiler.images.context import build_context
 from compiler.images.render import render_dockerfile
+from compiler.launch.evaluation import overrides_for_run
 from compiler.spec import Plan
 from compiler.spec.contract import EVAL_TASKS_DIR
 from compiler.spec.scores import score_rows, scores
@@ -142,3 +144,21 @@ def test_eval_has_its_usage(tmp_path):
     outcome = invoke(["eval", "--help"], tmp_path)
     assert outcome.status == 0 and outcome.stdout.startswith("usage: dockyard eval [RUN] [--dry-run]")
     assert "eval    [RUN] eval.tasks=[...]" in invoke(["--help"], tmp_path).stdout
+
+
+def test_a_run_is_evaluated_with_its_own_overrides_and_its_export_on_one_node(tmp_path, tasks, model):
+    run_dir = tmp_path / "trained"
+    (run_dir / ".hydra").mkdir(parents=True)
+    shutil.copytree(model, run_dir / "model")
+    own = ["experiment=smoke", "model=hf", "model.path=/gone", "model.lora.rank=8", "trainer.steps=8"]
+    (run_dir / ".hydra/overrides.yaml").write_text("".join(f"- {o}\n" for o in own))
+    record = records.save(RunRecord(run_dir=str(run_dir), run_id="trained-2", target="local", status="completed"))
+    new = ["eval.tasks=[dockyard_mc]", f"eval.include_path={tasks}"]
+    plan = plan_for(*overrides_for_run(record, new))
+    assert (plan.model.path, plan.model.lora.rank, plan.layout.nodes) == (str(run_dir / "model"), 0, 1)
+    assert plan.trainer.steps == 8 and plan.eval is not None and plan.eval.tasks == ["dockyard_mc"]
+    outcome = invoke(["eval", "--dry-run", "trained-2", *new], tmp_path)
+    assert outcome.status == 0, outcome.stderr
+    (container,) = json.loads(outcome.stdout)["containers"]
+    mounts = {mount["target"]: mount["source"] for mount in container["mounts"]}
+    assert mounts["/opt/ml/input/data/pretrained"] == str(run_dir / "model")  # the export, as the channel

@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> None:
     task = VERBS[verb]
     if verb == "eval":
         try:
-            overrides = evaluated(overrides)
+            dry_run = ["--dry-run"] if "--dry-run" in overrides else []
+            overrides = [*dry_run, *evaluated([o for o in overrides if o != "--dry-run"])]
         except ConfigError as error:
             _fail(error.one_line())
     if verb in ("launch", "eval") and "--dry-run" in overrides:
