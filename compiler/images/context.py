@@ -101,8 +101,8 @@ def build_context(plan: Plan, *, cwd: Path, base_id: str = "") -> BuildContext:
                 "give its path relative to trainer.source_dir",
             )
         files.update(code)
-    if has_eval_tasks(plan):
-        files.update(eval_task_files(cwd / plan.eval.include_path))  # type: ignore[union-attr]
+    if plan.eval is not None and has_eval_tasks(plan):  # read where the planner checked it, as data.path is
+        files.update(eval_task_files(Path(plan.eval.include_path)))
     return BuildContext(render_dockerfile(plan), files, base_id)
 
 
