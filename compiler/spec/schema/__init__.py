@@ -17,6 +17,9 @@ from compiler.spec.schema.data import (
     InputMode,
     LossOn,
 )
+from compiler.spec.schema.evaluation import (
+    EvalConfig,
+)
 from compiler.spec.schema.hardware import (
     HardwareConfig,
     InstanceGroup,
@@ -78,6 +81,7 @@ __all__ = [
     "DataConfig",
     "DataFormat",
     "LossOn",
+    "EvalConfig",
     "InstanceGroup",
     "HardwareConfig",
     "ImageFamily",
