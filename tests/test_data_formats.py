@@ -9,6 +9,7 @@ import pytest
 from compiler.spec.schema import DataFormat, LossOn
 from entrypoint.trainer.data import FORMATS, data_format, documents
 from entrypoint.trainer.data import cache as token_cache
+from entrypoint.trainer.data.windows import stored
 from tests.entrypoint_support import tiny_plan
 from tests.text_corpus import conversations, sentences, train_tokenizer, write_jsonl
 
@@ -53,10 +54,10 @@ def test_the_cached_windows_hold_the_encoded_ids(tmp_path, tokenizer, fmt):
     plan = tiny_plan()
     plan = replace(plan, data=replace(plan.data, format=fmt, packing=True))
     split = tmp_path / "cache" / "key" / "train"
-    windows = data_format(fmt).windows(split, plan, encoder.facts.eos_id)
+    windows = data_format(fmt).windows(stored(split), plan, encoder.facts.eos_id)
     first, _ = windows.window(0)
     assert windows.windows >= 1 and len(first) == plan.model.seq_len + 1
     shown = min(len(first), len(encoded[0].ids))
     assert first[:shown].tolist() == encoded[0].ids[:shown].tolist()
-    lines = data_format(fmt).report(plan, meta, split.parent, windows.windows)
+    lines = data_format(fmt).report(plan, meta, stored(split), windows.windows)
     assert any(line.startswith(("documents", "pairs")) for line in lines)

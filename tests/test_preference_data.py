@@ -13,6 +13,7 @@ from entrypoint.trainer.data import FORMATS, documents
 from entrypoint.trainer.data import cache as token_cache
 from entrypoint.trainer.data.chat import ChatEncoder
 from entrypoint.trainer.data.preference import PreferencePairs
+from entrypoint.trainer.data.windows import stored
 from entrypoint.trainer.models.loss import IGNORE_INDEX
 from tests.entrypoint_support import tiny_plan
 from tests.test_text_data import hand_made_split
@@ -77,5 +78,5 @@ def test_the_run_reports_the_pairs_it_cut(tmp_path):
     hand_made_split(tmp_path / "train", docs, [[1] * len(doc) for doc in docs])
     plan = tiny_plan("model.seq_len=4")
     meta = token_cache.CacheMeta("key", {"train": token_cache.SplitCounts(4, int(np.sum([len(d) for d in docs])), 9)})
-    lines = FORMATS[DataFormat.preference].report(plan, meta, tmp_path, windows=2)
+    lines = FORMATS[DataFormat.preference].report(plan, meta, stored(tmp_path / "train"), windows=2)
     assert "truncated         1 pairs longer than seq_len 4 + 1 (the prompt kept first)" in lines

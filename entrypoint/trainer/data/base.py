@@ -15,7 +15,7 @@ import numpy as np
 from compiler.spec import Plan
 from compiler.spec.schema import LossOn
 from compiler.spec.token_cache_key import META_FILE
-from entrypoint.trainer.data.windows import ShuffledWindows
+from entrypoint.trainer.data.windows import ShuffledWindows, Split
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class Format(Protocol):
         """A batch of records → their documents' ids and targets, with the tokenizer in `folder`."""
         ...
 
-    def windows(self, split: Path, plan: Plan, eos: int) -> ShuffledWindows:
+    def windows(self, split: Split, plan: Plan, eos: int) -> ShuffledWindows:
         """The windows of a cached split."""
         ...
 
@@ -73,8 +73,8 @@ class Format(Protocol):
         """Refuses a cache this run would train nothing on (raises TargetsError)."""
         ...
 
-    def report(self, plan: Plan, meta: CacheMeta, folder: Path, windows: int) -> list[str]:
-        """The lines that say what the run reads and how well it fills its windows."""
+    def report(self, plan: Plan, meta: CacheMeta, train: Split, windows: int) -> list[str]:
+        """The lines that say what the run reads (its `train` split) and how well it fills its windows."""
         ...
 
 

@@ -62,3 +62,22 @@ def _text_stream(path: Path, kind: str | None) -> TextIO:
 
         return zstandard.open(path, "rt", encoding="utf-8")
     return path.open(encoding="utf-8")
+
+
+def lines_between(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """The non-blank lines of a plain JSONL file that begin in its bytes [start, end), each with the byte it begins
+    at: a line that begins before `start` is the previous range's, so ranges that tile a file read each line once."""
+    with path.open("rb") as stream:
+        stream.seek(max(start - 1, 0))
+        offset = start
+        if start > 0 and stream.read(1) != b"\n":
+            offset += len(stream.readline())
+        while offset < end and (line := stream.readline()):
+            if line.strip():
+                yield offset, line
+            offset += len(line)
+
+
+def record(line: bytes, fmt: DataFormat, field: str, where: str) -> str | dict:
+    """A JSONL line's record, as its format reads it."""
+    return data_format(fmt).record(json.loads(line), field, where)

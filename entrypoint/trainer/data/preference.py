@@ -14,7 +14,7 @@ from compiler.spec.schema import DataFormat, LossOn
 from entrypoint.trainer.data.base import Batch, CacheMeta, Encoded
 from entrypoint.trainer.data.chat import ChatEncoder, rendered
 from entrypoint.trainer.data.text import TextFormat
-from entrypoint.trainer.data.windows import Pairs, SeparateDocuments
+from entrypoint.trainer.data.windows import Pairs, SeparateDocuments, Split
 
 PAIR_COLUMNS = ("prompt", "chosen", "rejected", "tools")
 
@@ -25,7 +25,7 @@ class PreferencePairs(SeparateDocuments):
     first, as TRL's `truncation_mode=keep_start`). A micro batch of m pairs is 2m rows: the chosen ones, then
     the rejected ones in the same order."""
 
-    def __init__(self, split: Path, seq_len: int, seed: int, eos: int) -> None:
+    def __init__(self, split: Path | Split, seq_len: int, seed: int, eos: int) -> None:
         super().__init__(split, seq_len, seed, eos)
         self.windows //= 2
 
@@ -70,12 +70,12 @@ class PreferenceFormat(TextFormat):
 
         return encode
 
-    def windows(self, split: Path, plan: Plan, eos: int) -> PreferencePairs:
+    def windows(self, split: Split, plan: Plan, eos: int) -> PreferencePairs:
         return PreferencePairs(split, plan.model.seq_len, plan.trainer.seed, eos)
 
-    def report(self, plan: Plan, meta: CacheMeta, folder: Path, windows: int) -> list[str]:
+    def report(self, plan: Plan, meta: CacheMeta, train_split: Split, windows: int) -> list[str]:
         """What a preference run reads: its pairs, those cut to the window (either completion), the held-out ones."""
-        lengths = np.diff(np.load(folder / "train" / "starts.npy")).reshape(-1, 2)  # each completion and its eos
+        lengths = np.diff(train_split.starts).reshape(-1, 2)  # each completion and its eos
         truncated = int((lengths > plan.model.seq_len + 1).any(axis=1).sum())
         train, held, seq_len = meta.splits["train"], meta.splits.get("validation"), plan.model.seq_len
         lines = [

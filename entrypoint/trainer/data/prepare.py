@@ -2,7 +2,9 @@
 when it is missing, reused otherwise) and the windows every rank reads from it, with the lines the run reports.
 """
 
+import os
 import time
+import uuid
 from collections.abc import Callable
 from datetime import date
 from pathlib import Path
@@ -17,7 +19,7 @@ from compiler.spec.token_cache_key import TOKEN_CACHE_DIR, cache_key
 from compiler.spec.tokenizer import TokenizerFacts, tokenizer_location
 from entrypoint.launcher.cluster import Paths
 from entrypoint.trainer.data import cache as token_cache
-from entrypoint.trainer.data import data_format, documents
+from entrypoint.trainer.data import data_format, documents, shards
 from entrypoint.trainer.data.base import CacheMeta
 from entrypoint.trainer.data.windows import ShuffledWindows
 
@@ -53,24 +55,30 @@ def cache_root(plan: Plan, paths: Paths) -> Path:
 def ensure_cache(
     plan: Plan, data_folder: Path, tokenizer: Path, root: Path, leader: bool, log: Callable[[str], None]
 ) -> Path:
-    """The cache folder of this data; built here by the node's first rank if missing, which the node's other
-    ranks wait for by watching the folder appear (a barrier would time out on a large corpus; torchrun ends
-    them if the first rank fails). The key is computed by rank 0 and broadcast, so the data is hashed once."""
+    """The cache folder of this data; built here if missing, which the other ranks wait for by watching the folder
+    appear (a barrier would time out on a large corpus; torchrun ends them if the first rank fails). Where every
+    node sees the same folder, node k's first rank tokenizes share k of the documents (`shards`) and rank 0 writes
+    the folder once all are there; else each node's first rank tokenizes them all. The key is computed by rank 0
+    and broadcast, so the data is hashed once."""
     held_out = plan.data.validation if isinstance(plan.data.validation, str) else None
     train, validation = documents.split_sources(data_folder, held_out)
     if not train:
         raise FileNotFoundError(f"no documents (.jsonl[.gz|.zst], .txt, .parquet, datasets) under {data_folder}")
-    keys = [cache_key(plan, tokenizer, data_folder, train, validation) if dist.get_rank() == 0 else ""]
-    dist.broadcast_object_list(keys, src=0)
-    folder = root / keys[0]
-    if leader and not folder.is_dir():
+    if dist.get_rank() == 0:
+        key = cache_key(plan, tokenizer, data_folder, train, validation)
+        found = [key, (root / key).is_dir()]
+    else:
+        found = ["", False]
+    dist.broadcast_object_list(found, src=0)
+    folder, built = root / found[0], found[1]
+    splits = {"train": train, "validation": validation}
+    if not built and plan.layout.nodes > 1 and shared(root):
+        _build_shared(plan, splits, tokenizer, folder, leader, log)
+    elif leader and not folder.is_dir():
         log(f"token cache       building {folder}")
-        root.mkdir(parents=True, exist_ok=True)
-        today = date.fromisoformat(plan.chat_date) if plan.chat_date else None
-        encoder = token_cache.Encoder(tokenizer, plan.data.format, plan.data.loss_on, today)
         fraction = plan.data.validation if isinstance(plan.data.validation, float) else None
-        splits = {"train": train, "validation": validation}
-        token_cache.build(root, keys[0], encoder, lambda: token_cache.batches(splits, plan, fraction), log)
+        batches = lambda: token_cache.batches(splits, plan, fraction)  # noqa: E731
+        token_cache.build(root, folder.name, _encoder(plan, tokenizer), batches, log)
     elif leader:
         log(f"token cache       reused {folder} (no tokenization)")
     while not folder.is_dir():  # the node's first rank is tokenizing: longer than a collective's timeout may allow
@@ -79,15 +87,53 @@ def ensure_cache(
     return folder
 
 
+def _build_shared(
+    plan: Plan, splits: dict[str, list[Path]], tokenizer: Path, folder: Path, leader: bool, log: Callable[[str], None]
+) -> None:
+    """Node k's first rank tokenizes share k of the documents; rank 0 writes the cache folder when all are there."""
+    nodes = plan.layout.nodes
+    node = int(os.environ.get("GROUP_RANK", dist.get_rank() * nodes // dist.get_world_size()))
+    if leader:
+        log(f"token cache       building {folder}: this node tokenizes share {node + 1} of {nodes}")
+        share = shards.shares(splits, nodes)[node]
+        shards.write_shard(folder.parent, folder.name, node, nodes, _encoder(plan, tokenizer), share, plan, log)
+    if dist.get_rank() == 0:
+        shards.assemble(folder.parent, folder.name, nodes, plan, log)
+
+
+def _encoder(plan: Plan, tokenizer: Path) -> token_cache.Encoder:
+    today = date.fromisoformat(plan.chat_date) if plan.chat_date else None
+    return token_cache.Encoder(tokenizer, plan.data.format, plan.data.loss_on, today)
+
+
+def shared(root: Path) -> bool:
+    """Whether every node sees the same cache folder (a shared file system, or one host's folder mounted in every
+    container): rank 0 writes a file there and every rank looks for it. Every rank calls this."""
+    probe = [f".probe-{uuid.uuid4().hex}" if dist.get_rank() == 0 else ""]
+    dist.broadcast_object_list(probe, src=0)
+    if dist.get_rank() == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        (root / probe[0]).touch()
+    dist.barrier()
+    seen: list[bool] = [False] * dist.get_world_size()
+    dist.all_gather_object(seen, (root / probe[0]).is_file())
+    if dist.get_rank() == 0:
+        (root / probe[0]).unlink()
+    return all(seen)
+
+
 def open_windows(plan: Plan, folder: Path, eos: int) -> tuple[ShuffledWindows, ShuffledWindows | None, list[str]]:
     """The training windows, the validation windows (None without `data.validation`) and the lines that say
     what the run reads and how well it fills its windows."""
     meta = CacheMeta.read(folder)
     shape = data_format(plan.data.format)
     shape.check(plan, meta)
-    train = shape.windows(folder / "train", plan, eos)
-    validation = shape.windows(folder / "validation", plan, eos) if plan.data.validation is not None else None
+    train_split = shards.open_split(folder, "train", plan)
+    train = shape.windows(train_split, plan, eos)
+    validation = None
+    if plan.data.validation is not None:
+        validation = shape.windows(shards.open_split(folder, "validation", plan), plan, eos)
     if train.windows < 1 or (validation is not None and validation.windows < 1):
         empty = "training" if train.windows < 1 else "validation"
         raise ValueError(f"the {empty} documents fill less than one window of seq_len {plan.model.seq_len} + 1 tokens")
-    return train, validation, shape.report(plan, meta, folder, train.windows)
+    return train, validation, shape.report(plan, meta, train_split, train.windows)

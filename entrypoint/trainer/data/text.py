@@ -12,7 +12,7 @@ from compiler.spec import Plan
 from compiler.spec.schema import DataFormat, LossOn
 from compiler.spec.tokenizer import TOKENIZER_FILE
 from entrypoint.trainer.data.base import Batch, CacheMeta, Encoded
-from entrypoint.trainer.data.windows import PackedDocuments, SeparateDocuments, ShuffledWindows
+from entrypoint.trainer.data.windows import PackedDocuments, SeparateDocuments, ShuffledWindows, Split
 
 
 class TextFormat:
@@ -38,7 +38,7 @@ class TextFormat:
 
         return encode
 
-    def windows(self, split: Path, plan: Plan, eos: int) -> ShuffledWindows:
+    def windows(self, split: Split, plan: Plan, eos: int) -> ShuffledWindows:
         seq_len, seed = plan.model.seq_len, plan.trainer.seed
         if plan.data.packing:
             return PackedDocuments(split, seq_len, seed, plan.data.packing_mask)
@@ -47,13 +47,13 @@ class TextFormat:
     def check(self, plan: Plan, meta: CacheMeta) -> None:
         """Every token of a text document is a target."""
 
-    def report(self, plan: Plan, meta: CacheMeta, folder: Path, windows: int) -> list[str]:
+    def report(self, plan: Plan, meta: CacheMeta, train_split: Split, windows: int) -> list[str]:
         train = meta.splits["train"]
         lines = [f"documents         {train.documents:,} training, {train.tokens:,} tokens ({plan.data.format.value})"]
         held = meta.splits.get("validation")
         if held and held.documents:
             lines.append(f"validation        {held.documents:,} documents, {held.tokens:,} tokens held out")
-        lines.append(_packing_line(plan, folder / "train"))
+        lines.append(_packing_line(plan, train_split.starts))
         lines.extend(self.target_lines(plan, meta))
         epochs = plan.trainer.steps * plan.batch.global_batch / windows
         lines.append(
@@ -66,9 +66,9 @@ class TextFormat:
         return []
 
 
-def _packing_line(plan: Plan, split: Path) -> str:
+def _packing_line(plan: Plan, starts: np.ndarray) -> str:
     """Packing efficiency: document tokens (not separators or padding) ÷ the slots of the windows."""
-    starts, window = np.load(split / "starts.npy"), plan.model.seq_len + 1
+    window = plan.model.seq_len + 1
     lengths = np.diff(starts)  # each document and its end-of-text token
     if plan.data.packing:
         windows = (int(starts[-1]) - 1) // plan.model.seq_len

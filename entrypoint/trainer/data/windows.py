@@ -1,6 +1,6 @@
 """The window reader: a map from a window's number to its seq_len + 1 tokens (and which of them are targets),
-visited in a seeded random order, over the token cache's arrays or over token files, memory-mapped (a rank
-reads only the windows it trains on).
+visited in a seeded random order, over the token cache's arrays (one folder's, or a sharded cache's read as one
+stream) or over token files, memory-mapped: a rank reads only the windows it trains on.
 
 Packing (`data.packing=true`) cuts the stream of documents, each followed by the end-of-text token, into
 consecutive windows of seq_len + 1 tokens (with `data.packing_mask`, each token's position in its document
@@ -8,6 +8,7 @@ goes with it, so that attention stays inside documents); without packing each do
 own, padded with end-of-text tokens that are no targets and truncated (counted) when it is longer.
 """
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -107,11 +108,82 @@ def _memmap(path: Path, dtype: np.dtype) -> np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r")
 
 
+@dataclass(frozen=True)
+class Stored:
+    """A split of a cache folder: its arrays memory-mapped (the document starts read whole: one per document)."""
+
+    tokens: np.ndarray
+    targets: np.ndarray
+    starts: np.ndarray
+
+
+def stored(split: Path) -> Stored:
+    return Stored(
+        np.load(split / "tokens.npy", mmap_mode="r"),
+        np.load(split / "targets.npy", mmap_mode="r"),
+        np.load(split / "starts.npy"),
+    )
+
+
+class Documents:
+    """The documents of several stored splits (a sharded cache's, in order), or the `keep` ones of them, as one
+    stream: `tokens[a:b]` and `targets[a:b]` read only the documents that range covers."""
+
+    def __init__(self, parts: list[Stored], keep: np.ndarray | None) -> None:
+        self.parts = parts
+        lengths = np.concatenate([np.diff(p.starts) for p in parts])
+        part = np.concatenate([np.full(len(p.starts) - 1, k) for k, p in enumerate(parts)])
+        origin = np.concatenate([p.starts[:-1] for p in parts])
+        if keep is not None:
+            lengths, part, origin = lengths[keep], part[keep], origin[keep]
+        self.starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        # runs of documents that lie one after the other in one part, read in one slice each
+        first = np.ones(len(lengths), dtype=bool)
+        first[1:] = (part[1:] != part[:-1]) | (origin[1:] != origin[:-1] + lengths[:-1])
+        runs = np.flatnonzero(first)
+        self.run_starts = np.append(self.starts[runs], self.starts[-1])
+        self.run_part, self.run_origin = part[runs], origin[runs]
+        self.tokens, self.targets = _Stream(self, "tokens"), _Stream(self, "targets")
+
+    def read(self, name: str, start: int, end: int) -> np.ndarray:
+        end = min(end, int(self.starts[-1]))
+        pieces = [np.zeros(0, dtype=getattr(self.parts[0], name).dtype)]
+        run = int(np.searchsorted(self.run_starts, start, side="right")) - 1
+        while start < end:
+            offset = int(self.run_origin[run]) + start - int(self.run_starts[run])
+            take = min(end, int(self.run_starts[run + 1])) - start
+            pieces.append(getattr(self.parts[int(self.run_part[run])], name)[offset : offset + take])
+            start, run = start + take, run + 1
+        return np.concatenate(pieces)
+
+
+class _Stream:
+    """One array of `Documents`, sliced as a memory-mapped array is."""
+
+    def __init__(self, documents: Documents, name: str) -> None:
+        self.documents, self.name = documents, name
+        self.dtype = getattr(documents.parts[0], name).dtype
+
+    def __len__(self) -> int:
+        return int(self.documents.starts[-1])
+
+    def __getitem__(self, cut: slice) -> np.ndarray:
+        return self.documents.read(self.name, cut.start or 0, len(self) if cut.stop is None else cut.stop)
+
+
+Split = Stored | Documents
+"""A split as the windows read it: `tokens[a:b]`, `targets[a:b]`, `starts`."""
+
+
+def opened(split: Path | Split) -> Split:
+    return stored(split) if isinstance(split, Path) else split
+
+
 class PackedDocuments(ShuffledWindows):
-    def __init__(self, split: Path, seq_len: int, seed: int, mask_boundaries: bool = False) -> None:
-        self.tokens = np.load(split / "tokens.npy", mmap_mode="r")
-        self.targets = np.load(split / "targets.npy", mmap_mode="r")
-        self.starts = np.load(split / "starts.npy") if mask_boundaries else None
+    def __init__(self, split: Path | Split, seq_len: int, seed: int, mask_boundaries: bool = False) -> None:
+        split = opened(split)
+        self.tokens, self.targets = split.tokens, split.targets
+        self.starts = split.starts if mask_boundaries else None
         super().__init__((len(self.tokens) - 1) // seq_len, seq_len, seed)
 
     def window(self, index: int) -> tuple[np.ndarray, np.ndarray]:
@@ -131,10 +203,9 @@ class PackedDocuments(ShuffledWindows):
 
 
 class SeparateDocuments(ShuffledWindows):
-    def __init__(self, split: Path, seq_len: int, seed: int, eos: int) -> None:
-        self.tokens = np.load(split / "tokens.npy", mmap_mode="r")
-        self.targets = np.load(split / "targets.npy", mmap_mode="r")
-        self.starts = np.load(split / "starts.npy")
+    def __init__(self, split: Path | Split, seq_len: int, seed: int, eos: int) -> None:
+        split = opened(split)
+        self.tokens, self.targets, self.starts = split.tokens, split.targets, split.starts
         self.eos = eos
         super().__init__(len(self.starts) - 1, seq_len, seed)
 
