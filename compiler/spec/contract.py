@@ -79,3 +79,7 @@ entrypoint writes the failure's reason there too."""
 MAX_ARG_STRLEN = 128 * 1024
 """Linux's limit on one `NAME=value` string of a process's environment (with its NUL): a longer one fails
 the container's exec with E2BIG."""
+JOB_VARIABLE = "DOCKYARD_JOB"
+"""In `target.environment`: what the job does on its nodes; `tokenize` (`dockyard tokenize`) fills the token cache
+and ends, the nodes splitting the documents among them; unset, it trains."""
+TOKENIZE_JOB = "tokenize"

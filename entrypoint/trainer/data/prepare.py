@@ -57,9 +57,9 @@ def ensure_cache(
 ) -> Path:
     """The cache folder of this data; built here if missing, which the other ranks wait for by watching the folder
     appear (a barrier would time out on a large corpus; torchrun ends them if the first rank fails). Where every
-    node sees the same folder, node k's first rank tokenizes share k of the documents (`shards`) and rank 0 writes
-    the folder once all are there; else each node's first rank tokenizes them all. The key is computed by rank 0
-    and broadcast, so the data is hashed once."""
+    node sees the same `data.cache` folder, node k's first rank tokenizes share k of the documents (`shards`) and
+    rank 0 writes the folder once all are there; else each node's first rank tokenizes them all. The key is
+    computed by rank 0 and broadcast, so the data is hashed once."""
     held_out = plan.data.validation if isinstance(plan.data.validation, str) else None
     train, validation = documents.split_sources(data_folder, held_out)
     if not train:
@@ -72,13 +72,13 @@ def ensure_cache(
     dist.broadcast_object_list(found, src=0)
     folder, built = root / found[0], found[1]
     splits = {"train": train, "validation": validation}
-    if not built and plan.layout.nodes > 1 and shared(root):
+    if not built and plan.data.cache and plan.layout.nodes > 1 and shared(root):
         _build_shared(plan, splits, tokenizer, folder, leader, log)
     elif leader and not folder.is_dir():
         log(f"token cache       building {folder}")
         fraction = plan.data.validation if isinstance(plan.data.validation, float) else None
-        batches = lambda: token_cache.batches(splits, plan, fraction)  # noqa: E731
-        token_cache.build(root, folder.name, _encoder(plan, tokenizer), batches, log)
+        encoder = _encoder(plan, tokenizer)
+        token_cache.build(root, folder.name, encoder, lambda: token_cache.batches(splits, plan, fraction), log)
     elif leader:
         log(f"token cache       reused {folder} (no tokenization)")
     while not folder.is_dir():  # the node's first rank is tokenizing: longer than a collective's timeout may allow
