@@ -6,7 +6,7 @@ from compiler.spec.contract import JOB_VARIABLE, TOKENIZE_JOB
 
 TOKENS_PER_CORE_S = 90_000
 """Tokens per second one core encodes into the token cache (the `tokenizers` library's `encode_batch`, text, a BPE
-of 512 tokens on this project's 2-core build machine: `bench/tokenize.py`, 1 worker). Larger vocabularies and chat
+of 512 tokens on this project's 2-core build machine: `bench/token_shards.py`, 1 worker). Larger vocabularies and chat
 rendering are slower; the time is an order of magnitude, not a promise."""
 CORES_UNKNOWN = 1
 """The cores counted per node where the plan's instance says none (local containers, a cluster's nodes)."""
