@@ -35,6 +35,7 @@ from compiler.config.compose import (
 )
 from compiler.config.project import config_dirs, user_config_dir
 from compiler.launch.errors import InvalidSweepError, PointFailedError
+from compiler.spec.contract import JOB_VARIABLE, TOKENIZE_JOB
 from compiler.spec.errors import ConfigError, PlatformError, UnknownNameError
 
 folders.register()
@@ -50,6 +51,9 @@ VERBS: dict[str, Callable[[DictConfig], None]] = {
 }
 RUN_VERBS = ("runs", "status", "logs", "stop", "warm-pool")
 """Verbs about launched runs (the list, or one by id or folder); they compose no config."""
+TOKENIZE = "tokenize"
+"""`dockyard tokenize [overrides]`: a launch whose nodes fill the token cache (`data.cache`), splitting the documents
+among them, and end (`target.environment.DOCKYARD_JOB=tokenize`, which the plan's summary shows too)."""
 CONVERT = "convert"
 """`dockyard convert RECIPE`: a Trainer, TRL or axolotl recipe as overrides (`compiler.config.recipes`)."""
 
@@ -66,6 +70,8 @@ def main(argv: list[str] | None = None) -> None:
 
         return print(about.version_text(verbose=bool({"-v", "--verbose"} & set(args))))
     verb, overrides = args[0], args[1:]
+    if verb == TOKENIZE:
+        verb, overrides = "launch", [*overrides, f"++target.environment.{JOB_VARIABLE}={TOKENIZE_JOB}"]
     if verb in VERBS and {"-h", "--help"} & set(overrides):
         from compiler.cli import about
 
@@ -89,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     if verb == CONVERT:
         return _convert(overrides)
     if verb not in VERBS:
-        _fail(UnknownNameError("verb", "verb", verb, [*VERBS, *RUN_VERBS, CONVERT, "init"]).one_line())
+        _fail(UnknownNameError("verb", "verb", verb, [*VERBS, TOKENIZE, *RUN_VERBS, CONVERT, "init"]).one_line())
     task = VERBS[verb]
     if verb == "eval":
         try:
@@ -298,6 +304,7 @@ def usage() -> str:
         "          --resume RUN [overrides]: continue a run from its newest checkpoint)\n"
         "  eval    [RUN] eval.tasks=[...]: evaluate a run's exported model (or model.path) with\n"
         "          lm-evaluation-harness as a job on the plan's target (--dry-run: print the request)\n"
+        "  tokenize  launch a job that fills the token cache (data.cache), its nodes splitting the documents\n"
         "  runs                     the launched runs, newest first (--status, --target, --limit, -o json)\n"
         "  status, logs, stop RUN   a launched run, by its id (from any folder) or its folder\n"
         "  warm-pool release RUN    end the warm pool a SageMaker run keeps (keep-alive to 0)\n"

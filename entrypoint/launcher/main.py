@@ -384,7 +384,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"dockyard-entrypoint: warning: {warning}", file=sys.stderr)
     try:
         if launch.account is not None:
-            hand_over(launch.paths, launch.channels, plan_path, launch.account)
+            cache = (Path(plan.data.cache),) if plan.data.cache else ()
+            hand_over(launch.paths, launch.channels, plan_path, launch.account, shared=cache)
         else:
             check_writable(launch.paths)
     except PathError as error:
