@@ -15,16 +15,27 @@ def plan_for(*overrides: str) -> Plan:
 
 def unconstrained_packages(freeze: str, plan: Plan) -> list[str]:
     """The packages `pip freeze` lists in `plan`'s image that neither the image's own pins (torch,
-    dockyard's dependencies, the feature layers, `image.python_packages`) nor images/constraints.txt fix:
+    dockyard's dependencies, the feature and evaluation layers, `image.python_packages`) nor
+    images/constraints.txt (and an evaluation's eval-constraints.txt) fix:
     a rebuild could install another version of each."""
     import re
 
-    from compiler.images.render import CONSTRAINTS, feature_dependencies, python_dependencies
+    from compiler.images.render import (
+        CONSTRAINTS,
+        EVAL_CONSTRAINTS,
+        evaluation_dependencies,
+        feature_dependencies,
+        python_dependencies,
+    )
 
     def name(requirement: str) -> str:
         return re.sub(r"[-_.]+", "-", re.split(r"[=<>!~ @\[]", requirement.strip(), maxsplit=1)[0]).lower()
 
-    pinned = {name(line) for line in CONSTRAINTS.read_text().splitlines() if line and not line.startswith("#")}
+    constrained = CONSTRAINTS.read_text().splitlines()
+    if plan.eval is not None:
+        constrained += EVAL_CONSTRAINTS.read_text().splitlines()
+    pinned = {name(line) for line in constrained if line and not line.startswith("#")}
     pinned |= {"torch"} | {name(p) for p in [*python_dependencies(plan.image), *feature_dependencies(plan)]}
+    pinned |= {name(p) for p in evaluation_dependencies(plan)}
     pinned |= {name(p) for p in plan.image.python_packages}
     return sorted(line for line in freeze.splitlines() if line.strip() and name(line) not in pinned)

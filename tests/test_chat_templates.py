@@ -12,8 +12,8 @@ import pytest
 from jinja2 import TemplateError
 
 from compiler.spec.schema import LossOn
-from entrypoint.trainer import token_cache
-from entrypoint.trainer.chat import ChatEncoder, ChatRecordError
+from entrypoint.trainer.data import cache as token_cache
+from entrypoint.trainer.data.chat import ChatEncoder, ChatRecordError
 
 TEMPLATES_DIR = Path(__file__).parent / "data" / "chat_templates"
 

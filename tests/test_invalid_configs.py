@@ -84,6 +84,8 @@ INVALID = [
     ([*P5, "model=gpt2-1.5b", "parallelism.tp=2"], "parallelism.tp", "does not divide model.heads=25"),
     ([*P5, "hardware.nodes=2", "parallelism.pp=3", "parallelism.dp=-1"], "parallelism.pp", "cannot equal"),
     ([SM, "parallelism=smddp", "parallelism.pp=2"], "parallelism.strategy", "smddp with pp=2"),
+    ([*P5, "parallelism.ep=3"], "parallelism.ep", "ep=3 does not divide the dp × tp ranks it borrows"),
+    ([*P5, "parallelism.cp=0"], "parallelism.cp", "must be at least 1"),
     ([*PP2, "parallelism.pp_schedule=pipedream"], "parallelism.pp_schedule", "did you mean"),
     ([*P5, *PP2[1:], "parallelism.pp=8", "model.layers=6"], "parallelism.pp", "8 stages, more than model.layers=6"),
     (

@@ -16,7 +16,10 @@ PURPOSES = {
     "plan": "compile the config into a validated plan.json and report.md, and print the plan's summary",
     "build": "plan, then build the plan's content-addressed image (push it with image.push=true)",
     "launch": "build, then run the plan on its target and follow it (a run id for dockyard status|logs|stop)",
+    "eval": "evaluate a run's exported model (eval RUN) or model.path with lm-evaluation-harness's eval.tasks, as a "
+    "job on the plan's target, and print the scores",
 }
+DRY_RUN_VERBS = ("launch", "eval")
 
 
 def version_text(*, verbose: bool) -> str:
@@ -62,7 +65,7 @@ def config_groups(conf_dirs: list[Path]) -> list[str]:
 
 
 def verb_usage(verb: str, conf_dirs: list[Path]) -> str:
-    dry_run = "[--dry-run] " if verb == "launch" else ""
+    dry_run = "[RUN] [--dry-run] " if verb == "eval" else "[--dry-run] " if verb in DRY_RUN_VERBS else ""
     lines = [
         f"usage: {PROG} {verb} {dry_run}[-m] [group=option ...] [key=value ...] [Hydra flags]",
         "",
@@ -72,7 +75,7 @@ def verb_usage(verb: str, conf_dirs: list[Path]) -> str:
         *(
             ["  --dry-run       print the plan's summary and warnings (stderr), then the exact request (stdout);"]
             + ["                  build nothing, start nothing"]
-            if verb == "launch"
+            if verb in DRY_RUN_VERBS
             else []
         ),
         "  -m, --multirun  one run per combination of comma-separated values (model=tiny,gpt2-124m);",

@@ -35,6 +35,7 @@ from compiler.config.compose import (
 )
 from compiler.config.project import config_dirs, user_config_dir
 from compiler.launch.errors import InvalidSweepError, PointFailedError
+from compiler.spec.contract import JOB_VARIABLE, TOKENIZE_JOB
 from compiler.spec.errors import ConfigError, PlatformError, UnknownNameError
 
 folders.register()
@@ -46,9 +47,13 @@ VERBS: dict[str, Callable[[DictConfig], None]] = {
     "plan": tasks.plan_task,
     "build": tasks.build_task,
     "launch": tasks.launch_task,
+    "eval": tasks.eval_task,
 }
 RUN_VERBS = ("runs", "status", "logs", "stop", "warm-pool")
 """Verbs about launched runs (the list, or one by id or folder); they compose no config."""
+TOKENIZE = "tokenize"
+"""`dockyard tokenize [overrides]`: a launch whose nodes fill the token cache (`data.cache`), splitting the documents
+among them, and end (`target.environment.DOCKYARD_JOB=tokenize`, which the plan's summary shows too)."""
 CONVERT = "convert"
 """`dockyard convert RECIPE`: a Trainer, TRL or axolotl recipe as overrides (`compiler.config.recipes`)."""
 
@@ -65,6 +70,8 @@ def main(argv: list[str] | None = None) -> None:
 
         return print(about.version_text(verbose=bool({"-v", "--verbose"} & set(args))))
     verb, overrides = args[0], args[1:]
+    if verb == TOKENIZE:
+        verb, overrides = "launch", [*overrides, f"++target.environment.{JOB_VARIABLE}={TOKENIZE_JOB}"]
     if verb in VERBS and {"-h", "--help"} & set(overrides):
         from compiler.cli import about
 
@@ -88,10 +95,17 @@ def main(argv: list[str] | None = None) -> None:
     if verb == CONVERT:
         return _convert(overrides)
     if verb not in VERBS:
-        _fail(UnknownNameError("verb", "verb", verb, [*VERBS, *RUN_VERBS, CONVERT, "init"]).one_line())
+        _fail(UnknownNameError("verb", "verb", verb, [*VERBS, TOKENIZE, *RUN_VERBS, CONVERT, "init"]).one_line())
     task = VERBS[verb]
-    if verb == "launch" and "--dry-run" in overrides:
-        task, overrides = tasks.dry_run_task, [o for o in overrides if o != "--dry-run"]
+    if verb == "eval":
+        try:
+            dry_run = ["--dry-run"] if "--dry-run" in overrides else []
+            overrides = [*dry_run, *evaluated([o for o in overrides if o != "--dry-run"])]
+        except ConfigError as error:
+            _fail(error.one_line())
+    if verb in ("launch", "eval") and "--dry-run" in overrides:
+        dry_run = tasks.dry_run_task if verb == "launch" else tasks.eval_dry_run_task
+        task, overrides = dry_run, [o for o in overrides if o != "--dry-run"]
     elif verb == "launch" and "--resume" in overrides:
         try:
             task, overrides = resuming(overrides)
@@ -114,6 +128,17 @@ def resuming(overrides: list[str]) -> tuple[Callable[[DictConfig], None], list[s
     resume = prepare_resume(runs.find_record(overrides[at + 1]))
     new = overrides[:at] + overrides[at + 2 :]
     return tasks.resume_task(resume), [*resume.overrides, *new, *resume_overrides(resume)]
+
+
+def evaluated(overrides: list[str]) -> list[str]:
+    """`eval RUN [overrides]`: the command line of an evaluation of the run's exported model; without a run
+    (`eval model=hf model.path=FOLDER ...`), the overrides as given."""
+    if not overrides or "=" in overrides[0] or overrides[0].startswith("-"):
+        return overrides
+    from compiler.cli import runs
+    from compiler.launch.evaluation import overrides_for_run
+
+    return overrides_for_run(runs.find_record(overrides[0]), overrides[1:])
 
 
 def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
@@ -277,6 +302,9 @@ def usage() -> str:
         "  build   plan, then build the plan's content-addressed image (and push it with image.push=true)\n"
         "  launch  build, then run the plan on its target (--dry-run: print the request, do nothing;\n"
         "          --resume RUN [overrides]: continue a run from its newest checkpoint)\n"
+        "  eval    [RUN] eval.tasks=[...]: evaluate a run's exported model (or model.path) with\n"
+        "          lm-evaluation-harness as a job on the plan's target (--dry-run: print the request)\n"
+        "  tokenize  launch a job that fills the token cache (data.cache), its nodes splitting the documents\n"
         "  runs                     the launched runs, newest first (--status, --target, --limit, -o json)\n"
         "  status, logs, stop RUN   a launched run, by its id (from any folder) or its folder\n"
         "  warm-pool release RUN    end the warm pool a SageMaker run keeps (keep-alive to 0)\n"

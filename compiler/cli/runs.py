@@ -20,6 +20,7 @@ from typing import IO, NoReturn
 from compiler.cli import show
 from compiler.core import home
 from compiler.launch import runs, summary
+from compiler.launch.evaluation import latest_scores
 from compiler.launch.progress import Progress, for_people, progress
 from compiler.spec.errors import ConfigError, printable, shown
 from compiler.spec.files import FileError
@@ -28,6 +29,8 @@ from compiler.targets.base import FINAL_STATUSES, STATUSES
 from compiler.targets.records import OPEN_STATUSES, RunRecord
 
 TABLE, JSON = "table", "json"
+SCORE_FIELDS = ("task", "metric", "value", "stderr")
+"""A task score in `status -o json` (`dockyard eval`)."""
 FOLLOW_POLL_S = 2.0
 """How often `logs -f` asks the target for new lines and the run's status."""
 
@@ -62,7 +65,9 @@ def status(record: RunRecord, output: str = TABLE) -> None:
         counts = {"attempts": record.attempts, "restarts": record.restarts, "resumed": record.resumed}
         events = {"restart_events": runs.restart_events(Path(record.run_dir))}
         skipped = {"skipped_lines": runs.skipped_lines(Path(record.run_dir))}
-        print(json.dumps({**now.to_json(), **fields, **counts, **events, **skipped, "results": results}, indent=2))
+        scores = [dict(zip(SCORE_FIELDS, row, strict=True)) for row in latest_scores(Path(record.run_dir))]
+        shown_fields = {**now.to_json(), **fields, **counts, **events, **skipped, "scores": scores}
+        print(json.dumps({**shown_fields, "results": results}, indent=2))
         return
     say(f"run       {record.run_id} ({record.target})")
     say(f"folder    {record.run_dir}")
@@ -77,6 +82,8 @@ def status(record: RunRecord, output: str = TABLE) -> None:
         say(f"skipped   {lines} unreadable line(s) of {path} (a node stopped mid-write?)")
     for label, text in show.status_lines(now):
         say(f"{label:<9} {text}")
+    for task, metric, value, stderr in latest_scores(Path(record.run_dir)):
+        say(f"score     {task} {metric} {value:.4f}" + ("" if stderr is None else f" ± {stderr:.4f}"))
     if record.warm_pool:
         say(f"warm pool {record.warm_pool}")
     if record.billable_s is not None:

@@ -72,6 +72,12 @@ def launch_task(cfg: DictConfig) -> None:
     _launch(cfg, None)
 
 
+def eval_task(cfg: DictConfig) -> None:
+    """`dockyard eval`: `launch` of a plan that evaluates `model.path` with lm-evaluation-harness; the scores
+    are printed as a table and the harness's results kept in the run folder's `eval/`."""
+    _launch(cfg, None, evaluating=True)
+
+
 def resume_task(resuming: Resume) -> Callable[[DictConfig], None]:
     """`launch --resume RUN`: the launch of the run's next attempt (see `compiler.launch.resume`)."""
 
@@ -81,10 +87,10 @@ def resume_task(resuming: Resume) -> Callable[[DictConfig], None]:
     return launch_task
 
 
-def _launch(cfg: DictConfig, resuming: Resume | None) -> None:
+def _launch(cfg: DictConfig, resuming: Resume | None, evaluating: bool = False) -> None:
     from compiler.images.build import planned_reference
     from compiler.images.workflow import build_and_record
-    from compiler.launch import runs
+    from compiler.launch import evaluation, runs
     from compiler.launch.progress import for_people
     from compiler.launch.resume import check_reshard, keep_attempt, resumed_record
     from compiler.targets import records
@@ -93,6 +99,7 @@ def _launch(cfg: DictConfig, resuming: Resume | None) -> None:
     run_dir = run_folder()
     with folders.results_in(run_dir) as stage:
         config = with_account_defaults(to_config(cfg))
+        evaluation.check_verb(config.eval.tasks, evaluating)
         if resuming is not None:
             check_reshard(resuming.plan, checked_plan(config))
         plan = compile_into(config, stage, run_dir, resuming.plan.chat_date if resuming else None)
@@ -115,7 +122,11 @@ def _launch(cfg: DictConfig, resuming: Resume | None) -> None:
         raise
     if record.status in records.OPEN_STATUSES:
         return  # a detached remote job
+    if evaluating:
+        evaluation.keep_results(run_dir)
     runs.print_results(record)
+    if evaluating:
+        evaluation.print_scores(run_dir, sys.stdout)
     if record.status != COMPLETED:
         sys.exit(record.exit_status or 1)
 
@@ -124,14 +135,25 @@ def _launch(cfg: DictConfig, resuming: Resume | None) -> None:
 def dry_run_task(cfg: DictConfig) -> None:
     """Print the plan's summary and warnings, and what the target would do besides (stderr), then exactly
     the request `launch` would submit (stdout); build nothing, start nothing, keep no run folder."""
+    _dry_run(cfg, evaluating=False)
+
+
+def eval_dry_run_task(cfg: DictConfig) -> None:
+    """`dockyard eval --dry-run`: the request of the evaluation's job, as `launch --dry-run` prints one."""
+    _dry_run(cfg, evaluating=True)
+
+
+def _dry_run(cfg: DictConfig, evaluating: bool) -> None:
     from compiler.images.build import planned_reference
-    from compiler.launch import runs
+    from compiler.launch import evaluation, runs
     from compiler.launch.prepare import prepare
 
     run_dir = run_folder()
+    config = to_config(cfg)
+    evaluation.check_verb(config.eval.tasks, evaluating)
     with folders.results_in(run_dir, keep=False):
         prepared = prepare(
-            to_config(cfg),
+            config,
             run_dir,
             run_id=lambda plan: runs.run_id_for(plan, datetime.now(UTC)),
             planned=lambda plan: planned_reference(plan, cwd=project_dir(HydraConfig.get())),

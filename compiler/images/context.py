@@ -24,7 +24,14 @@ from docker.utils.build import exclude_paths
 
 from compiler.images import PACKAGES_ROOT
 from compiler.images.digests import file_sha256
-from compiler.images.render import CONSTRAINTS, has_user_code, render_dockerfile, uses_constraints
+from compiler.images.render import (
+    CONSTRAINTS,
+    EVAL_CONSTRAINTS,
+    has_eval_tasks,
+    has_user_code,
+    render_dockerfile,
+    uses_constraints,
+)
 from compiler.spec import Plan, schema
 from compiler.spec.errors import ConfigError
 
@@ -80,6 +87,8 @@ def build_context(plan: Plan, *, cwd: Path, base_id: str = "") -> BuildContext:
     files = dict(_dockyard_files())
     if uses_constraints(plan.image):
         files["constraints.txt"] = CONSTRAINTS
+        if plan.eval is not None:
+            files["eval-constraints.txt"] = EVAL_CONSTRAINTS
     if plan.image.family is schema.ImageFamily.cpu_local:
         wheel = find_torch_wheel(plan.image, wheelhouse_folders(plan.image))
         files[f"wheelhouse/{wheel.name}"] = wheel
@@ -92,6 +101,8 @@ def build_context(plan: Plan, *, cwd: Path, base_id: str = "") -> BuildContext:
                 "give its path relative to trainer.source_dir",
             )
         files.update(code)
+    if plan.eval is not None and has_eval_tasks(plan):  # read where the planner checked it, as data.path is
+        files.update(eval_task_files(Path(plan.eval.include_path)))
     return BuildContext(render_dockerfile(plan), files, base_id)
 
 
@@ -154,6 +165,11 @@ def user_code_files(source_dir: Path) -> dict[str, Path]:
         patterns += [line for line in lines if line and not line.startswith("#")]
     kept = exclude_paths(str(source_dir), patterns, dockerfile=".dockerignore")
     return {f"code/{name}": source_dir / name for name in sorted(kept) if (source_dir / name).is_file()}
+
+
+def eval_task_files(folder: Path) -> dict[str, Path]:
+    """Every file of `eval.include_path` (the task YAMLs and the data files they name), as the image holds them."""
+    return {f"eval_tasks/{path.relative_to(folder)}": path for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
 def code_commit(source_dir: Path) -> str | None:

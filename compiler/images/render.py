@@ -11,7 +11,7 @@ import jinja2
 
 from compiler.images import PACKAGE_DIR
 from compiler.spec import Plan, schema
-from compiler.spec.contract import CODE_DIR, RUN_AS_USER
+from compiler.spec.contract import CODE_DIR, EVAL_TASKS_DIR, RUN_AS_USER
 from compiler.spec.schema.trainer import sagemaker_mlflow
 
 TEMPLATES = {
@@ -30,6 +30,9 @@ family installs build-essential and python3-dev, the DLC has both)."""
 CONSTRAINTS = PACKAGE_DIR / "constraints.txt"
 """The versions of everything the image's pins pull in: they travel in the package (`dockyard --version -v`)."""
 CONSTRAINTS_IN_IMAGE = "/etc/dockyard/constraints.txt"
+EVAL_CONSTRAINTS = PACKAGE_DIR / "eval-constraints.txt"
+"""The versions of what the evaluation layer's harness pulls in beyond constraints.txt (`dockyard eval`)."""
+EVAL_CONSTRAINTS_IN_IMAGE = "/etc/dockyard/eval-constraints.txt"
 
 
 def render_dockerfile(plan: Plan) -> str:
@@ -46,13 +49,21 @@ def render_dockerfile(plan: Plan) -> str:
         build_tools=BUILD_TOOLS,
         dependencies=python_dependencies(image),
         features=feature_dependencies(plan),
+        evaluation=evaluation_dependencies(plan),
+        eval_constraints=EVAL_CONSTRAINTS_IN_IMAGE,
         constrained=uses_constraints(image),
         constraints=CONSTRAINTS_IN_IMAGE,
+        eval_tasks=EVAL_TASKS_DIR if has_eval_tasks(plan) else "",
     )
 
 
 def has_user_code(plan: Plan) -> bool:
     return plan.trainer.entry is schema.Entry.script
+
+
+def has_eval_tasks(plan: Plan) -> bool:
+    """An evaluation with a folder of its own tasks (`eval.include_path`), which the image carries."""
+    return plan.eval is not None and bool(plan.eval.include_path)
 
 
 def system_packages(plan: Plan) -> list[str]:
@@ -85,14 +96,15 @@ def feature_dependencies(plan: Plan) -> list[str]:
     """Pinned packages only some plans need, in a layer of their own above dockyard's (which every plan of
     the family shares): the document readers for `data.format` text or chat, Hugging Face's transformers for
     model=hf and for chat (its chat rendering), peft for LoRA, the clients of `trainer.trackers` (and the
-    sagemaker-mlflow plugin for a managed MLflow server's ARN)."""
+    sagemaker-mlflow plugin for a managed MLflow server's ARN); an evaluation's harness reads its tasks'
+    data with the document readers and loads the model with transformers and peft."""
     image, model = plan.image, plan.model
     pins = []
-    if plan.data.format is not schema.DataFormat.tokens:
+    if plan.data.format is not schema.DataFormat.tokens or plan.eval is not None:  # the harness reads datasets
         pins += [f"{name}=={getattr(image, name)}" for name in schema.DOCUMENT_PACKAGES]
     if model.family == "hf" or plan.data.format.rendered:  # chat and preference: transformers renders
         pins.append(f"transformers=={image.transformers}")
-    if model.lora.rank:
+    if model.lora.rank or plan.eval is not None:  # the harness's Hugging Face backend imports peft
         pins.append(f"peft=={image.peft}")
     for tracker, field in schema.TRACKER_PINS.items():
         if tracker in plan.trainer.trackers:
@@ -100,6 +112,12 @@ def feature_dependencies(plan: Plan) -> list[str]:
     if "mlflow" in plan.trainer.trackers and sagemaker_mlflow(plan.trainer.mlflow.tracking_uri):
         pins.append(f"sagemaker-mlflow=={image.sagemaker_mlflow}")
     return pins
+
+
+def evaluation_dependencies(plan: Plan) -> list[str]:
+    """lm-evaluation-harness with its Hugging Face backend for an evaluation (`dockyard eval`), in a layer of its
+    own above the features (the same as a fine-tune's of the model: documents, transformers, peft)."""
+    return [] if plan.eval is None else [f"lm_eval[hf]=={plan.eval.lm_eval}"]
 
 
 def _environment() -> jinja2.Environment:

@@ -52,22 +52,29 @@ def prepare_resume(record: RunRecord) -> Resume:
     if record.status in OPEN_STATUSES:
         raise ConfigError("--resume", f"run {record.run_id} is still {record.status}", f"dockyard stop {record.run_id}")
     checkpoints = registry.get(record.target).resume_checkpoints(record.run_id, run_dir)
-    plan_file, overrides_file = run_dir / "plan.json", run_dir / ".hydra" / "overrides.yaml"
+    plan_file = run_dir / "plan.json"
     try:
         plan = Plan.from_json(files.read_text(plan_file, "--resume"))
     except PlanError as error:
         raise files.FileError(
             "--resume", plan_file, f"is not a plan ({error})", "give a run dockyard launched"
         ) from None
+    return Resume(record, plan, run_overrides(run_dir, "--resume"), checkpoints)
+
+
+def run_overrides(run_dir: Path, key: str) -> list[str]:
+    """The overrides a run was launched with (its `.hydra/overrides.yaml`); `key` names the argument that gave
+    the run in an error."""
+    overrides_file = run_dir / ".hydra" / "overrides.yaml"
     try:
-        overrides = OmegaConf.to_container(OmegaConf.create(files.read_text(overrides_file, "--resume")))
+        overrides = OmegaConf.to_container(OmegaConf.create(files.read_text(overrides_file, key)))
     except (OmegaConfBaseException, yaml.YAMLError):
         overrides = None
     if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
         raise files.FileError(
-            "--resume", overrides_file, "is not the list of overrides Hydra writes", "give a run dockyard launched"
+            key, overrides_file, "is not the list of overrides Hydra writes", "give a run dockyard launched"
         )
-    return Resume(record, plan, overrides, checkpoints)
+    return overrides
 
 
 def resume_overrides(resume: Resume) -> list[str]:

@@ -13,7 +13,7 @@ from typing import IO
 from compiler.launch.plot import LOSS_PLOT, plot_losses
 from compiler.planner.summary import predicted_seconds
 from compiler.spec import Plan, files
-from compiler.spec.contract import METRICS_FILE, REPORTED_METRICS, RESTARTS_FILE
+from compiler.spec.contract import EVAL_DIR, METRICS_FILE, REPORTED_METRICS, RESTARTS_FILE
 from compiler.spec.errors import ConfigError, PlatformError, printable
 from compiler.targets import records, registry
 from compiler.targets.base import FINAL_STATUSES, PENDING, RUNNING, STOPPED, JobState, Request
@@ -231,6 +231,7 @@ def result_paths(run_dir: Path) -> dict[str, Path]:
         "logs": run_dir / "logs",
         "checkpoints": run_dir / "checkpoints",
         "model": run_dir / "model",
+        "eval": run_dir / EVAL_DIR,
     }
     return {label: path for label, path in found.items() if path is not None and path.exists()}
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from compiler.core import grammar
 from compiler.core.architectures import ARCHITECTURES
 from compiler.core.capabilities import TargetCapabilities
+from compiler.planner.tokenize_job import is_tokenize_job, unshared_cache_warning
 from compiler.spec import Layout, schema
 from compiler.spec.contract import TOKENIZER_CHANNEL
 from compiler.spec.errors import ConfigError
@@ -30,6 +31,12 @@ def check_format(config: schema.Config, targets: TargetCapabilities) -> Iterator
     if data.tokens is not None and data.tokens < 1:
         raise ConfigError("data.tokens", f"{data.tokens} is not a token count", "give the dataset's token count")
     if data.format is schema.DataFormat.tokens:
+        if is_tokenize_job(config):
+            raise ConfigError(
+                "data.format",
+                "tokens: token files are read as they are, there is nothing to tokenize",
+                "set data.format=text, chat or preference for `dockyard tokenize`",
+            )
         if data.validation is not None:
             raise ConfigError(
                 "data.validation",
@@ -51,6 +58,7 @@ def check_format(config: schema.Config, targets: TargetCapabilities) -> Iterator
         raise ConfigError("data.field", "is empty", "name the column holding the text, like data.field=text")
     _check_cache(data.cache)
     _check_validation(data)
+    yield from unshared_cache_warning(config)
     facts = _tokenizer_facts(config, targets)
     if facts is None:
         yield "data.tokenizer is on S3: its vocabulary and chat template are checked when the job starts"

@@ -46,6 +46,7 @@ def resolve_layout(config: schema.Config, instance: InstanceType) -> Layout:
         degrees[inferred[0]] = world // known
     dp, tp, pp = degrees["dp"], degrees["tp"], degrees["pp"]
     _check_tensor_parallel(tp, per_node, model)
+    ep, cp = _borrowed_degree("ep", par.ep, "dp × tp", dp * tp), _borrowed_degree("cp", par.cp, "dp", dp)
     stages_per_rank, layers_per_stage = _pipeline_stages(par, pp, model)
     return Layout(
         nodes=nodes,
@@ -57,7 +58,22 @@ def resolve_layout(config: schema.Config, instance: InstanceType) -> Layout:
         shard_degree=_shard_degree(par, dp, per_node // (tp * pp) or 1),
         stages_per_rank=stages_per_rank,
         layers_per_stage=layers_per_stage,
+        ep=ep,
+        cp=cp,
     )
+
+
+def _borrowed_degree(name: str, degree: int, lender: str, ranks: int) -> int:
+    """A degree whose ranks are borrowed from others (ep from dp × tp, cp from dp): it must divide them."""
+    if degree < 1:
+        raise ConfigError(f"parallelism.{name}", f"must be at least 1 (got {degree})")
+    if ranks % degree:
+        raise DegreeError(
+            f"parallelism.{name}",
+            f"{name}={degree} does not divide the {lender} ranks it borrows ({lender} = {ranks})",
+            f"use a {name} that divides {ranks}",
+        )
+    return degree
 
 
 def processes_per_node(hardware: schema.HardwareConfig, instance: InstanceType) -> int:

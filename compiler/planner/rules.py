@@ -21,6 +21,7 @@ from compiler.core.capabilities import TargetCapabilities
 from compiler.core.catalog import INSTANCE_TYPES, LOCAL_CPU
 from compiler.planner import models
 from compiler.planner.data_rules import check_format, check_packing_mask
+from compiler.planner.eval_rules import check_eval
 from compiler.planner.image_rules import check_image
 from compiler.planner.objective_rules import check_objective
 from compiler.planner.schedule_rules import check_schedule
@@ -458,4 +459,5 @@ CROSS_FIELD_CHECKS = (
     check_objective,
     check_groups,
     check_pretrained,
+    check_eval,
 )

@@ -4,6 +4,7 @@ from compiler.planner.assumptions import ASSUMED_MATMUL_EFFICIENCY, ASSUMPTIONS
 from compiler.planner.estimate import GIB, Memory
 from compiler.planner.pipeline import bubble_fraction
 from compiler.planner.schedule_rules import differences_from_trainer
+from compiler.planner.tokenize_job import is_tokenize_job, tokenize_lines
 from compiler.spec import Plan
 from compiler.spec.errors import printable
 from compiler.spec.records import DatasetTokens
@@ -31,6 +32,8 @@ def _summary(plan: Plan) -> list[str]:
         f"layout    dp={layout.dp} × tp={layout.tp} × pp={layout.pp}   {par.strategy.value}{shard}, "
         f"{par.mixed_precision.value}, checkpointing {par.activation_checkpointing.value}",
     ]
+    if is_tokenize_job(plan):
+        return lines + [f"data      {_data(plan)}", *tokenize_lines(plan)]
     if plan.trainer.entry is Entry.script:
         return lines + _script_lines(plan)
     lines += [

@@ -79,3 +79,17 @@ entrypoint writes the failure's reason there too."""
 MAX_ARG_STRLEN = 128 * 1024
 """Linux's limit on one `NAME=value` string of a process's environment (with its NUL): a longer one fails
 the container's exec with E2BIG."""
+EVAL_TASKS_DIR = "/opt/dockyard/eval_tasks"
+"""Where an evaluation's image holds `eval.include_path` (the harness's task YAMLs and their data files): the
+folder travels in the image, so the job reads it on every target; the harness runs there, so `data_files`
+relative to it resolve."""
+EVAL_DIR = "eval"
+"""In the job's output folder (`output/data/eval`): the harness's results JSON and its samples."""
+EVAL_METRIC_PREFIX = "eval/"
+"""A task's score in a metrics line: `eval/<task>/<metric>` (the harness's `acc,none` is `acc`, another
+filter than none stays in the name: `exact_match/strict-match`), its standard error `..._stderr` beside it."""
+EVAL_STDERR_SUFFIX = "_stderr"
+JOB_VARIABLE = "DOCKYARD_JOB"
+"""In `target.environment`: what the job does on its nodes; `tokenize` (`dockyard tokenize`) fills the token cache
+and ends, the nodes splitting the documents among them; unset, it trains."""
+TOKENIZE_JOB = "tokenize"

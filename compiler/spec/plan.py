@@ -30,6 +30,8 @@ SCHEMA_VERSION = 5
    `lora`, `architecture` and `head_dim` (model=hf); `data.format` and the document fields; the image's
    Hugging Face, document and tracker pins."""
 PREDICTIONS = ("estimate", "warnings", "dataset")
+ONLY_WHEN_SET = ("eval",)
+"""Sections a plan holds only when they are set: a training plan's JSON and hash stay as they were."""
 """Fields that describe the planner's view of the run, not the run: outside the content hash."""
 
 
@@ -61,10 +63,13 @@ class Plan:
     chat_date: str | None = None
     """data.format=chat: the day the plan was compiled (ISO, UTC), which the chat template's `strftime_now`
     reads on every node and every attempt, so that a resumed run tokenizes as its first attempt did."""
+    eval: schema.EvalConfig | None = None
+    """`dockyard eval`: the job evaluates `model.path` with lm-evaluation-harness instead of training."""
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(self)
+        plain = _plain(self)
+        return {key: value for key, value in plain.items() if not (key in ONLY_WHEN_SET and value is None)}
 
     def to_json(self, indent: int | None = None) -> str:
         return _canonical(self.to_dict(), indent)

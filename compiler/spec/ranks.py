@@ -39,6 +39,10 @@ class Layout:
     """Pipeline stages each pipeline rank holds: 2 for the interleaved schedules, else 1."""
     layers_per_stage: tuple[int, ...] = ()
     """Decoder layers of each pipeline stage, in stage order (empty without a pipeline)."""
+    ep: int = 1
+    """Expert-parallel degree: ranks of one dp × tp group that split each layer's experts."""
+    cp: int = 1
+    """Context-parallel degree: data-parallel ranks that split one sequence."""
 
     def coordinates(self, rank: int) -> Coordinates:
         if not 0 <= rank < self.world_size:

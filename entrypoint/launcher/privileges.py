@@ -123,12 +123,24 @@ def read(paths: Paths, channels: tuple[str, ...]) -> tuple[Path, ...]:
 
 
 def hand_over(
-    paths: Paths, channels: tuple[str, ...], plan: Path, account: Account, passwd: Path = Path("/etc/passwd")
+    paths: Paths,
+    channels: tuple[str, ...],
+    plan: Path,
+    account: Account,
+    passwd: Path = Path("/etc/passwd"),
+    shared: tuple[Path, ...] = (),
 ) -> None:
     """As root: the account gets a passwd entry where it has none; the written paths (and what is in them,
-    such as an earlier attempt's checkpoints) become the account's; the folders read, the contract files and
-    the plan become readable by everyone where the account could not read them."""
+    such as an earlier attempt's checkpoints) become the account's, and so do the `shared` folders (the token
+    cache's, `data.cache`: itself only, not the shards other jobs wrote there); the folders read, the contract
+    files and the plan become readable by everyone where the account could not read them."""
     register(account, passwd)
+    for folder in shared:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            os.chown(folder, account.uid, account.gid)
+        except OSError as error:
+            raise PathError(f"cannot make {folder} writable for {account.name}: {error.strerror}") from None
     for folder in written(paths):
         try:
             folder.mkdir(parents=True, exist_ok=True)

@@ -20,15 +20,18 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from compiler.spec import Plan
+from compiler.spec.contract import JOB_VARIABLE, TOKENIZE_JOB
 from compiler.spec.s3 import download_s3
 from compiler.spec.schema import Compile, DataFormat, DataSource, Objective, TrainerConfig
 from compiler.spec.tokenizer import TokenizerFacts
 from entrypoint.launcher.cluster import Paths
 from entrypoint.launcher.main import DEFAULT_TIMEOUT_S
-from entrypoint.trainer import checkpoint, restarts, text_data
-from entrypoint.trainer.chat import ChatRecordError
+from entrypoint.trainer import checkpoint, restarts
 from entrypoint.trainer.compiled import use_warm_cache
-from entrypoint.trainer.data import Batches, data_folder, make_source
+from entrypoint.trainer.data import prepare
+from entrypoint.trainer.data.base import CacheMeta, TargetsError
+from entrypoint.trainer.data.batches import Batches, data_folder, make_source
+from entrypoint.trainer.data.chat import ChatRecordError
 from entrypoint.trainer.engines import Engine, make_engine
 from entrypoint.trainer.health import this_node
 from entrypoint.trainer.metrics import RunEnd, TrackedRun, open_sinks
@@ -67,6 +70,8 @@ class Data:
     """What rank 0 reports about the data in the run's first lines."""
     tokenizer: Path | None = None
     """The tokenizer's folder on this node (text and chat data): the final model carries its files."""
+    cache: Path | None = None
+    """The token cache's folder (text and chat data)."""
 
 
 def prepare_data(plan: Plan, paths: Paths, leader: bool) -> Data:
@@ -81,11 +86,28 @@ def prepare_data(plan: Plan, paths: Paths, leader: bool) -> Data:
     if plan.data.format is DataFormat.tokens:
         return Data(Batches(make_source(plan, folder), plan, dp_rank), None, [])
     log = (lambda line: print(line, flush=True)) if leader else (lambda line: None)
-    tokenizer = text_data.tokenizer_folder(plan, paths, leader)
-    cache = text_data.ensure_cache(plan, folder, tokenizer, text_data.cache_root(plan, paths), leader, log)
-    train, validation, lines = text_data.open_windows(plan, cache, TokenizerFacts.read(tokenizer).eos_id)
+    tokenizer = prepare.tokenizer_folder(plan, paths, leader)
+    cache = prepare.ensure_cache(plan, folder, tokenizer, prepare.cache_root(plan, paths), leader, log)
+    train, validation, lines = prepare.open_windows(plan, cache, TokenizerFacts.read(tokenizer).eos_id)
     held_out = None if validation is None else Batches(validation, plan, dp_rank)
-    return Data(Batches(train, plan, dp_rank), held_out, lines, tokenizer)
+    return Data(Batches(train, plan, dp_rank), held_out, lines, tokenizer, cache)
+
+
+def tokenize(plan: Plan, paths: Paths, timeout_s: float) -> None:
+    """`dockyard tokenize`: the token cache and nothing else (no model is built), the nodes splitting the documents
+    among them where they share its folder; ends with what it holds and the time it took."""
+    init_distributed(plan, timeout_s)
+    started = time.perf_counter()
+    data = prepare_data(plan, paths, int(os.environ.get("LOCAL_RANK", "0")) == 0)
+    if dist.get_rank() == 0 and data.cache is not None:
+        splits = CacheMeta.read(data.cache).splits.values()
+        tokens, documents = sum(s.tokens for s in splits), sum(s.documents for s in splits)
+        seconds = time.perf_counter() - started
+        print("\n".join(data.lines), flush=True)
+        print(
+            f"tokenized         {tokens:,} tokens, {documents:,} documents in {seconds:.1f} s: {data.cache}", flush=True
+        )
+    dist.barrier()
 
 
 def precompute_reference(engine: Engine, plan: Plan, data: Data, device: torch.device) -> None:
@@ -319,15 +341,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     plan = Plan.from_json(args.plan.read_text())
     stop = os.environ.get("DOCKYARD_STOP_AT_STEP")
+    paths = Paths(Path(os.environ.get("DOCKYARD_ROOT", "/opt/ml")))
+    timeout_s = float(os.environ.get("DOCKYARD_TIMEOUT", DEFAULT_TIMEOUT_S))
     with named_hangs():
         try:
-            train(
-                plan,
-                Paths(Path(os.environ.get("DOCKYARD_ROOT", "/opt/ml"))),
-                float(os.environ.get("DOCKYARD_TIMEOUT", DEFAULT_TIMEOUT_S)),
-                int(stop) if stop else None,
-            )
-        except (ChatRecordError, text_data.TargetsError) as error:  # the data's fault, said in one line
+            if plan.target.environment.get(JOB_VARIABLE) == TOKENIZE_JOB:
+                tokenize(plan, paths, timeout_s)
+            else:
+                train(plan, paths, timeout_s, int(stop) if stop else None)
+        except (ChatRecordError, TargetsError) as error:  # the data's fault, said in one line
             raise SystemExit(f"dockyard: {error}") from None
     leave(0)  # every rank has passed the final barrier with its files closed
 

@@ -17,6 +17,9 @@ from compiler.spec.schema.data import (
     InputMode,
     LossOn,
 )
+from compiler.spec.schema.evaluation import (
+    EvalConfig,
+)
 from compiler.spec.schema.hardware import (
     HardwareConfig,
     InstanceGroup,
@@ -38,6 +41,7 @@ from compiler.spec.schema.model import (
 )
 from compiler.spec.schema.parallelism import (
     Checkpointing,
+    ContextParallelMethod,
     Offload,
     ParallelismConfig,
     Precision,
@@ -77,6 +81,7 @@ __all__ = [
     "DataConfig",
     "DataFormat",
     "LossOn",
+    "EvalConfig",
     "InstanceGroup",
     "HardwareConfig",
     "ImageFamily",
@@ -91,6 +96,7 @@ __all__ = [
     "ModelConfig",
     "Strategy",
     "Checkpointing",
+    "ContextParallelMethod",
     "Precision",
     "Offload",
     "ParallelismConfig",

@@ -1,9 +1,10 @@
 """The primary config: one node per group plus the run's name."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from compiler.spec.schema.data import DataConfig
+from compiler.spec.schema.evaluation import EvalConfig
 from compiler.spec.schema.hardware import HardwareConfig
 from compiler.spec.schema.image import ImageConfig
 from compiler.spec.schema.missing import MISSING
@@ -32,3 +33,5 @@ class Config:
     """One of the TargetConfig subclasses; the `target/` option picks which."""
     trainer: TrainerConfig = MISSING
     """The `trainer/` option."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """What `dockyard eval` evaluates the model with (lm-evaluation-harness); unused by the other verbs."""

@@ -70,7 +70,9 @@ class DataConfig:
     tokenizer: str | None = None
     """text/chat: a folder or an s3:// prefix holding a Hugging Face tokenizer (tokenizer.json)."""
     cache: str | None = None
-    """text/chat: the folder of the token cache (inside the container); empty means under the checkpoints."""
+    """text/chat: the folder of the token cache (inside the container; on the local target, a folder of this machine
+    mounted at the same path in every node); one that every node sees is filled once, node k tokenizing 1/N of the
+    documents (`dockyard tokenize` fills it beforehand); empty means under the checkpoints."""
     packing: bool = True
     """text/chat: documents packed into seq_len windows with EOS between them; false gives each document a
     window of its own (padded, long ones truncated)."""

@@ -25,6 +25,14 @@ class Checkpointing(Enum):
     full = "full"
 
 
+class ContextParallelMethod(Enum):
+    alltoall = "alltoall"
+    """All-to-all over heads (Ulysses): each rank attends over the whole sequence for heads / cp heads; any
+    attention kernel, any device."""
+    ring = "ring"
+    """Ring attention over the sequence (torch's context_parallel on CUDA's SDPA kernels): GPUs only."""
+
+
 class Precision(Enum):
     auto = "auto"
     """bf16 on GPUs, fp32 on CPUs."""
@@ -51,6 +59,15 @@ class ParallelismConfig:
     """Tensor-parallel degree; -1 infers it. Must stay inside one node."""
     pp: int = 1
     """Pipeline-parallel degree; -1 infers it."""
+    ep: int = 1
+    """Expert-parallel degree (mixture-of-experts models): each rank holds experts / ep of every layer's experts.
+    Its ranks are borrowed from the data- and tensor-parallel ones (dp × tp = expert shards × ep), so the world
+    size stays dp × tp × pp."""
+    cp: int = 1
+    """Context-parallel degree: each sequence is split over cp ranks borrowed from the data-parallel ones
+    (dp counts them: dp / cp replicas read distinct sequences)."""
+    cp_method: ContextParallelMethod = ContextParallelMethod.alltoall
+    """cp > 1: how attention sees the whole sequence: alltoall (Ulysses, any device) or ring (CUDA only)."""
     pp_schedule: str = "1f1b"
     """gpipe | 1f1b | interleaved-1f1b | zero-bubble (the interleaved ones run two stages per rank)."""
     pp_microbatches: int = -1

@@ -132,6 +132,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path, runs_as: H
     shared = [
         Mount(str(run_dir / "model"), f"{CONTAINER_ROOT}/model", read_only=False),
         Mount(str(run_dir / "checkpoints"), f"{CONTAINER_ROOT}/checkpoints", read_only=False),
+        *token_cache_mount(plan),
     ]
     tracker_uri, loopback_ports = mlflow_from_containers(plan)
     environment = {
@@ -167,7 +168,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path, runs_as: H
     channels = channel_sources(plan, run_dir)
     downloads = {channels[plan.data.channel]: plan.data.uri} if plan.data.source is DataSource.s3 else {}
     downloads |= pretrained_channel(plan, run_dir)[1]
-    writable = [str(run_dir / name) for name in ("model", "checkpoints")]
+    writable = [str(run_dir / name) for name in ("model", "checkpoints")] + [m.source for m in token_cache_mount(plan)]
     writable += [str(run_dir / "nodes" / host / "output") for host in names]
     return LocalRequest(
         run_id=run_id,
@@ -180,6 +181,14 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path, runs_as: H
         downloads=downloads,
         loopback_ports=loopback_ports,
     )
+
+
+def token_cache_mount(plan: Plan) -> list[Mount]:
+    """`data.cache` names a folder of this machine, mounted at the same path in every node: the token cache that
+    `dockyard tokenize` fills and later runs read, which the nodes share."""
+    if plan.data.cache is None or plan.data.format is DataFormat.tokens:
+        return []
+    return [Mount(plan.data.cache, plan.data.cache, read_only=False)]
 
 
 def alongside(request: LocalRequest, runs: int) -> LocalRequest:

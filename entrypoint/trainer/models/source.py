@@ -24,17 +24,23 @@ def with_local_checkpoint(plan: Plan, paths: Paths) -> Plan:
     model = plan.model
     if model.family != "hf":
         return plan
-    channel = paths.channel(PRETRAINED_CHANNEL)
-    if channel.is_dir() and any(channel.iterdir()):
-        folder = channel
-    elif Path(model.path).is_dir():
-        folder = Path(model.path)
-    else:
-        folder = channel
+    folder, fetched = checkpoint_folder(model.path, paths)
+    if fetched:
         if int(os.environ.get("LOCAL_RANK", "0")) == 0:
             fetch(model.path, folder)
         dist.barrier()
     return dataclasses.replace(plan, model=dataclasses.replace(model, path=str(folder)))
+
+
+def checkpoint_folder(path: str, paths: Paths) -> tuple[Path, bool]:
+    """The folder on this node that holds (or is to hold) the checkpoint `model.path` names, and whether it is
+    still to be fetched there."""
+    channel = paths.channel(PRETRAINED_CHANNEL)
+    if channel.is_dir() and any(channel.iterdir()):
+        return channel, False
+    if Path(path).is_dir():
+        return Path(path), False
+    return channel, True
 
 
 def fetch(source: str, folder: Path) -> None:
