@@ -1,9 +1,10 @@
 """What `dockyard convert` knows of each recipe tool: which tool wrote a recipe, the defaults it trains with
 where the recipe is silent, and the keys that change nothing dockyard trains (`NEUTRAL`) or that it cannot
 honour (`REFUSED`). Facts from transformers' `TrainingArguments`, TRL's `SFTConfig`/`DPOConfig`/`ModelConfig`
-and axolotl's config schema."""
+and axolotl's config schema; and the `Conversion` a port collects."""
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 TRAINER_DEFAULTS: dict[str, object] = {
@@ -192,3 +193,35 @@ DATA_WHY = (
     "Hub datasets are not read by dockyard yet: save the rows (datasets' save_to_disk, or JSONL) and give "
     "data=local data.path=FOLDER data.format=chat (or text, preference) data.tokenizer=FOLDER"
 )
+
+
+@dataclass
+class Conversion:
+    overrides: dict[str, object] = field(default_factory=dict)
+    refused: list[str] = field(default_factory=list)
+    """`key: why`, one line each."""
+    ignored: list[str] = field(default_factory=list)
+    """Neutral keys the recipe sets: nothing to port."""
+    notes: list[str] = field(default_factory=list)
+    """`key: what changed`, for a port that is not exact."""
+
+    def set(self, key: str, value: object) -> None:
+        self.overrides[key] = value
+
+    def refuse(self, key: str, why: str) -> None:
+        self.refused.append(f"{key}: {why}")
+
+    def lines(self) -> list[str]:
+        return [f"{key}={shown(value)}" for key, value in self.overrides.items()]
+
+
+Handler = Callable[[Conversion, str, Any, dict], None]
+
+
+def shown(value: object) -> str:
+    """A value as an override writes it (Hydra's true, false, [a,b], and floats without trailing zeros)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    return f"{value:g}" if isinstance(value, float) else str(value)

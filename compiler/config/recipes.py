@@ -11,7 +11,6 @@ every recipe tool's "unused"; an unknown key is refused unless its value is empt
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +23,20 @@ from compiler.config.recipe_keys import (
     DATA_WHY,
     NEUTRAL,
     REFUSED,
+    Conversion,
+    Handler,
     source_tool,
 )
+from compiler.config.recipe_model import (
+    adapter,
+    chat_template,
+    dpo_loss,
+    label_smoothing,
+    rl,
+    special_tokens,
+    use_peft,
+)
 from compiler.spec.errors import ConfigError
-from compiler.spec.schema.model import ALL_LINEAR
 
 SCHEDULES = {
     "linear": "linear",
@@ -40,35 +49,6 @@ SCHEDULES = {
 """transformers' scheduler names (and axolotl's `lr_scheduler`) dockyard runs, point by point."""
 
 TRACKERS = ("tensorboard", "mlflow", "wandb")
-DPO_LOSSES = ("sigmoid", "ipo", "hinge", "robust")
-"""TRL's `loss_type` values that dockyard's DPO computes as TRL does (`trainer.dpo.loss`)."""
-TRL_LORA = {"lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05}
-"""TRL's `ModelConfig` defaults of `use_peft`'s adapters."""
-AXOLOTL_LORA = {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0}
-"""axolotl's adapters where the recipe leaves rank or alpha out (peft's defaults; its lora_dropout is 0)."""
-
-
-@dataclass
-class Conversion:
-    overrides: dict[str, object] = field(default_factory=dict)
-    refused: list[str] = field(default_factory=list)
-    """`key: why`, one line each."""
-    ignored: list[str] = field(default_factory=list)
-    """Neutral keys the recipe sets: nothing to port."""
-    notes: list[str] = field(default_factory=list)
-    """`key: what changed`, for a port that is not exact."""
-
-    def set(self, key: str, value: object) -> None:
-        self.overrides[key] = value
-
-    def refuse(self, key: str, why: str) -> None:
-        self.refused.append(f"{key}: {why}")
-
-    def lines(self) -> list[str]:
-        return [f"{key}={_shown(value)}" for key, value in self.overrides.items()]
-
-
-Handler = Callable[[Conversion, str, Any, dict], None]
 
 
 def read_recipe(path: Path) -> dict[str, Any]:
@@ -110,14 +90,6 @@ def convert(recipe: dict[str, Any]) -> Conversion:
 
 def _empty(value: object) -> bool:
     return value is False or value in (0, "no", "none") or value == [] or value == {}
-
-
-def _shown(value: object) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list):
-        return "[" + ",".join(str(v) for v in value) + "]"
-    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _to(target: str, kind: Callable[[Any], object] = float) -> Handler:
@@ -259,44 +231,6 @@ def _trackers(out: Conversion, key: str, value: Any, recipe: dict) -> None:
     out.set("trainer.trackers", ["jsonl", *(name for name in names if name in TRACKERS)])
 
 
-def _adapter(out: Conversion, key: str, value: Any, recipe: dict) -> None:
-    """axolotl's `adapter: lora` with its `lora_r`, `lora_alpha`, `lora_dropout`, and `lora_target_modules` or
-    `lora_target_linear`."""
-    if value == "qlora":
-        return out.refuse(key, f"qlora: {REFUSED['load_in_4bit']} (adapter: lora)")
-    if value != "lora":
-        return out.refuse(key, f"{value} is not an adapter dockyard trains (lora)")
-    _lora(out, recipe, AXOLOTL_LORA)
-
-
-def _use_peft(out: Conversion, key: str, value: Any, recipe: dict) -> None:
-    """TRL's `use_peft` with its ModelConfig's `lora_r`, `lora_alpha`, `lora_dropout`, `lora_target_modules`."""
-    if value is not True:
-        raise ValueError(value)
-    _lora(out, recipe, TRL_LORA)
-    if not recipe.get("lora_target_modules"):
-        out.notes.append(
-            "lora_target_modules: unset, peft's default for the architecture; dockyard adapts q_proj and v_proj, "
-            "peft's default for Llama-style models"
-        )
-        out.set("model.lora.targets", ["q_proj", "v_proj"])
-
-
-def _lora(out: Conversion, recipe: dict, defaults: dict[str, float]) -> None:
-    out.set("model.lora.rank", int(recipe.get("lora_r") or defaults["lora_r"]))
-    out.set("model.lora.alpha", float(_given(recipe, "lora_alpha", defaults)))
-    out.set("model.lora.dropout", float(_given(recipe, "lora_dropout", defaults)))
-    targets = recipe.get("lora_target_modules")
-    if recipe.get("lora_target_linear") or targets == ALL_LINEAR:
-        out.set("model.lora.targets", [ALL_LINEAR])
-    elif targets:
-        out.set("model.lora.targets", [targets] if isinstance(targets, str) else [str(t) for t in targets])
-
-
-def _given(recipe: dict, key: str, defaults: dict[str, float]) -> float:
-    return defaults[key] if recipe.get(key) is None else recipe[key]
-
-
 def _validation(out: Conversion, key: str, value: Any, recipe: dict) -> None:
     if value and not 0 < float(value) < 1:
         return out.refuse(key, f"{value} rows: dockyard holds out a fraction (data.validation)")
@@ -311,54 +245,6 @@ def _sample_packing(out: Conversion, key: str, value: Any, recipe: dict) -> None
     out.set("data.packing", value)
     if value:
         out.set("data.packing_mask", True)
-
-
-def _rl(out: Conversion, key: str, value: Any, recipe: dict) -> None:
-    """axolotl's `rl`: dpo, or ipo (DPO with IPO's loss); its defaults are `source_tool`'s."""
-    if value == "ipo":
-        out.set("trainer.dpo.loss", "ipo")
-    elif value != "dpo":
-        out.refuse(key, f"{value}: dockyard trains sft and dpo (trainer.objective)")
-
-
-def _dpo_loss(out: Conversion, key: str, value: Any, recipe: dict) -> None:
-    """TRL's `loss_type`: one of the DPO losses dockyard computes as TRL does (a list of one is that loss).
-    An SFT recipe's nll and chunked_nll are the same next-token loss dockyard computes."""
-    names = [value] if isinstance(value, str) else list(value)
-    if out.overrides.get("trainer.objective") != "dpo":
-        if names not in (["nll"], ["chunked_nll"]):
-            out.refuse(key, f"{value}: dockyard's SFT loss is the next-token loss (nll)")
-        return
-    if len(names) != 1 or names[0] not in DPO_LOSSES:
-        return out.refuse(key, f"{value}: dockyard's DPO losses are {', '.join(DPO_LOSSES)}, one at a time")
-    out.set("trainer.dpo.loss", names[0])
-
-
-def _label_smoothing(out: Conversion, key: str, value: Any, recipe: dict) -> None:
-    """DPOConfig's `label_smoothing`: the flip probability of the robust loss (with sigmoid, cDPO)."""
-    if float(value) and recipe.get("loss_type") not in ("robust", ["robust"]):
-        return out.refuse(key, "dockyard smooths labels with loss_type robust only (no cDPO)")
-    out.set("trainer.dpo.label_smoothing", float(value))
-
-
-def _special_tokens(out: Conversion, key: str, value: Any, recipe: dict) -> None:
-    """axolotl's `special_tokens`: a pad token changes nothing trained (padding is masked out of the loss);
-    an end-of-sequence token is the tokenizer's."""
-    for name in dict(value):
-        if name != "pad_token":
-            out.refuse(
-                f"{key}.{name}",
-                REFUSED["eos_token"] if name == "eos_token" else "dockyard adds no tokens to the tokenizer",
-            )
-
-
-def _chat_template(out: Conversion, key: str, value: Any, recipe: dict) -> None:
-    """A name (axolotl's `llama3`, `qwen_25`) is read as the model's own, which its tokenizer carries; an
-    inline Jinja template is the tokenizer's to carry too."""
-    if "{%" in str(value) or "{{" in str(value):
-        out.refuse(key, "dockyard renders with data.tokenizer's own template: save this one as its chat_template")
-    else:
-        out.notes.append(f"{key}: {value} is read as the model's own template, the one data.tokenizer carries")
 
 
 def _dataset_kwargs(out: Conversion, key: str, value: Any, recipe: dict) -> None:
@@ -433,8 +319,8 @@ HANDLERS: dict[str, Handler] = {
     "save_steps": _interval("trainer.checkpoint_interval", "save_strategy"),
     "eval_steps": _interval("trainer.eval_interval", "eval_strategy"),
     "report_to": _trackers,
-    "adapter": _adapter,
-    "use_peft": _use_peft,
+    "adapter": adapter,
+    "use_peft": use_peft,
     "lora_r": _nothing,
     "lora_alpha": _nothing,
     "lora_dropout": _nothing,
@@ -443,15 +329,15 @@ HANDLERS: dict[str, Handler] = {
     "val_set_size": _validation,
     "save_strategy": _nothing,
     "eval_strategy": _nothing,
-    "rl": _rl,
+    "rl": rl,
     "beta": _to("trainer.dpo.beta"),
     "rl_beta": _to("trainer.dpo.beta"),
     "dpo_beta": _to("trainer.dpo.beta"),
-    "loss_type": _dpo_loss,
-    "label_smoothing": _label_smoothing,
+    "loss_type": dpo_loss,
+    "label_smoothing": label_smoothing,
     "precompute_ref_log_probs": _flag("trainer.dpo.precompute_reference", True, False),
-    "special_tokens": _special_tokens,
-    "chat_template": _chat_template,
+    "special_tokens": special_tokens,
+    "chat_template": chat_template,
     "dataset_kwargs": _dataset_kwargs,
     "fsdp_config": _fsdp_config,
     "past_index": _past_index,
