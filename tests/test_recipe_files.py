@@ -2,16 +2,20 @@
 key ported, ignored as neutral or refused in one line naming the recipe's own key; the tools' defaults stated;
 the DPO, LoRA and Phi-3 cases; then each port planned and dry-run on tiny fixture checkpoints and data."""
 
+import json
 from pathlib import Path
 
 import pytest
 
+from compiler.config.compose import compose_config
 from compiler.config.recipe_keys import DATA_KEYS, NEUTRAL
 from compiler.config.recipes import convert, read_recipe
-from compiler.spec import schema
+from compiler.spec.errors import ConfigError
+from tests.entrypoint_support import train
+from tests.helpers import plan_for
 from tests.hostile import invoke
 from tests.pretrained import save_checkpoint
-from tests.text_corpus import train_tokenizer, write_jsonl
+from tests.text_corpus import conversations, train_tokenizer, write_jsonl
 
 RECIPES = Path(__file__).parent / "data" / "recipes"
 
@@ -179,13 +183,13 @@ def fixtures(tmp_path_factory) -> dict[str, Path]:
     found = {arch: save_checkpoint(root / arch, arch, vocab=512) for arch in ("llama", "qwen2", "phi3")}
     found["tokenizer"] = train_tokenizer(root / "tokenizer")
     turn = [{"role": "user", "content": "say hi"}, {"role": "assistant", "content": "hi"}]
-    write_jsonl(root / "chat/train.jsonl", [{"messages": turn}] * 8)
+    write_jsonl(root / "chat/train.jsonl", [{"messages": conversation} for conversation in conversations(60)])
     pair = {"prompt": [turn[0]], "chosen": [turn[1]], "rejected": [{"role": "assistant", "content": "no"}]}
     write_jsonl(root / "pairs/train.jsonl", [pair] * 8)
     return found | {"chat": root / "chat", "pairs": root / "pairs"}
 
 
-def port(name: str, fixtures: dict[str, Path]) -> list[str]:
+def port(name: str, fixtures: dict[str, Path], **changes: str) -> list[str]:
     """The recipe's overrides, its checkpoint and data replaced by the fixtures' (and small shapes)."""
     overrides = ported(name)
     dpo = overrides.get("trainer.objective") == "dpo"
@@ -199,7 +203,7 @@ def port(name: str, fixtures: dict[str, Path]) -> list[str]:
         "data.tokens": "20000",
         "data.validation": "0.25",
         "parallelism.micro_batch": "1",
-    }
+    } | changes
     return [f"{key}={value}" for key, value in overrides.items()]
 
 
@@ -216,8 +220,31 @@ def test_each_port_plans_and_dry_runs_on_the_fixtures(name, fixtures, tmp_path):
 
 
 def test_phi3s_all_linear_adapts_its_fused_qkv_proj(fixtures):
-    from compiler.config.compose import compose_config
-
     config = compose_config(port("axolotl-phi-phi3-ft.yml", fixtures))
-    assert config.model.lora.targets == ["down_proj", "gate_up_proj", "o_proj", "qkv_proj"]
-    assert config.model.architecture == "phi3" and isinstance(config.model.lora, schema.LoraConfig)
+    assert (config.model.architecture, config.model.lora.targets) == (
+        "phi3",
+        ["down_proj", "gate_up_proj", "o_proj", "qkv_proj"],
+    )
+
+
+def test_lora_targets_are_checked_against_the_checkpoints_tensors(fixtures):
+    """Llama's default names on Phi-3, whose attention projection is one fused qkv_proj: only o_proj would
+    be adapted, so the plan refuses, naming the checkpoint's linear layers."""
+    overrides = port("axolotl-phi-phi3-ft.yml", fixtures, **{"model.lora.targets": "[q_proj,v_proj]"})
+    with pytest.raises(ConfigError) as caught:
+        compose_config(overrides)
+    assert caught.value.key == "model.lora.targets"
+    assert "'q_proj' names no module of" in caught.value.one_line()
+    assert "choose among down_proj, gate_up_proj, o_proj, qkv_proj, or [all-linear]" in caught.value.one_line()
+
+
+@pytest.mark.torchrun
+def test_the_phi3_recipe_trains_adapters_on_its_fused_projections(fixtures, tmp_path):
+    """axolotl's Phi-3 LoRA recipe, ported, trains on two ranks: its adapters (and only they) exported on
+    qkv_proj, gate_up_proj, o_proj and down_proj."""
+    changes = {"hardware.nodes": "1", "data.tokens": "384", "parallelism.mixed_precision": "fp32"}
+    records = train(plan_for(*port("axolotl-phi-phi3-ft.yml", fixtures, **changes)), tmp_path)
+    assert [row["step"] for row in records if "loss" in row][-1] == 3
+    adapter = json.loads((tmp_path / "model/adapter/adapter_config.json").read_text())
+    assert sorted(adapter["target_modules"]) == ["down_proj", "gate_up_proj", "o_proj", "qkv_proj"]
+    assert adapter["r"] == 64
