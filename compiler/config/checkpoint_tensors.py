@@ -68,7 +68,7 @@ def check_lora_targets(model: DictConfig, folder: Path) -> None:
     """`model.lora.targets` against the checkpoint's modules, for every architecture: each must name one of
     its linear layers (as peft matches a name: the module's name, or a dotted tail of its path), and
     [all-linear] becomes the list of them, which the plan then records."""
-    if not model.lora.rank:
+    if not isinstance(model.lora.rank, int) or model.lora.rank <= 0:  # off, or a value the planner refuses
         return
     shapes = tensor_shapes(folder)
     if not shapes:  # weights in another format (pytorch_model.bin): peft matches the names on the nodes

@@ -240,7 +240,8 @@ class PretrainedFamily(DecoderFamily):
         }
         every = model.lora.targets == [ALL_LINEAR]
         targets = architecture(model.architecture).linear_names if every else model.lora.targets
-        adapted = [shape for name, shape in shapes.items() if any(name.endswith(t) for t in targets)]
+        names = {target.rpartition(".")[2] for target in targets}  # peft matches a dotted name by its tail
+        adapted = [shape for name, shape in shapes.items() if name in names]
         return model.layers * model.lora.rank * sum(inputs + outputs for inputs, outputs in adapted)
 
     @staticmethod
