@@ -21,9 +21,9 @@ from pathlib import Path
 from compiler.config.compose import compose_config
 from compiler.launch.plan import checked_plan
 from compiler.spec.schema import DataFormat, LossOn
-from entrypoint.trainer import token_cache
-from entrypoint.trainer.data import Batches, SyntheticTokens
-from entrypoint.trainer.text_data import PackedDocuments
+from entrypoint.trainer.data import cache as token_cache
+from entrypoint.trainer.data.batches import Batches, SyntheticTokens
+from entrypoint.trainer.data.windows import PackedDocuments
 from tests.text_corpus import documents, train_tokenizer
 
 

@@ -15,8 +15,10 @@ from compiler.spec.errors import ConfigError
 from compiler.spec.schema import DataFormat, LossOn
 from compiler.spec.token_cache_key import cache_key
 from compiler.spec.tokenizer import TokenizerFacts
-from entrypoint.trainer import documents, text_data, token_cache
-from entrypoint.trainer.chat import ChatEncoder, ChatRecordError, Encoded
+from entrypoint.trainer.data import FORMATS, documents
+from entrypoint.trainer.data import cache as token_cache
+from entrypoint.trainer.data.base import Encoded, TargetsError
+from entrypoint.trainer.data.chat import ChatEncoder, ChatRecordError
 from tests.entrypoint_support import TINY, tiny_plan
 from tests.test_chat_templates import TEMPLATES_DIR, make_tokenizer, target_runs
 from tests.text_corpus import write_jsonl
@@ -119,12 +121,10 @@ def test_a_split_with_too_few_targets_is_refused(tmp_path, qwen):
         "data=local", f"data.path={tmp_path}", "data.format=chat", f"data.tokenizer={qwen}", "model.vocab=512"
     )
     meta = token_cache.CacheMeta("key", {"train": token_cache.SplitCounts(documents=10, tokens=5000, targets=20)})
-    with pytest.raises(
-        text_data.TargetsError, match=r"data.loss_on=assistant: the train split has 20 target tokens of"
-    ):
-        text_data.check_targets(plan, meta)
+    with pytest.raises(TargetsError, match=r"data.loss_on=assistant: the train split has 20 target tokens of"):
+        FORMATS[DataFormat.chat].check(plan, meta)
     meta.splits["train"].targets = 500
-    text_data.check_targets(plan, meta)  # 10%: enough
+    FORMATS[DataFormat.chat].check(plan, meta)  # 10%: enough
 
 
 def test_the_end_of_text_token_is_appended_once_and_trained_only_after_an_open_turn():

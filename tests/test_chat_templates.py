@@ -12,7 +12,7 @@ import pytest
 from jinja2 import TemplateError
 
 from compiler.spec.schema import LossOn
-from entrypoint.trainer.chat import ChatEncoder, ChatRecordError
+from entrypoint.trainer.data.chat import ChatEncoder, ChatRecordError
 
 TEMPLATES_DIR = Path(__file__).parent / "data" / "chat_templates"
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from compiler.spec.schema import DpoConfig
-from entrypoint.trainer import text_data
+from entrypoint.trainer.data.preference import PreferencePairs
 from entrypoint.trainer.dpo_loss import Completions, completion_logps, dpo_loss
 from entrypoint.trainer.models import model_spec
 from entrypoint.trainer.models.loss import IGNORE_INDEX
@@ -99,7 +99,7 @@ def test_precomputed_reference_log_probabilities_give_the_same_loss(dpo_override
     live, precomputed = make_objective(plan, spec, model), make_objective(plan, spec, model)
     docs = [[3, 4, 5, 6], [3, 4, 7, 8], [9, 10, 11], [9, 12, 13, 14, 15]]  # two pairs
     hand_made_split(tmp_path / "train", docs, [[0, 1, 1, 1], [0, 1, 1, 1], [0, 1, 1], [0, 1, 1, 1, 1]])
-    pairs = text_data.PreferencePairs(tmp_path / "train", seq_len=4, seed=0, eos=0)
+    pairs = PreferencePairs(tmp_path / "train", seq_len=4, seed=0, eos=0)
     precomputed.precompute(pairs.every_pair(rank=0, ranks=1, micro=1))
     assert precomputed.reference is None and len(precomputed.precomputed) == 4
     with torch.no_grad():
@@ -113,7 +113,7 @@ def test_precomputed_reference_log_probabilities_give_the_same_loss(dpo_override
 def test_every_pair_is_computed_once_over_the_ranks_in_as_many_micro_batches(tmp_path):
     docs = [[3, 4], [3, 5]] * 5  # five pairs
     hand_made_split(tmp_path / "train", docs, [[0, 1]] * 10)
-    pairs = text_data.PreferencePairs(tmp_path / "train", seq_len=4, seed=0, eos=0)
+    pairs = PreferencePairs(tmp_path / "train", seq_len=4, seed=0, eos=0)
     shares = [list(pairs.every_pair(rank, ranks=2, micro=2)) for rank in (0, 1)]
     assert [len(share) for share in shares] == [2, 2]  # ranks 0 and 1 hold pairs 0 2 4 and 1 3
     assert [len(inputs) for inputs, _ in shares[0]] == [4, 2] and [len(inputs) for inputs, _ in shares[1]] == [4, 2]

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from compiler.spec.schema import Checkpointing
-from entrypoint.trainer.data import Batches, SyntheticTokens, TokenFiles
+from entrypoint.trainer.data.batches import Batches, SyntheticTokens
+from entrypoint.trainer.data.windows import TokenFiles
 from entrypoint.trainer.engines.zero import deepspeed_config
 from entrypoint.trainer.models import MODELS
 from entrypoint.trainer.optim import lr_at
@@ -16,7 +17,7 @@ import sys, torch, torch.distributed as dist
 from compiler.spec import Plan
 from entrypoint.trainer.engines import native
 from entrypoint.trainer.models import model_spec
-from entrypoint.trainer.data import Batches, make_source
+from entrypoint.trainer.data.batches import Batches, make_source
 
 plan = Plan.from_json(open(sys.argv[1]).read())
 dist.init_process_group("gloo")

@@ -52,7 +52,7 @@ PIPELINES = {
 META_STAGES = """
 import sys, torch, torch.distributed as dist
 from compiler.spec import Plan
-from entrypoint.trainer.data import Batches, make_source
+from entrypoint.trainer.data.batches import Batches, make_source
 from entrypoint.trainer.engines import pipeline
 from entrypoint.trainer.models import model_spec
 

@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 
-from entrypoint.trainer.data import SyntheticTokens
+from entrypoint.trainer.data.batches import SyntheticTokens
 from tests.entrypoint_support import LLAMA_STYLE, RERUN_TOLERANCE, losses, metrics, stopped_at, tiny_plan, train
 
 pytestmark = pytest.mark.torchrun

@@ -142,7 +142,7 @@ def tokenizer_folder(folder: Path, added: list, vocab: object = None) -> Path:
     ],
 )
 def test_a_tokenizer_with_impossible_ids_is_one_line_on_the_host_and_the_node(tmp_path, added, vocab, problem):
-    """`TokenizerFacts.read` is what the planner and the trainer both call (`entrypoint.trainer.text_data`)."""
+    """`TokenizerFacts.read` is what the planner and the trainer both call (`entrypoint.trainer.data.prepare`)."""
     folder = tokenizer_folder(tmp_path / "tokenizer", added, vocab)
     with pytest.raises(files.FileError) as error:
         TokenizerFacts.read(folder)

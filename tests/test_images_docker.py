@@ -182,7 +182,7 @@ def test_cli_build_error_is_one_line_and_builds_nothing(smoke: BuiltImage, proje
 DOCUMENT_READERS = """
 import datasets, pyarrow, pyarrow.parquet, tokenizers, zstandard, json, pathlib
 from compiler.spec.schema import DataFormat
-from entrypoint.trainer import documents
+from entrypoint.trainer.data import documents
 folder = pathlib.Path("/tmp/docs")
 folder.mkdir()
 rows = [{"text": f"document {n}"} for n in range(3)]

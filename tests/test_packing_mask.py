@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from compiler.spec.errors import ConfigError
+from entrypoint.trainer.data.cache import _write_split
+from entrypoint.trainer.data.windows import PackedDocuments
 from entrypoint.trainer.models import MODELS
 from entrypoint.trainer.models.loss import IGNORE_INDEX
 from entrypoint.trainer.models.packed import packed, unpacked
-from entrypoint.trainer.text_data import PackedDocuments
-from entrypoint.trainer.token_cache import _write_split
 from tests.entrypoint_support import tiny_plan
 from tests.helpers import plan_for
 

@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from compiler.spec.schema import DataFormat, LossOn
-from entrypoint.trainer import documents, text_data, token_cache
-from entrypoint.trainer.chat import ChatEncoder
+from entrypoint.trainer.data import FORMATS, documents
+from entrypoint.trainer.data import cache as token_cache
+from entrypoint.trainer.data.chat import ChatEncoder
+from entrypoint.trainer.data.preference import PreferencePairs
 from entrypoint.trainer.models.loss import IGNORE_INDEX
 from tests.entrypoint_support import tiny_plan
 from tests.test_text_data import hand_made_split
@@ -61,7 +63,7 @@ def test_a_micro_batch_is_the_chosen_rows_then_the_rejected_ones(tmp_path):
     docs = [[5, 6, 7], [5, 6, 8, 9], [10, 11], [10, 12, 13, 14, 15, 16]]
     flags = [[0, 0, 1], [0, 0, 1, 1], [0, 1], [0, 1, 1, 1, 1, 1]]
     hand_made_split(tmp_path / "train", docs, flags)
-    pairs = text_data.PreferencePairs(tmp_path / "train", seq_len=4, seed=0, eos=0)
+    pairs = PreferencePairs(tmp_path / "train", seq_len=4, seed=0, eos=0)
     assert pairs.windows == 2
     first = pairs._order(0).tolist().index(0)
     inputs, targets = pairs(torch.tensor([first, 1 - first]))
@@ -75,5 +77,5 @@ def test_the_run_reports_the_pairs_it_cut(tmp_path):
     hand_made_split(tmp_path / "train", docs, [[1] * len(doc) for doc in docs])
     plan = tiny_plan("model.seq_len=4")
     meta = token_cache.CacheMeta("key", {"train": token_cache.SplitCounts(4, int(np.sum([len(d) for d in docs])), 9)})
-    lines = text_data._pair_lines(plan, meta, tmp_path, pairs=2)
+    lines = FORMATS[DataFormat.preference].report(plan, meta, tmp_path, windows=2)
     assert "truncated         1 pairs longer than seq_len 4 + 1 (the prompt kept first)" in lines

@@ -42,7 +42,7 @@ import torch, torch.distributed as dist
 from transformers import AutoModelForCausalLM
 from compiler.spec import Plan
 from entrypoint.trainer import checkpoint
-from entrypoint.trainer.data import Batches, make_source
+from entrypoint.trainer.data.batches import Batches, make_source
 from entrypoint.trainer.engines import make_engine
 
 PLANS = json.loads(Path(sys.argv[1]).with_name("plans.json").read_text())

@@ -1,7 +1,7 @@
 """Documents and conversations without torchrun: every file format reads the same records, the token cache is
 keyed by what it depends on and reused without the tokenizer, packing's windows hold exactly the expected
 tokens, assistant-only targets give the loss of a hand computation, and the plan checks the tokenizer.
-(Through the real entrypoint and torchrun: tests/test_entrypoint_text_data.py.)"""
+(Through the real entrypoint and torchrun: tests/test_entrypoint_prepare.py.)"""
 
 import json
 import subprocess
@@ -27,7 +27,9 @@ from compiler.targets.local.translate import channel_sources
 from compiler.targets.records import RunRecord
 from compiler.targets.records import save as save_record
 from entrypoint.launcher.cluster import Paths
-from entrypoint.trainer import documents, text_data, token_cache
+from entrypoint.trainer.data import cache as token_cache
+from entrypoint.trainer.data import documents, prepare
+from entrypoint.trainer.data.windows import PackedDocuments, SeparateDocuments
 from entrypoint.trainer.models.loss import IGNORE_INDEX, mean_cross_entropy
 from tests.entrypoint_support import TINY, tiny_plan
 from tests.helpers import plan_for
@@ -131,7 +133,7 @@ def hand_made_split(folder, docs: list[list[int]], targets: list[list[int]]) -> 
 def test_packed_windows_hold_documents_with_eos_between(tmp_path):
     docs = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
     hand_made_split(tmp_path / "train", docs, [[1, 1, 0], [1, 1], [1, 1, 1, 1]])
-    packed = text_data.PackedDocuments(tmp_path / "train", seq_len=4, seed=0)
+    packed = PackedDocuments(tmp_path / "train", seq_len=4, seed=0)
     assert packed.windows == 2  # 12 tokens: windows of 5 at 0 and 4
     assert packed.window(0)[0].tolist() == [5, 6, 7, 0, 8]
     assert packed.window(1)[0].tolist() == [8, 9, 0, 10, 11]
@@ -144,7 +146,7 @@ def test_packed_windows_hold_documents_with_eos_between(tmp_path):
 def test_separate_windows_pad_and_truncate(tmp_path):
     docs = [[5, 6], [7, 8, 9, 10, 11, 12]]
     hand_made_split(tmp_path / "train", docs, [[1, 1], [1] * 6])
-    separate = text_data.SeparateDocuments(tmp_path / "train", seq_len=4, seed=0, eos=0)
+    separate = SeparateDocuments(tmp_path / "train", seq_len=4, seed=0, eos=0)
     assert separate.windows == 2
     tokens, flags = separate.window(0)
     assert tokens.tolist() == [5, 6, 0, 0, 0] and flags.tolist() == [1, 1, 1, 0, 0]
@@ -174,20 +176,20 @@ def test_the_cache_is_built_once_and_reused_without_the_tokenizer(
 
     monkeypatch.setattr(token_cache, "Encoder", CountingEncoder)
     log: list[str] = []
-    first = text_data.ensure_cache(plan, data, tokenizer, tmp_path / "cache", True, log.append)
+    first = prepare.ensure_cache(plan, data, tokenizer, tmp_path / "cache", True, log.append)
     assert sum(encoded) == 300 and "token cache       building" in log[0] and "tokenizing        300" in log[-1]
     meta = token_cache.CacheMeta.read(first)
     train, held = meta.splits["train"], meta.splits["validation"]
     assert train.documents + held.documents == 300 and 30 < held.documents < 90  # ~0.2, drawn by document
     encoded.clear()
     log.clear()
-    again = text_data.ensure_cache(plan, data, tokenizer, tmp_path / "cache", True, log.append)
+    again = prepare.ensure_cache(plan, data, tokenizer, tmp_path / "cache", True, log.append)
     assert again == first and encoded == [] and log == [f"token cache       reused {first} (no tokenization)"]
     write_jsonl(data / "train.jsonl", [{"text": doc} for doc in corpus_documents(301)])
-    changed = text_data.ensure_cache(plan, data, tokenizer, tmp_path / "cache", True, log.append)
+    changed = prepare.ensure_cache(plan, data, tokenizer, tmp_path / "cache", True, log.append)
     assert changed != first and sum(encoded) == 301  # other content, another key
     other_seed = text_plan(data, tokenizer, "data.validation=0.2", "trainer.seed=5")
-    assert text_data.ensure_cache(other_seed, data, tokenizer, tmp_path / "cache", True, log.append) != changed
+    assert prepare.ensure_cache(other_seed, data, tokenizer, tmp_path / "cache", True, log.append) != changed
 
 
 def write_tokenizer_config(folder, **changes):
@@ -254,7 +256,7 @@ def test_a_tokenizer_on_s3_is_downloaded_once_per_node(tmp_path, hf_tokenizer, a
         "model.vocab=512",
     )
     paths = Paths(tmp_path / "root")
-    folder = text_data.tokenizer_folder(plan, paths, leader=True)
+    folder = prepare.tokenizer_folder(plan, paths, leader=True)
     assert folder == paths.checkpoints / "token-cache/tokenizer"
     assert TokenizerFacts.read(folder) == TokenizerFacts.read(hf_tokenizer)
 
@@ -283,7 +285,7 @@ def test_the_plan_reads_the_token_count_an_earlier_runs_cache_measured(tmp_path,
     plan = uncached_text_plan(data, tokenizer, "data.validation=0.2")
     assert plan.dataset is None  # nothing tokenized yet
     run = tmp_path / "runs/first"
-    cache = text_data.ensure_cache(plan, data, tokenizer, run / "checkpoints/token-cache", True, lambda line: None)
+    cache = prepare.ensure_cache(plan, data, tokenizer, run / "checkpoints/token-cache", True, lambda line: None)
     measured = token_cache.CacheMeta.read(cache).splits["train"].tokens
     index.register("first", run)
     again = uncached_text_plan(data, tokenizer, "data.validation=0.2")

@@ -1,5 +1,5 @@
 """What the token cache is keyed by, and the count it records: shared by the trainer, which builds and reads
-the cache (`entrypoint.trainer.token_cache`), and the host, which reads the dataset's measured token count
+the cache (`entrypoint.trainer.data.cache`), and the host, which reads the dataset's measured token count
 from an earlier run's cache when it plans the next run on the same data (`compiler.launch.dataset`).
 
 The key hashes the data's file names and bytes, the tokenizer's files and the options that change the

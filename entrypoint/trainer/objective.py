@@ -2,7 +2,7 @@
 preference pairs against a frozen reference model (dpo).
 
 A DPO micro batch of m pairs is 2m rows, the chosen completions then the rejected ones
-(`text_data.PreferencePairs`). The reference model is the starting weights: with LoRA the same model with
+(`data.preference.PreferencePairs`). The reference model is the starting weights: with LoRA the same model with
 its adapters disabled (no memory of its own), else a frozen copy the engine makes (whole beside DDP's and
 ZeRO-1/2's replicas, made before they wrap the model; sharded as the policy is beside FSDP2).
 """

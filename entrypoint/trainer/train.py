@@ -25,10 +25,12 @@ from compiler.spec.schema import Compile, DataFormat, DataSource, Objective, Tra
 from compiler.spec.tokenizer import TokenizerFacts
 from entrypoint.launcher.cluster import Paths
 from entrypoint.launcher.main import DEFAULT_TIMEOUT_S
-from entrypoint.trainer import checkpoint, restarts, text_data
-from entrypoint.trainer.chat import ChatRecordError
+from entrypoint.trainer import checkpoint, restarts
 from entrypoint.trainer.compiled import use_warm_cache
-from entrypoint.trainer.data import Batches, data_folder, make_source
+from entrypoint.trainer.data import prepare
+from entrypoint.trainer.data.base import TargetsError
+from entrypoint.trainer.data.batches import Batches, data_folder, make_source
+from entrypoint.trainer.data.chat import ChatRecordError
 from entrypoint.trainer.engines import Engine, make_engine
 from entrypoint.trainer.health import this_node
 from entrypoint.trainer.metrics import RunEnd, TrackedRun, open_sinks
@@ -81,9 +83,9 @@ def prepare_data(plan: Plan, paths: Paths, leader: bool) -> Data:
     if plan.data.format is DataFormat.tokens:
         return Data(Batches(make_source(plan, folder), plan, dp_rank), None, [])
     log = (lambda line: print(line, flush=True)) if leader else (lambda line: None)
-    tokenizer = text_data.tokenizer_folder(plan, paths, leader)
-    cache = text_data.ensure_cache(plan, folder, tokenizer, text_data.cache_root(plan, paths), leader, log)
-    train, validation, lines = text_data.open_windows(plan, cache, TokenizerFacts.read(tokenizer).eos_id)
+    tokenizer = prepare.tokenizer_folder(plan, paths, leader)
+    cache = prepare.ensure_cache(plan, folder, tokenizer, prepare.cache_root(plan, paths), leader, log)
+    train, validation, lines = prepare.open_windows(plan, cache, TokenizerFacts.read(tokenizer).eos_id)
     held_out = None if validation is None else Batches(validation, plan, dp_rank)
     return Data(Batches(train, plan, dp_rank), held_out, lines, tokenizer)
 
@@ -327,7 +329,7 @@ def main(argv: list[str] | None = None) -> None:
                 float(os.environ.get("DOCKYARD_TIMEOUT", DEFAULT_TIMEOUT_S)),
                 int(stop) if stop else None,
             )
-        except (ChatRecordError, text_data.TargetsError) as error:  # the data's fault, said in one line
+        except (ChatRecordError, TargetsError) as error:  # the data's fault, said in one line
             raise SystemExit(f"dockyard: {error}") from None
     leave(0)  # every rank has passed the final barrier with its files closed
 

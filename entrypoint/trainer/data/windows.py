@@ -1,20 +1,18 @@
-"""Training data: (input, target) token batches for one data-parallel rank.
+"""The window reader: a map from a window's number to its seq_len + 1 tokens (and which of them are targets),
+visited in a seeded random order, over the token cache's arrays or over token files, memory-mapped (a rank
+reads only the windows it trains on).
 
-Every source is a map from a global sample index to a sequence of seq_len + 1 tokens. The sampler
-gives data-parallel rank r, at optimizer step s and micro batch m, the samples
-`((s × grad_accum + m) × dp + r) × micro_batch + k`: disjoint across ranks, the same for every
-strategy with the same global batch (so DDP, FSDP and ZeRO see identical data), and a function of the
-step alone, so a resumed run continues with exactly the batches it would have seen.
+Packing (`data.packing=true`) cuts the stream of documents, each followed by the end-of-text token, into
+consecutive windows of seq_len + 1 tokens (with `data.packing_mask`, each token's position in its document
+goes with it, so that attention stays inside documents); without packing each document has a window of its
+own, padded with end-of-text tokens that are no targets and truncated (counted) when it is longer.
 """
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from compiler.spec import Plan
-from compiler.spec.schema import DataSource
 from entrypoint.trainer.models.loss import IGNORE_INDEX
 from entrypoint.trainer.models.packed import packed
 
@@ -27,27 +25,6 @@ Pairs = tuple[torch.Tensor, torch.Tensor]
 
 def next_token_pairs(tokens: torch.Tensor) -> Pairs:
     return tokens[:, :-1], tokens[:, 1:]
-
-
-class SyntheticTokens:
-    """Walks of a fixed random permutation of the vocabulary: learnable (each token determines the next),
-    so the loss falls within a few steps, which random tokens would not show."""
-
-    def __init__(self, vocab: int, seq_len: int, seed: int) -> None:
-        generator = torch.Generator().manual_seed(seed)
-        self.successor = torch.randperm(vocab, generator=generator)
-        self.vocab, self.seq_len, self.seed = vocab, seq_len, seed
-
-    def __call__(self, indices: torch.Tensor) -> Pairs:
-        return next_token_pairs(self.walks(indices))
-
-    def walks(self, indices: torch.Tensor) -> torch.Tensor:
-        current = (indices * 2654435761 + self.seed) % self.vocab
-        tokens = [current]
-        for _ in range(self.seq_len):
-            current = self.successor[current]
-            tokens.append(current)
-        return torch.stack(tokens, dim=1)
 
 
 class ShuffledWindows:
@@ -130,29 +107,40 @@ def _memmap(path: Path, dtype: np.dtype) -> np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r")
 
 
-def data_folder(plan: Plan, channel_dir: Path) -> Path:
-    """Where the token files of a non-synthetic source are: the channel SageMaker filled, else data.path."""
-    if channel_dir.is_dir() and any(channel_dir.iterdir()):
-        return channel_dir
-    if plan.data.source is DataSource.s3:
-        return channel_dir
-    return Path(plan.data.path or channel_dir)
+class PackedDocuments(ShuffledWindows):
+    def __init__(self, split: Path, seq_len: int, seed: int, mask_boundaries: bool = False) -> None:
+        self.tokens = np.load(split / "tokens.npy", mmap_mode="r")
+        self.targets = np.load(split / "targets.npy", mmap_mode="r")
+        self.starts = np.load(split / "starts.npy") if mask_boundaries else None
+        super().__init__((len(self.tokens) - 1) // seq_len, seq_len, seed)
+
+    def window(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        start = index * self.seq_len
+        end = start + self.seq_len + 1
+        return self.tokens[start:end], self.targets[start:end]
+
+    def positions(self, index: int) -> np.ndarray | None:
+        """With `data.packing_mask`: each token's distance from its document's first token or from the window's
+        start, whichever is nearer (the cache's `starts` are the document boundaries)."""
+        if self.starts is None:
+            return None
+        start = index * self.seq_len
+        slots = np.arange(start, start + self.seq_len + 1)
+        first = self.starts[np.searchsorted(self.starts, slots, side="right") - 1]
+        return slots - np.maximum(first, start)
 
 
-def make_source(plan: Plan, folder: Path | None) -> Callable[[torch.Tensor], Pairs]:
-    model, seed = plan.model, plan.trainer.seed
-    if plan.data.source is DataSource.synthetic:
-        return SyntheticTokens(model.vocab, model.seq_len, seed)
-    return TokenFiles(folder, plan.data.token_dtype, model.seq_len, seed)
+class SeparateDocuments(ShuffledWindows):
+    def __init__(self, split: Path, seq_len: int, seed: int, eos: int) -> None:
+        self.tokens = np.load(split / "tokens.npy", mmap_mode="r")
+        self.targets = np.load(split / "targets.npy", mmap_mode="r")
+        self.starts = np.load(split / "starts.npy")
+        self.eos = eos
+        super().__init__(len(self.starts) - 1, seq_len, seed)
 
-
-class Batches:
-    """The micro batches one data-parallel rank trains on, by step."""
-
-    def __init__(self, source: Callable[[torch.Tensor], Pairs], plan: Plan, dp_rank: int) -> None:
-        self.source, self.dp_rank = source, dp_rank
-        self.micro, self.accum, self.dp = plan.batch.micro_batch, plan.batch.grad_accum, plan.layout.dp
-
-    def micro_batch(self, step: int, micro: int) -> Pairs:
-        first = ((step * self.accum + micro) * self.dp + self.dp_rank) * self.micro
-        return self.source(torch.arange(first, first + self.micro))
+    def window(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        start = int(self.starts[index])
+        end = min(int(self.starts[index + 1]), start + self.seq_len + 1)
+        pad = self.seq_len + 1 - (end - start)
+        tokens = np.concatenate([self.tokens[start:end], np.full(pad, self.eos, dtype=self.tokens.dtype)])
+        return tokens, np.concatenate([self.targets[start:end], np.zeros(pad, dtype=np.uint8)])

@@ -8,7 +8,8 @@ Each split holds `tokens.npy` (uint32: every document followed by the end-of-tex
 replies for chat) and `starts.npy` (each document's first position, and the stream's end). `meta.json`
 holds the counts the trainer reports.
 
-The `tokenizers` library encodes a batch of documents on all the node's cores (`encode_batch`, in Rust).
+Each format encodes a batch of documents at once (text: the `tokenizers` library's `encode_batch`, in Rust, on
+all the node's cores).
 """
 
 import json
@@ -16,19 +17,18 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import date
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from compiler.spec import Plan
 from compiler.spec.schema import DataFormat, LossOn
 from compiler.spec.token_cache_key import META_FILE
-from compiler.spec.tokenizer import TOKENIZER_FILE, TokenizerFacts
-from entrypoint.trainer import documents
-from entrypoint.trainer.chat import ChatEncoder, ChatRecordError, Encoded, Rendering
+from compiler.spec.tokenizer import TokenizerFacts
+from entrypoint.trainer.data import data_format, documents
+from entrypoint.trainer.data.base import Batch, CacheMeta, Encoded, SplitCounts
 
 BATCH_DOCUMENTS = 1024
 PROGRESS_EVERY_S = 5.0
@@ -36,59 +36,16 @@ SPLITS = ("train", "validation")
 
 
 class Encoder:
-    """Documents → token ids and target flags: text with the `tokenizers` library's `tokenizer.json`, chat and
-    preference pairs with transformers' rendering (`entrypoint.trainer.chat`)."""
+    """Documents → token ids and target flags, as the data's format encodes them (`FORMATS`), with the end-of-text
+    token the tokenizer's files name."""
 
     def __init__(self, folder: Path, fmt: DataFormat, loss_on: LossOn, today: date | None = None) -> None:
-        from tokenizers import Tokenizer
-
         self.facts = TokenizerFacts.read(folder)
-        self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
-        self.pairs = fmt is DataFormat.preference
-        on = LossOn.assistant if self.pairs else loss_on  # a pair's targets are its completion's tokens
-        self.chat = ChatEncoder(folder, on, today or date.today()) if fmt.rendered else None
+        self.encoder = data_format(fmt).encoder(folder, loss_on, today or date.today())
 
-    def encode(self, batch: list[tuple[str, Any]]) -> list[Encoded]:
-        """`batch` holds (where the record is, for errors: "file, record n"; the record). A preference pair gives
-        two documents, one after the other: the prompt with the chosen completion, then with the rejected one."""
-        if self.chat is None:
-            encodings = self.tokenizer.encode_batch([text for _, text in batch])
-            return [Encoded(np.asarray(e.ids, dtype=np.uint32), np.ones(len(e.ids), dtype=np.uint8)) for e in encodings]
-        if self.pairs:
-            batch = [(where, completed) for where, pair in batch for completed in _completions(pair)]
-        return self.chat.tokenize([_rendered(self.chat, where, record) for where, record in batch])
-
-
-def _completions(pair: dict) -> tuple[dict, dict]:
-    """A preference pair as two prompt/completion records (`entrypoint.trainer.chat`): chosen, then rejected."""
-    shared = {name: pair[name] for name in ("prompt", "tools") if name in pair}
-    return shared | {"completion": pair["chosen"]}, shared | {"completion": pair["rejected"]}
-
-
-def _rendered(chat: ChatEncoder, where: str, record: dict) -> Rendering:
-    try:
-        return chat.render(record)
-    except ChatRecordError as error:
-        raise ChatRecordError(f"{where}: {error}") from None
-
-
-@dataclass
-class SplitCounts:
-    documents: int = 0
-    tokens: int = 0
-    targets: int = 0
-
-
-@dataclass
-class CacheMeta:
-    key: str
-    splits: dict[str, SplitCounts] = field(default_factory=dict)
-    tokenize_s: float = 0.0
-
-    @classmethod
-    def read(cls, folder: Path) -> "CacheMeta":
-        raw = json.loads((folder / META_FILE).read_text())
-        return cls(raw["key"], {k: SplitCounts(**v) for k, v in raw["splits"].items()}, raw["tokenize_s"])
+    def encode(self, batch: Batch) -> list[Encoded]:
+        """`batch` holds (where the record is, for errors: "file, record n"; the record)."""
+        return self.encoder(batch)
 
 
 def build(

@@ -12,7 +12,8 @@ trims, moves or repeats elsewhere. The end-of-turn marker is the first special t
 (`<|im_end|>`, `<|eot_id|>`, `</s>`, ...). A reply with no text (a turn of tool calls alone) that the template
 writes differently from a placeholder is no target.
 
-A record is `{"messages": [...], "tools": [...]}` (tools optional) or `{"prompt": ..., "completion": ...}`:
+`data.format=chat`: a record is `{"messages": [...], "tools": [...]}` (tools optional) or
+`{"prompt": ..., "completion": ...}`:
 message lists rendered as one conversation with the completion's messages as targets, or plain strings
 joined without a template with the completion as the target.
 """
@@ -26,7 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from compiler.spec.schema import LossOn
+from compiler.spec import Plan
+from compiler.spec.schema import DataFormat, LossOn
+from entrypoint.trainer.data.base import Batch, CacheMeta, Encoded, TargetsError
+from entrypoint.trainer.data.text import TextFormat
 
 GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 PLACEHOLDER = "\ue000dockyard-reply-{}\ue001"
@@ -46,15 +50,6 @@ WHITESPACE_TRIMS: tuple[Callable[[str], str], ...] = (
 
 class ChatRecordError(ValueError):
     """A record the template refuses (its own `raise_exception`) or whose replies cannot be placed."""
-
-
-@dataclass(frozen=True)
-class Encoded:
-    ids: np.ndarray
-    targets: np.ndarray
-    eos_target: bool = True
-    """Whether the end-of-text token after the document is a target: not where the template ends the last reply
-    with its own end-of-turn marker, nor after a conversation that ends with no reply."""
 
 
 @dataclass(frozen=True)
@@ -215,3 +210,59 @@ def _aligned(text: str, skeleton: str, messages: list[dict], replies: list[int])
         else:
             return None
     return spans
+
+
+CHAT_COLUMNS = ("messages", "tools", "prompt", "completion")
+MIN_TARGET_SHARE = 0.01
+"""The least share of a chat split's tokens that must be targets with `data.loss_on=assistant`."""
+
+
+class ChatFormat(TextFormat):
+    """Conversations, rendered by the tokenizer's chat template; windows cut and reported as text's are."""
+
+    name = DataFormat.chat
+
+    def columns(self, field: str) -> tuple[str, ...]:
+        return CHAT_COLUMNS
+
+    def record(self, row: dict, field: str, where: str) -> dict:
+        """The record's conversation columns, with the shapes checked (None is a column this row leaves empty)."""
+        found = {name: row[name] for name in CHAT_COLUMNS if row.get(name) is not None}
+        if isinstance(found.get("messages"), list):
+            return {name: found[name] for name in ("messages", "tools") if name in found}
+        prompt, completion = found.get("prompt"), found.get("completion")
+        if isinstance(prompt, str | list) and type(prompt) is type(completion):
+            return {name: found[name] for name in ("prompt", "completion", "tools") if name in found}
+        raise ValueError(
+            f"{where}: no conversation: a 'messages' list, or 'prompt' and 'completion' (both text or both lists)"
+        )
+
+    def encoder(self, folder: Path, loss_on: LossOn, today: date) -> Callable[[Batch], list[Encoded]]:
+        chat = ChatEncoder(folder, loss_on, today)
+        return lambda batch: chat.tokenize([rendered(chat, where, record) for where, record in batch])
+
+    def check(self, plan: Plan, meta: CacheMeta) -> None:
+        """A chat split whose targets are (nearly) none trains nothing while reporting a loss: refused before the
+        first step, naming the cause."""
+        if plan.data.loss_on is not LossOn.assistant:
+            return
+        for name, counts in meta.splits.items():
+            if counts.documents and counts.targets < MIN_TARGET_SHARE * counts.tokens:
+                raise TargetsError(
+                    f"data.loss_on=assistant: the {name} split has {counts.targets:,} target tokens of "
+                    f"{counts.tokens:,} (under {MIN_TARGET_SHARE:.0%}): its conversations have (almost) no assistant "
+                    "replies the chat template writes; check the records' roles and the tokenizer's chat template, "
+                    "or set data.loss_on=all"
+                )
+
+    def target_lines(self, plan: Plan, meta: CacheMeta) -> list[str]:
+        train = meta.splits["train"]
+        masked = 1 - train.targets / max(train.tokens, 1)
+        return [f"loss on           {plan.data.loss_on.value} tokens: {masked:.1%} of tokens masked out"]
+
+
+def rendered(chat: ChatEncoder, where: str, record: dict) -> Rendering:
+    try:
+        return chat.render(record)
+    except ChatRecordError as error:
+        raise ChatRecordError(f"{where}: {error}") from None

@@ -1,0 +1,97 @@
+"""`data.format=preference`: pairs of a prompt with a chosen and a rejected completion (text or message lists, as
+TRL's standard preference formats), each completion rendered as a prompt/completion conversation (`chat`) whose
+targets are the completion's tokens, for DPO (`trainer.objective=dpo`)."""
+
+from collections.abc import Callable, Iterator
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from compiler.spec import Plan
+from compiler.spec.schema import DataFormat, LossOn
+from entrypoint.trainer.data.base import Batch, CacheMeta, Encoded
+from entrypoint.trainer.data.chat import ChatEncoder, rendered
+from entrypoint.trainer.data.text import TextFormat
+from entrypoint.trainer.data.windows import Pairs, SeparateDocuments
+
+PAIR_COLUMNS = ("prompt", "chosen", "rejected", "tools")
+
+
+class PreferencePairs(SeparateDocuments):
+    """The pairs of a preference split (documents 2i and 2i + 1: the prompt with the chosen completion, then with
+    the rejected one), each completion in a window of its own, cut at the end when longer (the prompt kept
+    first, as TRL's `truncation_mode=keep_start`). A micro batch of m pairs is 2m rows: the chosen ones, then
+    the rejected ones in the same order."""
+
+    def __init__(self, split: Path, seq_len: int, seed: int, eos: int) -> None:
+        super().__init__(split, seq_len, seed, eos)
+        self.windows //= 2
+
+    def __call__(self, indices: torch.Tensor) -> Pairs:
+        return self.pairs([self.shuffled(index) for index in indices.tolist()])
+
+    def pairs(self, numbers: list[int]) -> Pairs:
+        return self.rows([2 * pair for pair in numbers] + [2 * pair + 1 for pair in numbers])
+
+    def every_pair(self, rank: int, ranks: int, micro: int) -> Iterator[Pairs]:
+        """Every pair once over all `ranks`, this rank's share in micro batches of up to `micro` pairs, as many
+        on every rank (sharded models run their forward passes together): a rank with fewer repeats a pair."""
+        mine = list(range(rank, self.windows, ranks)) or [0]
+        for start in range(0, -(-self.windows // ranks), micro):
+            yield self.pairs(mine[start : start + micro] or mine[:1])
+
+
+class PreferenceFormat(TextFormat):
+    name = DataFormat.preference
+
+    def columns(self, field: str) -> tuple[str, ...]:
+        return PAIR_COLUMNS
+
+    def record(self, row: dict, field: str, where: str) -> dict:
+        """The record's prompt, chosen and rejected completions (and tools), all text or all message lists."""
+        found = {name: row[name] for name in PAIR_COLUMNS if row.get(name) is not None}
+        prompt, chosen, rejected = (found.get(name) for name in PAIR_COLUMNS[:3])
+        if isinstance(prompt, str | list) and type(prompt) is type(chosen) is type(rejected):
+            return found
+        raise ValueError(
+            f"{where}: no preference pair: 'prompt', 'chosen' and 'rejected', all text or all message lists"
+        )
+
+    def encoder(self, folder: Path, loss_on: LossOn, today: date) -> Callable[[Batch], list[Encoded]]:
+        """A pair gives two documents, one after the other: the prompt with the chosen completion, then with the
+        rejected one; a pair's targets are its completion's tokens, whatever `data.loss_on` says."""
+        chat = ChatEncoder(folder, LossOn.assistant, today)
+
+        def encode(batch: Batch) -> list[Encoded]:
+            completed = [(where, one) for where, pair in batch for one in _completions(pair)]
+            return chat.tokenize([rendered(chat, where, record) for where, record in completed])
+
+        return encode
+
+    def windows(self, split: Path, plan: Plan, eos: int) -> PreferencePairs:
+        return PreferencePairs(split, plan.model.seq_len, plan.trainer.seed, eos)
+
+    def report(self, plan: Plan, meta: CacheMeta, folder: Path, windows: int) -> list[str]:
+        """What a preference run reads: its pairs, those cut to the window (either completion), the held-out ones."""
+        lengths = np.diff(np.load(folder / "train" / "starts.npy")).reshape(-1, 2)  # each completion and its eos
+        truncated = int((lengths > plan.model.seq_len + 1).any(axis=1).sum())
+        train, held, seq_len = meta.splits["train"], meta.splits.get("validation"), plan.model.seq_len
+        lines = [
+            f"pairs             {windows:,} training, {train.tokens:,} tokens, {train.targets:,} of them completions",
+            f"truncated         {truncated:,} pairs longer than seq_len {seq_len} + 1 (the prompt kept first)",
+        ]
+        if held and held.documents:
+            lines.append(f"validation        {held.documents // 2:,} pairs held out")
+        epochs = plan.trainer.steps * plan.batch.global_batch / windows
+        lines.append(
+            f"epochs            {epochs:.2f} over {plan.trainer.steps} steps of {plan.batch.global_batch} pairs"
+        )
+        return lines
+
+
+def _completions(pair: dict) -> tuple[dict, dict]:
+    """A preference pair as two prompt/completion records (`chat`): chosen, then rejected."""
+    shared = {name: pair[name] for name in ("prompt", "tools") if name in pair}
+    return shared | {"completion": pair["chosen"]}, shared | {"completion": pair["rejected"]}

@@ -1,0 +1,93 @@
+"""A node's data for a tokenized format: the tokenizer's folder, the token cache (built by each node's first rank
+when it is missing, reused otherwise) and the windows every rank reads from it, with the lines the run reports.
+"""
+
+import time
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+
+import torch.distributed as dist
+
+from compiler.spec import Plan
+from compiler.spec.contract import TOKENIZER_CHANNEL
+from compiler.spec.s3 import download_s3
+from compiler.spec.schema import DataFormat
+from compiler.spec.token_cache_key import TOKEN_CACHE_DIR, cache_key
+from compiler.spec.tokenizer import TokenizerFacts, tokenizer_location
+from entrypoint.launcher.cluster import Paths
+from entrypoint.trainer.data import cache as token_cache
+from entrypoint.trainer.data import data_format, documents
+from entrypoint.trainer.data.base import CacheMeta
+from entrypoint.trainer.data.windows import ShuffledWindows
+
+POLL_S = 1.0
+
+
+def tokenizer_folder(plan: Plan, paths: Paths, leader: bool) -> Path:
+    """The tokenizer's files on this node: the mounted channel, the plan's folder, or an S3 prefix downloaded
+    by the node's first rank (every rank calls this, then waits at a barrier) and checked as the planner
+    checks a local one."""
+    location = tokenizer_location(plan.data, plan.model)
+    channel = paths.channel(TOKENIZER_CHANNEL)
+    if channel.is_dir() and any(channel.iterdir()):
+        return channel
+    if location is None or not location.startswith("s3://"):
+        return Path(location or channel)
+    folder = cache_root(plan, paths) / "tokenizer"
+    if leader and not folder.is_dir():
+        download_s3(location, folder)
+    dist.barrier()
+    facts = TokenizerFacts.read(folder)
+    if facts.vocab > plan.model.vocab:
+        raise ValueError(f"data.tokenizer: its {facts.vocab} token ids exceed model.vocab={plan.model.vocab}")
+    if facts.eos_id is None or (plan.data.format is DataFormat.chat and not facts.chat_template):
+        raise ValueError(f"data.tokenizer: {location} lacks an eos_token or, for chat, a chat template")
+    return folder
+
+
+def cache_root(plan: Plan, paths: Paths) -> Path:
+    return Path(plan.data.cache) if plan.data.cache else paths.checkpoints / TOKEN_CACHE_DIR
+
+
+def ensure_cache(
+    plan: Plan, data_folder: Path, tokenizer: Path, root: Path, leader: bool, log: Callable[[str], None]
+) -> Path:
+    """The cache folder of this data; built here by the node's first rank if missing, which the node's other
+    ranks wait for by watching the folder appear (a barrier would time out on a large corpus; torchrun ends
+    them if the first rank fails). The key is computed by rank 0 and broadcast, so the data is hashed once."""
+    held_out = plan.data.validation if isinstance(plan.data.validation, str) else None
+    train, validation = documents.split_sources(data_folder, held_out)
+    if not train:
+        raise FileNotFoundError(f"no documents (.jsonl[.gz|.zst], .txt, .parquet, datasets) under {data_folder}")
+    keys = [cache_key(plan, tokenizer, data_folder, train, validation) if dist.get_rank() == 0 else ""]
+    dist.broadcast_object_list(keys, src=0)
+    folder = root / keys[0]
+    if leader and not folder.is_dir():
+        log(f"token cache       building {folder}")
+        root.mkdir(parents=True, exist_ok=True)
+        today = date.fromisoformat(plan.chat_date) if plan.chat_date else None
+        encoder = token_cache.Encoder(tokenizer, plan.data.format, plan.data.loss_on, today)
+        fraction = plan.data.validation if isinstance(plan.data.validation, float) else None
+        splits = {"train": train, "validation": validation}
+        token_cache.build(root, keys[0], encoder, lambda: token_cache.batches(splits, plan, fraction), log)
+    elif leader:
+        log(f"token cache       reused {folder} (no tokenization)")
+    while not folder.is_dir():  # the node's first rank is tokenizing: longer than a collective's timeout may allow
+        time.sleep(POLL_S)
+    dist.barrier()
+    return folder
+
+
+def open_windows(plan: Plan, folder: Path, eos: int) -> tuple[ShuffledWindows, ShuffledWindows | None, list[str]]:
+    """The training windows, the validation windows (None without `data.validation`) and the lines that say
+    what the run reads and how well it fills its windows."""
+    meta = CacheMeta.read(folder)
+    shape = data_format(plan.data.format)
+    shape.check(plan, meta)
+    train = shape.windows(folder / "train", plan, eos)
+    validation = shape.windows(folder / "validation", plan, eos) if plan.data.validation is not None else None
+    if train.windows < 1 or (validation is not None and validation.windows < 1):
+        empty = "training" if train.windows < 1 else "validation"
+        raise ValueError(f"the {empty} documents fill less than one window of seq_len {plan.model.seq_len} + 1 tokens")
+    return train, validation, shape.report(plan, meta, folder, train.windows)
