@@ -1,6 +1,7 @@
 """`data.format=preference`: pairs of a prompt with a chosen and a rejected completion (text or message lists, as
-TRL's standard preference formats), each completion rendered as a prompt/completion conversation (`chat`) whose
-targets are the completion's tokens, for DPO (`trainer.objective=dpo`)."""
+TRL's standard preference formats, or two conversations whose shared first messages are the prompt), each
+completion rendered as a prompt/completion conversation (`chat`) whose targets are the completion's tokens, for
+DPO (`trainer.objective=dpo`)."""
 
 from collections.abc import Callable, Iterator
 from datetime import date
@@ -11,6 +12,7 @@ import torch
 
 from compiler.spec import Plan
 from compiler.spec.schema import DataFormat, LossOn
+from entrypoint.trainer.data import shapes
 from entrypoint.trainer.data.base import Batch, CacheMeta, Encoded
 from entrypoint.trainer.data.chat import ChatEncoder, rendered
 from entrypoint.trainer.data.text import TextFormat
@@ -55,8 +57,11 @@ class PreferenceFormat(TextFormat):
         prompt, chosen, rejected = (found.get(name) for name in PAIR_COLUMNS[:3])
         if isinstance(prompt, str | list) and type(prompt) is type(chosen) is type(rejected):
             return found
+        if prompt is None and isinstance(chosen, list) and isinstance(rejected, list):
+            return found | shapes.implicit_prompt(chosen, rejected, where)
         raise ValueError(
-            f"{where}: no preference pair: 'prompt', 'chosen' and 'rejected', all text or all message lists"
+            f"{where}: no preference pair: 'prompt', 'chosen' and 'rejected', all text or all message lists (or "
+            "'chosen' and 'rejected' conversations that start with the same prompt)"
         )
 
     def encoder(self, folder: Path, loss_on: LossOn, today: date) -> Callable[[Batch], list[Encoded]]:
