@@ -15,7 +15,7 @@ from tests.entrypoint_support import train
 from tests.helpers import plan_for
 from tests.hostile import invoke
 from tests.pretrained import save_checkpoint
-from tests.text_corpus import conversations, train_tokenizer, write_jsonl
+from tests.text_corpus import conversations, sentences, train_tokenizer, write_jsonl
 
 RECIPES = Path(__file__).parent / "data" / "recipes"
 
@@ -176,17 +176,55 @@ ARCHITECTURE = {"axolotl-qwen2-dpo.yaml": "qwen2", "axolotl-phi-phi3-ft.yml": "p
 """The recipes' models in the fixtures' architectures (llama for the Llama, Mistral and SmolLM ones)."""
 
 
+DATA = {
+    "axolotl-llama-3-lora-1b.yml": "alpaca",
+    "axolotl-llama-3-fft-8b.yaml": "alpaca",
+    "axolotl-phi-phi3-ft.yml": "alpaca",
+    "axolotl-gemma3-gemma-3-1b-qlora.yml": "sharegpt",
+    "handbook-zephyr-7b-beta-dpo_full.yaml": "ultrafeedback",
+    "handbook-zephyr-7b-beta-dpo_qlora.yaml": "ultrafeedback",
+    "handbook-smollm2-dpo.yaml": "ultrafeedback",
+}
+"""Fixture data in the row shape each recipe's dataset has (conversations, or pairs with a prompt, otherwise):
+alpaca's instruction/input/output, ShareGPT's from/value, UltraFeedback's chosen and rejected conversations."""
+
+
 @pytest.fixture(scope="module")
 def fixtures(tmp_path_factory) -> dict[str, Path]:
-    """Tiny checkpoints, a chat tokenizer, and a folder of conversations and one of preference pairs."""
+    """Tiny checkpoints, a chat tokenizer, and a folder of rows of each shape."""
     root = tmp_path_factory.mktemp("recipe-fixtures")
     found = {arch: save_checkpoint(root / arch, arch, vocab=512) for arch in ("llama", "qwen2", "phi3")}
     found["tokenizer"] = train_tokenizer(root / "tokenizer")
-    turn = [{"role": "user", "content": "say hi"}, {"role": "assistant", "content": "hi"}]
-    write_jsonl(root / "chat/train.jsonl", [{"messages": conversation} for conversation in conversations(60)])
-    pair = {"prompt": [turn[0]], "chosen": [turn[1]], "rejected": [{"role": "assistant", "content": "no"}]}
-    write_jsonl(root / "pairs/train.jsonl", [pair] * 8)
-    return found | {"chat": root / "chat", "pairs": root / "pairs"}
+    said = sentences(240, seed=3)
+    talks = conversations(60)
+    shapes = {
+        "chat": [{"messages": talk} for talk in talks],
+        "alpaca": [
+            {"instruction": said[3 * i], "input": said[3 * i + 1], "output": said[3 * i + 2]} for i in range(80)
+        ],
+        "sharegpt": [
+            {
+                "conversations": [
+                    {"from": "human" if m["role"] == "user" else "gpt", "value": m["content"]}
+                    for m in talk
+                    if m["role"] in ("user", "assistant")
+                ]
+            }
+            for talk in talks
+        ],
+        "pairs": [
+            {"prompt": talk[:-1], "chosen": talk[-1:], "rejected": [{"role": "assistant", "content": said[i]}]}
+            for i, talk in enumerate(talks)
+            if talk[-1]["role"] == "assistant"
+        ],
+    }
+    shapes["ultrafeedback"] = [
+        {"chosen": pair["prompt"] + pair["chosen"], "rejected": pair["prompt"] + pair["rejected"]}
+        for pair in shapes["pairs"]
+    ]
+    for shape, rows in shapes.items():
+        found[shape] = write_jsonl(root / shape / "train.jsonl", rows).parent
+    return found
 
 
 def port(name: str, fixtures: dict[str, Path], **changes: str) -> list[str]:
@@ -197,7 +235,7 @@ def port(name: str, fixtures: dict[str, Path], **changes: str) -> list[str]:
         "model.path": str(fixtures[ARCHITECTURE.get(name, "llama")]),
         "model.seq_len": "64",
         "data": "local",
-        "data.path": str(fixtures["pairs" if dpo else "chat"]),
+        "data.path": str(fixtures[DATA.get(name, "pairs" if dpo else "chat")]),
         "data.format": "preference" if dpo else "chat",
         "data.tokenizer": str(fixtures["tokenizer"]),
         "data.tokens": "20000",
@@ -240,7 +278,7 @@ def test_lora_targets_are_checked_against_the_checkpoints_tensors(fixtures):
 
 @pytest.mark.torchrun
 def test_the_phi3_recipe_trains_adapters_on_its_fused_projections(fixtures, tmp_path):
-    """axolotl's Phi-3 LoRA recipe, ported, trains on two ranks: its adapters (and only they) exported on
+    """axolotl's Phi-3 LoRA recipe, ported, trains on two ranks on alpaca rows: its adapters exported on
     qkv_proj, gate_up_proj, o_proj and down_proj."""
     changes = {"hardware.nodes": "1", "data.tokens": "384", "parallelism.mixed_precision": "fp32"}
     records = train(plan_for(*port("axolotl-phi-phi3-ft.yml", fixtures, **changes)), tmp_path)

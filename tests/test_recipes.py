@@ -127,7 +127,8 @@ def test_an_axolotl_config_ports(tmp_path):
     assert expected.items() <= overrides.items()
     assert refusals(outcome.stderr) == [
         "dockyard: cannot honour datasets: Hub datasets are not read by dockyard yet: save the rows (datasets' "
-        "save_to_disk, or JSONL) and give data=local data.path=FOLDER data.format=chat (or text, preference) "
+        "save_to_disk, or JSONL; alpaca and ShareGPT rows read as chat, pairs with or without a prompt as "
+        "preference) and give data=local data.path=FOLDER data.format=chat (or text, preference) "
         "data.tokenizer=FOLDER",
     ]  # the pad token changes nothing trained: padding is masked out of the loss
     assert outcome.stderr.splitlines()[-1] == "dockyard: ignored (what it trains is unchanged): output_dir"
