@@ -238,8 +238,8 @@ class ChatFormat(TextFormat):
         if other is not None:
             return other
         raise ValueError(
-            f"{where}: no conversation: a 'messages' list, 'prompt' and 'completion' (both text or both lists), "
-            "ShareGPT's 'conversations' or alpaca's 'instruction' and 'output'"
+            f"{where}: no conversation: a 'messages' list, or 'prompt' and 'completion' (both text or both lists), "
+            "or ShareGPT's 'conversations', or alpaca's 'instruction' and 'output'"
         )
 
     def encoder(self, folder: Path, loss_on: LossOn, today: date) -> Callable[[Batch], list[Encoded]]:
