@@ -3,6 +3,7 @@ key ported, ignored as neutral or refused in one line naming the recipe's own ke
 the DPO, LoRA and Phi-3 cases; then each port planned and dry-run on tiny fixture checkpoints and data."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -286,3 +287,15 @@ def test_the_phi3_recipe_trains_adapters_on_its_fused_projections(fixtures, tmp_
     adapter = json.loads((tmp_path / "model/adapter/adapter_config.json").read_text())
     assert sorted(adapter["target_modules"]) == ["down_proj", "gate_up_proj", "o_proj", "qkv_proj"]
     assert adapter["r"] == 64
+
+
+@pytest.mark.torchrun
+def test_the_zephyr_dpo_recipe_trains_on_pairs_with_an_implicit_prompt(fixtures, tmp_path):
+    """The alignment-handbook's Zephyr DPO recipe, ported, trains on two ranks on UltraFeedback-shaped rows
+    (chosen and rejected conversations, the prompt implicit): its first loss is DPO's at a policy equal to its
+    reference, -log σ(0) = ln 2."""
+    changes = {"hardware.nodes": "1", "data.tokens": "1536", "parallelism.mixed_precision": "fp32"}
+    records = train(plan_for(*port("handbook-zephyr-7b-beta-dpo_full.yaml", fixtures, **changes)), tmp_path)
+    losses = [row for row in records if "loss" in row]
+    assert losses[-1]["step"] == 3
+    assert losses[0]["step_loss"] == pytest.approx(math.log(2), abs=1e-4)
