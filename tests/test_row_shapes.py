@@ -2,11 +2,15 @@
 as conversations, preference rows whose prompt is implicit in their chosen and rejected conversations read as
 pairs; each encoded with its targets where the recipe's tool puts them."""
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
 
 from compiler.spec.schema import DataFormat, LossOn
 from entrypoint.trainer.data import cache as token_cache
-from entrypoint.trainer.data import documents
+from entrypoint.trainer.data import data_format, documents
+from tests.entrypoint_support import tiny_plan
 from tests.text_corpus import train_tokenizer, write_jsonl
 
 ALPACA = [
@@ -69,3 +73,25 @@ def test_a_pairs_implicit_prompt_is_the_messages_both_start_with(tmp_path, token
     alike = {"chosen": [USER], "rejected": [USER]}
     with pytest.raises(ValueError, match="must start with the same messages"):
         read(tmp_path, DataFormat.preference, [alike])
+
+
+def test_max_prompt_length_cuts_a_pairs_prompt_from_the_left(tmp_path, tokenizer):
+    """TRL's truncation of a DPO prompt: its last tokens are kept, the completion whole."""
+    long = {"role": "user", "content": " ".join(["Say hi."] * 6)}
+    pair = {"prompt": [long], "chosen": IMPLICIT["chosen"][1:], "rejected": IMPLICIT["rejected"][1:]}
+    encoder = token_cache.Encoder(tokenizer, DataFormat.preference, LossOn.assistant)
+    records = [("record 1", pair)]
+    token_cache.build(tmp_path / "cache", "key", encoder, lambda: [("train", records)], lambda line: None)
+    plan = tiny_plan()
+    windows = data_format(DataFormat.preference).windows
+    split = tmp_path / "cache" / "key" / "train"
+    whole = windows(split, plan, 0)
+    cut = windows(split, replace(plan, data=replace(plan.data, max_prompt_length=8)), 0)
+    for document in (0, 1):
+        tokens, targets = whole.window(document)
+        prompt = int(np.argmax(targets))
+        assert prompt > 8
+        kept, flags = cut.window(document)
+        assert int(np.argmax(flags)) == 8
+        assert kept[:8].tolist() == tokens[prompt - 8 : prompt].tolist()
+        assert kept[8:][flags[8:].astype(bool)].tolist() == tokens[targets.astype(bool)].tolist()

@@ -146,7 +146,6 @@ NEUTRAL = frozenset(
 attention implementations, load dtypes, transformers 4.x's device and backend switches): not what it
 trains."""
 
-PROMPT_WHY = "dockyard keeps a pair's prompt whole and cuts its completion at seq_len: no separate prompt limit yet"
 REFUSED: dict[str, str] = {
     "label_smoothing_factor": "dockyard's loss has no label smoothing",
     "neftune_noise_alpha": "dockyard adds no noise to the embeddings",
@@ -166,8 +165,6 @@ REFUSED: dict[str, str] = {
     "load_in_4bit": "dockyard trains on the checkpoint's weights unquantized (no QLoRA): remove it to train "
     "the same adapters on full-precision weights, with more memory",
     "load_in_8bit": "dockyard trains on the checkpoint's weights unquantized: remove it, with more memory",
-    "max_prompt_length": PROMPT_WHY,
-    "max_prompt_len": PROMPT_WHY,
     "eos_token": "the end-of-sequence token is data.tokenizer's: set eos_token in its tokenizer_config.json",
     "unfrozen_parameters": "dockyard trains the whole model or its LoRA adapters (model.lora)",
 }

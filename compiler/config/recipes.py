@@ -310,6 +310,8 @@ HANDLERS: dict[str, Handler] = {
     "max_seq_length": _to("model.seq_len", int),
     "max_length": _to("model.seq_len", int),
     "sequence_len": _to("model.seq_len", int),
+    "max_prompt_length": _to("data.max_prompt_length", int),
+    "max_prompt_len": _to("data.max_prompt_length", int),
     "packing": _flag("data.packing", True, False),
     "sample_packing": _sample_packing,
     "dataset_text_field": _to("data.field", str),
