@@ -257,6 +257,8 @@ def test_each_port_plans_and_dry_runs_on_the_fixtures(name, fixtures, tmp_path):
     summary = dry_run.stderr
     recipe = ported(name)
     assert f"objective {recipe.get('trainer.objective', 'sft')}" in summary
+    if "data.max_prompt_length" in recipe:
+        assert "prompts cut to their last 32 tokens" in summary
     if "model.lora.rank" in recipe:
         assert f"adapters  LoRA rank {recipe['model.lora.rank']}" in summary
 

@@ -215,7 +215,8 @@ def _data(plan: Plan) -> str:
 def _windows(data: DataConfig) -> str:
     """How documents become training windows, and which tokens the loss counts."""
     if data.format is DataFormat.preference:
-        return "each completion a window of its own, the loss on the completions"
+        cut = "" if data.max_prompt_length is None else f", prompts cut to their last {data.max_prompt_length} tokens"
+        return f"each completion a window of its own{cut}, the loss on the completions"
     windows = "one document a window"
     if data.packing:
         windows = "packed, documents masked from each other" if data.packing_mask else "packed"
