@@ -30,6 +30,9 @@ TINY = {
     "mistral": dict(
         hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
     ),
+    "phi3": dict(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+    ),
 }
 """Architecture → the config of a tiny model of it (64 wide, 2 layers; no dropout, so that strategies'
 losses compare step by step)."""

@@ -47,6 +47,8 @@ INVALID = [
         "not supported with pipeline parallelism",
     ),
     (["PAIRS", DPO, "parallelism=zero3"], "model.lora.rank", "not built for zero3's partitions yet"),
+    (["data.max_prompt_length=8"], "data.max_prompt_length", "cuts a preference pair's prompt"),
+    (["PAIRS", DPO, "data.max_prompt_length=4096"], "data.max_prompt_length", "must leave the completion room"),
 ]
 
 

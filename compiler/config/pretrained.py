@@ -14,6 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from compiler.config.checkpoint_tensors import check_lora_targets
 from compiler.core import grammar
 from compiler.core.architectures import model_fields
 from compiler.spec.checkpoint_files import check_folder
@@ -48,6 +49,8 @@ def fill_from_checkpoint(model: DictConfig) -> None:
                 f"model.{name}", f"is read from {path}/{CONFIG_FILE} for model.family=hf", f"drop model.{name}"
             )
         model[name] = value
+    if Path(model.path).is_dir():
+        check_lora_targets(model, Path(model.path))
     if OmegaConf.is_missing(model, "seq_len"):
         model.seq_len = min(fields["context"], SHAPE_DEFAULT_SEQ_LEN)
 

@@ -45,6 +45,10 @@ ARCHITECTURES = {
     "qwen2": Architecture(qkv_bias=True),
     "qwen3": Architecture(qk_norm=True, tensor_parallel=False),  # its per-head norms need a tensor-parallel all-reduce
     "gemma": Architecture(tied_default=True),
+    "phi3": Architecture(
+        tensor_parallel=False,  # fused qkv_proj and gate_up_proj: a column split would cut across q, k and v
+        linear_names=("qkv_proj", "o_proj", "gate_up_proj", "down_proj"),
+    ),
     "gpt2": Architecture(
         gated=False,
         layernorm=True,

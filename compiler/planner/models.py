@@ -14,6 +14,7 @@ from typing import Protocol
 from compiler.core.architectures import ARCHITECTURES, architecture
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError, UnknownNameError, shown
+from compiler.spec.schema.model import ALL_LINEAR
 from compiler.spec.transformers_export import transformers_architecture
 
 
@@ -198,7 +199,9 @@ class PretrainedFamily(DecoderFamily):
         if model.lora.rank and not model.lora.targets:
             raise ConfigError("model.lora.targets", "is empty", "name the linear layers to adapt, like [q_proj,v_proj]")
         given = model.lora.rank or model.lora.targets != schema.LoraConfig().targets  # the default is Llama's names
-        if given and model.architecture in ARCHITECTURES:  # another's module names are unknown here: peft finds them
+        if (
+            given and model.architecture in ARCHITECTURES and model.lora.targets != [ALL_LINEAR]
+        ):  # another's module names are unknown here: peft finds them
             names = ARCHITECTURES[model.architecture].linear_names
             for target in model.lora.targets:
                 if target.rpartition(".")[2] not in names:
@@ -246,12 +249,17 @@ class PretrainedFamily(DecoderFamily):
             "q_proj": (h, q),
             "k_proj": (h, kv),
             "v_proj": (h, kv),
+            "qkv_proj": (h, q + 2 * kv),
             "o_proj": (q, h),
             "gate_proj": (h, f),
             "up_proj": (h, f),
+            "gate_up_proj": (h, 2 * f),
             "down_proj": (f, h),
         }
-        return [shape for name, shape in shapes.items() if any(name.endswith(t) for t in model.lora.targets)]
+        every = model.lora.targets == [ALL_LINEAR]
+        targets = architecture(model.architecture).linear_names if every else model.lora.targets
+        names = {target.rpartition(".")[2] for target in targets}  # peft matches a dotted name by its tail
+        return [shape for name, shape in shapes.items() if name in names]
 
     @staticmethod
     def _norm_parameters(model: schema.ModelConfig) -> int:
@@ -285,7 +293,11 @@ def check_lora(lora: schema.LoraConfig) -> None:
         raise ConfigError(
             "model.lora.targets", f"lists {len(lora.targets)} names, or one twice", "name each projection once"
         )
+    if ALL_LINEAR in lora.targets and len(lora.targets) > 1:
+        raise ConfigError("model.lora.targets", f"lists {ALL_LINEAR} with other names", f"give [{ALL_LINEAR}] alone")
     for target in lora.targets:
+        if target == ALL_LINEAR:
+            continue
         if not isinstance(target, str) or not MODULE_NAME.fullmatch(target):
             raise ConfigError(
                 "model.lora.targets",

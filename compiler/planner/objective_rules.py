@@ -12,6 +12,7 @@ def check_objective(
 ) -> list[str]:
     trainer, data = config.trainer, config.data
     preference = data.format is schema.DataFormat.preference
+    _check_prompt_length(data, config.model.seq_len, preference)
     if trainer.objective is schema.Objective.sft:
         if trainer.dpo != schema.DpoConfig():
             raise ConfigError("trainer.dpo", "is only used with trainer.objective=dpo", "set trainer.objective=dpo")
@@ -43,6 +44,21 @@ def check_objective(
         raise ConfigError("trainer.objective", "dpo is not supported with pipeline parallelism", "set parallelism.pp=1")
     _check_reference(config)
     return []
+
+
+def _check_prompt_length(data: schema.DataConfig, seq_len: int, preference: bool) -> None:
+    if data.max_prompt_length is None:
+        return
+    if not preference:
+        raise ConfigError(
+            "data.max_prompt_length", "cuts a preference pair's prompt", "set data.format=preference, or remove it"
+        )
+    if not 0 < data.max_prompt_length < seq_len:
+        raise ConfigError(
+            "data.max_prompt_length",
+            f"must leave the completion room in model.seq_len={seq_len} (got {data.max_prompt_length})",
+            f"give a length between 1 and {seq_len - 1}",
+        )
 
 
 def _check_reference(config: schema.Config) -> None:

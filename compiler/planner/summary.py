@@ -8,7 +8,7 @@ from compiler.planner.tokenize_job import is_tokenize_job, tokenize_lines
 from compiler.spec import Plan
 from compiler.spec.errors import printable
 from compiler.spec.records import DatasetTokens
-from compiler.spec.schema import Compile, DataFormat, Entry, LrScaling
+from compiler.spec.schema import Compile, DataConfig, DataFormat, Entry, LossOn, LrScaling, Objective
 from compiler.spec.strategies import facts
 from compiler.spec.tokenizer import tokenizer_location
 
@@ -71,6 +71,7 @@ def _summary(plan: Plan) -> list[str]:
             f"{plan.trainer.base_batch} to {plan.batch.global_batch} sequences)"
         )
     lines.append(f"training  {_training(plan)}")
+    lines += _carried_over(plan)
     if Compile(plan.trainer.compile) is not Compile.false:
         lines.append(f"compile   torch.compile {plan.trainer.compile}, mode {plan.trainer.compile_mode}")
     return lines + [f"warning   {w}" for w in plan.warnings]
@@ -87,6 +88,24 @@ def _training(plan: Plan) -> str:
     if not differences:
         return f"AdamW, {trainer.lr_schedule.value}, {warmup}: the HF Trainer's defaults"
     return f"AdamW, {warmup}; unlike the HF Trainer's defaults (in brackets): {', '.join(differences)}"
+
+
+def _carried_over(plan: Plan) -> list[str]:
+    """The objective and the adapters, so that a ported recipe's DPO and LoRA are seen to have carried over."""
+    trainer, lora = plan.trainer, plan.model.lora
+    if trainer.objective is Objective.dpo:
+        dpo = trainer.dpo
+        reference = "the base model under the adapters" if lora.rank else "a frozen copy of the model"
+        objective = f"dpo, β {dpo.beta:g}, {dpo.loss.value} loss, against {reference}"
+    else:
+        objective = "sft, the next-token loss"
+    lines = [f"objective {objective}"]
+    if lora.rank:
+        lines.append(
+            f"adapters  LoRA rank {lora.rank}, alpha {lora.alpha:g}, dropout {lora.dropout:g} on "
+            f"{', '.join(lora.targets)}; the checkpoint's weights frozen"
+        )
+    return lines
 
 
 def _script_lines(plan: Plan) -> list[str]:
@@ -190,10 +209,23 @@ def _data(plan: Plan) -> str:
     line = f"{data.source.value} {where}" if where else data.source.value
     if data.format is not DataFormat.tokens:
         held_out = f", validation {data.validation}" if data.validation is not None else ""
-        line += f"   {data.format.value}, tokenizer {tokenizer_location(data, plan.model)}{held_out}"
+        line += f"   {data.format.value}, tokenizer {tokenizer_location(data, plan.model)}{held_out}, {_windows(data)}"
     if plan.dataset:
         line += f"   {_epochs(plan, plan.dataset)}"
     return line
+
+
+def _windows(data: DataConfig) -> str:
+    """How documents become training windows, and which tokens the loss counts."""
+    if data.format is DataFormat.preference:
+        cut = "" if data.max_prompt_length is None else f", prompts cut to their last {data.max_prompt_length} tokens"
+        return f"each completion a window of its own{cut}, the loss on the completions"
+    windows = "one document a window"
+    if data.packing:
+        windows = "packed, documents masked from each other" if data.packing_mask else "packed"
+    if data.format is DataFormat.chat:
+        return f"{windows}, the loss on {'the replies' if data.loss_on is LossOn.assistant else 'every token'}"
+    return windows
 
 
 def _epochs(plan: Plan, dataset: DatasetTokens) -> str:

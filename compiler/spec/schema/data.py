@@ -79,6 +79,9 @@ class DataConfig:
     packing_mask: bool = False
     """Document-boundary masking inside packed windows: attention does not cross documents and positions restart
     at each one (the built-in decoder unpipelined, and transformers architectures dockyard knows)."""
+    max_prompt_length: int | None = None
+    """preference: a pair's prompt cut to its last this many tokens (from the left, as TRL's DPO truncates it);
+    None keeps the whole prompt."""
     loss_on: LossOn = LossOn.assistant
     """chat: the tokens the loss is computed on: assistant (the replies only) or all."""
     validation: Any = None

@@ -26,6 +26,11 @@ class Init(Enum):
     random = "random"
 
 
+ALL_LINEAR = "all-linear"
+"""`model.lora.targets=[all-linear]`: every linear layer of the decoder's blocks (peft's name; the output head
+and the embeddings left out). For a local checkpoint the plan lists them, read from its safetensors headers."""
+
+
 @dataclass
 class LoraConfig:
     """Low-rank adapters (LoRA, Hu et al. 2021) on a pretrained model: its weights stay frozen, only the
@@ -38,7 +43,8 @@ class LoraConfig:
     dropout: float = 0.0
     """Dropout on the adapters' input."""
     targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    """Names (or name suffixes) of the linear layers that get adapters, as `peft` matches them."""
+    """Names (or name suffixes) of the linear layers that get adapters, as `peft` matches them, or
+    [all-linear]."""
 
 
 @dataclass

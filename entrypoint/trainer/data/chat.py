@@ -13,7 +13,7 @@ trims, moves or repeats elsewhere. The end-of-turn marker is the first special t
 writes differently from a placeholder is no target.
 
 `data.format=chat`: a record is `{"messages": [...], "tools": [...]}` (tools optional) or
-`{"prompt": ..., "completion": ...}`:
+`{"prompt": ..., "completion": ...}` (ShareGPT and alpaca rows read as these, `shapes`):
 message lists rendered as one conversation with the completion's messages as targets, or plain strings
 joined without a template with the completion as the target.
 """
@@ -30,6 +30,7 @@ import numpy as np
 from compiler.spec import Plan
 from compiler.spec.schema import DataFormat, LossOn
 from compiler.spec.tokenizer import MAX_RENDERED
+from entrypoint.trainer.data import shapes
 from entrypoint.trainer.data.base import Batch, CacheMeta, Encoded, TargetsError
 from entrypoint.trainer.data.text import TextFormat
 
@@ -216,7 +217,7 @@ def _aligned(text: str, skeleton: str, messages: list[dict], replies: list[int])
     return spans
 
 
-CHAT_COLUMNS = ("messages", "tools", "prompt", "completion")
+CHAT_COLUMNS = ("messages", "tools", "prompt", "completion", shapes.SHAREGPT_COLUMN, *shapes.ALPACA_COLUMNS)
 MIN_TARGET_SHARE = 0.01
 """The least share of a chat split's tokens that must be targets with `data.loss_on=assistant`."""
 
@@ -237,8 +238,12 @@ class ChatFormat(TextFormat):
         prompt, completion = found.get("prompt"), found.get("completion")
         if isinstance(prompt, str | list) and type(prompt) is type(completion):
             return {name: found[name] for name in ("prompt", "completion", "tools") if name in found}
+        other = shapes.sharegpt(row, where) or shapes.alpaca(row)
+        if other is not None:
+            return other
         raise ValueError(
-            f"{where}: no conversation: a 'messages' list, or 'prompt' and 'completion' (both text or both lists)"
+            f"{where}: no conversation: a 'messages' list, or 'prompt' and 'completion' (both text or both lists), "
+            "or ShareGPT's 'conversations', or alpaca's 'instruction' and 'output'"
         )
 
     def encoder(self, folder: Path, loss_on: LossOn, today: date) -> Callable[[Batch], list[Encoded]]:

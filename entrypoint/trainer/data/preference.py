@@ -1,6 +1,7 @@
 """`data.format=preference`: pairs of a prompt with a chosen and a rejected completion (text or message lists, as
-TRL's standard preference formats), each completion rendered as a prompt/completion conversation (`chat`) whose
-targets are the completion's tokens, for DPO (`trainer.objective=dpo`)."""
+TRL's standard preference formats, or two conversations whose shared first messages are the prompt), each
+completion rendered as a prompt/completion conversation (`chat`) whose targets are the completion's tokens, for
+DPO (`trainer.objective=dpo`)."""
 
 from collections.abc import Callable, Iterator
 from datetime import date
@@ -11,6 +12,7 @@ import torch
 
 from compiler.spec import Plan
 from compiler.spec.schema import DataFormat, LossOn
+from entrypoint.trainer.data import shapes
 from entrypoint.trainer.data.base import Batch, CacheMeta, Encoded
 from entrypoint.trainer.data.chat import ChatEncoder, rendered
 from entrypoint.trainer.data.text import TextFormat
@@ -25,9 +27,19 @@ class PreferencePairs(SeparateDocuments):
     first, as TRL's `truncation_mode=keep_start`). A micro batch of m pairs is 2m rows: the chosen ones, then
     the rejected ones in the same order."""
 
-    def __init__(self, split: Path | Split, seq_len: int, seed: int, eos: int) -> None:
+    def __init__(self, split: Path | Split, seq_len: int, seed: int, eos: int, max_prompt: int | None = None) -> None:
         super().__init__(split, seq_len, seed, eos)
         self.windows //= 2
+        self.max_prompt = max_prompt
+
+    def first(self, index: int) -> int:
+        """With `data.max_prompt_length`: the prompt's last that many tokens only (its targets start the
+        completion), as TRL cuts a prompt from the left."""
+        start = int(self.starts[index])
+        if self.max_prompt is None:
+            return start
+        prompt = int(np.argmax(self.targets[start : int(self.starts[index + 1])]))
+        return start + max(0, prompt - self.max_prompt)
 
     def __call__(self, indices: torch.Tensor) -> Pairs:
         return self.pairs([self.shuffled(index) for index in indices.tolist()])
@@ -55,8 +67,11 @@ class PreferenceFormat(TextFormat):
         prompt, chosen, rejected = (found.get(name) for name in PAIR_COLUMNS[:3])
         if isinstance(prompt, str | list) and type(prompt) is type(chosen) is type(rejected):
             return found
+        if prompt is None and isinstance(chosen, list) and isinstance(rejected, list):
+            return found | shapes.implicit_prompt(chosen, rejected, where)
         raise ValueError(
-            f"{where}: no preference pair: 'prompt', 'chosen' and 'rejected', all text or all message lists"
+            f"{where}: no preference pair: 'prompt', 'chosen' and 'rejected', all text or all message lists (or "
+            "'chosen' and 'rejected' conversations that start with the same prompt)"
         )
 
     def encoder(self, folder: Path, loss_on: LossOn, today: date) -> Callable[[Batch], list[Encoded]]:
@@ -71,16 +86,21 @@ class PreferenceFormat(TextFormat):
         return encode
 
     def windows(self, split: Split, plan: Plan, eos: int) -> PreferencePairs:
-        return PreferencePairs(split, plan.model.seq_len, plan.trainer.seed, eos)
+        return PreferencePairs(split, plan.model.seq_len, plan.trainer.seed, eos, plan.data.max_prompt_length)
 
     def report(self, plan: Plan, meta: CacheMeta, train_split: Split, windows: int) -> list[str]:
         """What a preference run reads: its pairs, those cut to the window (either completion), the held-out ones."""
-        lengths = np.diff(train_split.starts).reshape(-1, 2)  # each completion and its eos
+        pairs = self.windows(train_split, plan, 0)
+        firsts = pairs.starts[:-1]
+        if plan.data.max_prompt_length is not None:
+            firsts = np.array([pairs.first(index) for index in range(len(firsts))])
+        lengths = (pairs.starts[1:] - firsts).reshape(-1, 2)  # each completion and its eos, from where it is read
         truncated = int((lengths > plan.model.seq_len + 1).any(axis=1).sum())
         train, held, seq_len = meta.splits["train"], meta.splits.get("validation"), plan.model.seq_len
         lines = [
             f"pairs             {windows:,} training, {train.tokens:,} tokens, {train.targets:,} of them completions",
             f"truncated         {truncated:,} pairs longer than seq_len {seq_len} + 1 (the prompt kept first)",
+            *_prompts_cut(plan),
         ]
         if held and held.documents:
             lines.append(f"validation        {held.documents // 2:,} pairs held out")
@@ -89,6 +109,11 @@ class PreferenceFormat(TextFormat):
             f"epochs            {epochs:.2f} over {plan.trainer.steps} steps of {plan.batch.global_batch} pairs"
         )
         return lines
+
+
+def _prompts_cut(plan: Plan) -> list[str]:
+    limit = plan.data.max_prompt_length
+    return [] if limit is None else [f"prompts           cut to their last {limit} tokens (data.max_prompt_length)"]
 
 
 def _completions(pair: dict) -> tuple[dict, dict]:

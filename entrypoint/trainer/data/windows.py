@@ -209,8 +209,12 @@ class SeparateDocuments(ShuffledWindows):
         self.eos = eos
         super().__init__(len(self.starts) - 1, seq_len, seed)
 
+    def first(self, index: int) -> int:
+        """Where document `index`'s window starts: its first token."""
+        return int(self.starts[index])
+
     def window(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        start = int(self.starts[index])
+        start = self.first(index)
         end = min(int(self.starts[index + 1]), start + self.seq_len + 1)
         pad = self.seq_len + 1 - (end - start)
         tokens = np.concatenate([self.tokens[start:end], np.full(pad, self.eos, dtype=self.tokens.dtype)])

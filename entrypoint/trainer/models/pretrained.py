@@ -20,6 +20,7 @@ from torch import nn
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
 
 from compiler.spec.schema import Checkpointing, Init, ModelConfig
+from compiler.spec.schema.model import ALL_LINEAR
 from entrypoint.trainer.models.hf_files import (
     PretrainedFiles,
     checkpoint_name,
@@ -157,7 +158,7 @@ def with_lora(model: nn.Module, config: ModelConfig) -> nn.Module:
         r=lora.rank,
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
-        target_modules=list(lora.targets),
+        target_modules=ALL_LINEAR if list(lora.targets) == [ALL_LINEAR] else list(lora.targets),
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, adapters)

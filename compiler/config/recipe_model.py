@@ -1,0 +1,101 @@
+"""The recipe keys of what is trained beyond the optimizer: LoRA adapters (axolotl's `adapter`, TRL's
+`use_peft`), the DPO objective (TRL's `beta` and `loss_type`, axolotl's `rl`) and the tokenizer's settings
+(`chat_template`, `special_tokens`)."""
+
+from typing import Any
+
+from compiler.config.recipe_keys import REFUSED, Conversion
+from compiler.spec.schema.model import ALL_LINEAR
+
+DPO_LOSSES = ("sigmoid", "ipo", "hinge", "robust")
+"""TRL's `loss_type` values that dockyard's DPO computes as TRL does (`trainer.dpo.loss`)."""
+TRL_LORA = {"lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05}
+"""TRL's `ModelConfig` defaults of `use_peft`'s adapters."""
+AXOLOTL_LORA = {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0}
+"""axolotl's adapters where the recipe leaves rank or alpha out (peft's defaults; its lora_dropout is 0)."""
+
+
+def adapter(out: Conversion, key: str, value: Any, recipe: dict) -> None:
+    """axolotl's `adapter: lora` with its `lora_r`, `lora_alpha`, `lora_dropout`, and `lora_target_modules` or
+    `lora_target_linear`."""
+    if value == "qlora":
+        return out.refuse(key, f"qlora: {REFUSED['load_in_4bit']} (adapter: lora)")
+    if value != "lora":
+        return out.refuse(key, f"{value} is not an adapter dockyard trains (lora)")
+    _lora(out, recipe, AXOLOTL_LORA)
+
+
+def use_peft(out: Conversion, key: str, value: Any, recipe: dict) -> None:
+    """TRL's `use_peft` with its ModelConfig's `lora_r`, `lora_alpha`, `lora_dropout`, `lora_target_modules`."""
+    if value is not True:
+        raise ValueError(value)
+    _lora(out, recipe, TRL_LORA)
+    if not recipe.get("lora_target_modules"):
+        out.notes.append(
+            "lora_target_modules: unset, peft's default for the architecture; dockyard adapts q_proj and v_proj, "
+            "peft's default for Llama-style models"
+        )
+        out.set("model.lora.targets", ["q_proj", "v_proj"])
+
+
+def _lora(out: Conversion, recipe: dict, defaults: dict[str, float]) -> None:
+    out.set("model.lora.rank", int(recipe.get("lora_r") or defaults["lora_r"]))
+    out.set("model.lora.alpha", float(_given(recipe, "lora_alpha", defaults)))
+    out.set("model.lora.dropout", float(_given(recipe, "lora_dropout", defaults)))
+    targets = recipe.get("lora_target_modules")
+    if recipe.get("lora_target_linear") or targets == ALL_LINEAR:
+        out.set("model.lora.targets", [ALL_LINEAR])
+    elif targets:
+        out.set("model.lora.targets", [targets] if isinstance(targets, str) else [str(t) for t in targets])
+
+
+def _given(recipe: dict, key: str, defaults: dict[str, float]) -> float:
+    return defaults[key] if recipe.get(key) is None else recipe[key]
+
+
+def rl(out: Conversion, key: str, value: Any, recipe: dict) -> None:
+    """axolotl's `rl`: dpo, or ipo (DPO with IPO's loss); its defaults are `source_tool`'s."""
+    if value == "ipo":
+        out.set("trainer.dpo.loss", "ipo")
+    elif value != "dpo":
+        out.refuse(key, f"{value}: dockyard trains sft and dpo (trainer.objective)")
+
+
+def dpo_loss(out: Conversion, key: str, value: Any, recipe: dict) -> None:
+    """TRL's `loss_type`: one of the DPO losses dockyard computes as TRL does (a list of one is that loss).
+    An SFT recipe's nll and chunked_nll are the same next-token loss dockyard computes."""
+    names = [value] if isinstance(value, str) else list(value)
+    if out.overrides.get("trainer.objective") != "dpo":
+        if names not in (["nll"], ["chunked_nll"]):
+            out.refuse(key, f"{value}: dockyard's SFT loss is the next-token loss (nll)")
+        return
+    if len(names) != 1 or names[0] not in DPO_LOSSES:
+        return out.refuse(key, f"{value}: dockyard's DPO losses are {', '.join(DPO_LOSSES)}, one at a time")
+    out.set("trainer.dpo.loss", names[0])
+
+
+def label_smoothing(out: Conversion, key: str, value: Any, recipe: dict) -> None:
+    """DPOConfig's `label_smoothing`: the flip probability of the robust loss (with sigmoid, cDPO)."""
+    if float(value) and recipe.get("loss_type") not in ("robust", ["robust"]):
+        return out.refuse(key, "dockyard smooths labels with loss_type robust only (no cDPO)")
+    out.set("trainer.dpo.label_smoothing", float(value))
+
+
+def special_tokens(out: Conversion, key: str, value: Any, recipe: dict) -> None:
+    """axolotl's `special_tokens`: a pad token changes nothing trained (padding is masked out of the loss);
+    an end-of-sequence token is the tokenizer's."""
+    for name in dict(value):
+        if name != "pad_token":
+            out.refuse(
+                f"{key}.{name}",
+                REFUSED["eos_token"] if name == "eos_token" else "dockyard adds no tokens to the tokenizer",
+            )
+
+
+def chat_template(out: Conversion, key: str, value: Any, recipe: dict) -> None:
+    """A name (axolotl's `llama3`, `qwen_25`) is read as the model's own, which its tokenizer carries; an
+    inline Jinja template is the tokenizer's to carry too."""
+    if "{%" in str(value) or "{{" in str(value):
+        out.refuse(key, "dockyard renders with data.tokenizer's own template: save this one as its chat_template")
+    else:
+        out.notes.append(f"{key}: {value} is read as the model's own template, the one data.tokenizer carries")
