@@ -18,8 +18,9 @@ from torch.distributed.checkpoint.state_dict import (
     get_state_dict,
     set_state_dict,
 )
-from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
 from torch.nn.parallel import DistributedDataParallel
 
@@ -29,6 +30,7 @@ from compiler.spec.strategies import facts
 from entrypoint.trainer.compiled import apply_compile
 from entrypoint.trainer.engines.base import MicroBatches, builds_on_meta, evaluating, materialise
 from entrypoint.trainer.models import ModelSpec
+from entrypoint.trainer.models.experts import EXPERT_SHARDS, split_experts
 from entrypoint.trainer.objective import make_objective
 from entrypoint.trainer.offload import ActivationOffload
 from entrypoint.trainer.optim import adamw, clip_gradients, set_lr
@@ -60,6 +62,27 @@ def tensor_parallel(spec: ModelSpec, module: nn.Module, model: ModelConfig, mesh
         parallelize_module(block, mesh, plan)
 
 
+def expert_parallel(plan: Plan, model: nn.Module, device_type: str, options: dict) -> list[nn.Module]:
+    """`parallelism.ep`: each MoE layer's experts split over `ep` data-parallel ranks (`models.experts`) and
+    sharded by FSDP2 over the other `dp / ep` (`efsdp`); their gradients divided by every data-parallel rank.
+    The experts modules (none when ep is 1)."""
+    layout = plan.layout
+    if layout.ep == 1:
+        return []
+    if layout.tp > 1 or layout.pp > 1 or layout.replicated:
+        raise NotImplementedError("expert parallelism runs with parallelism=fsdp, tp=1 and pp=1 (ep borrows dp ranks)")
+    mesh = init_device_mesh(device_type, (layout.ep, layout.dp // layout.ep), mesh_dim_names=("ep", "efsdp"))
+    parts = split_experts(model, mesh.get_group("ep"))
+    for part in parts:
+        part.dockyard_group = mesh.get_group("ep")
+    for part in parts:
+        fully_shard(part, **options | {"mesh": mesh["efsdp"]})
+        part.set_gradient_divide_factor(float(layout.dp))
+        for param in part.parameters():
+            setattr(param, EXPERT_SHARDS, layout.ep)
+    return parts
+
+
 def sharded_copy(plan: Plan, spec: ModelSpec, model: nn.Module, mesh: DeviceMesh) -> nn.Module:
     """A copy of FSDP2's `model` sharded as it is, in the compute precision (it never trains), its parameters
     and buffers copied shard by shard: DPO's reference model (each rank holds only its shards)."""
@@ -79,11 +102,21 @@ def sharded_copy(plan: Plan, spec: ModelSpec, model: nn.Module, mesh: DeviceMesh
     return copied
 
 
+def gathered_experts(param: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    """An expert parameter whole, on CPU: its FSDP2 shards gathered, then every expert-parallel rank's experts
+    (in rank order: rank r holds the r-th `experts / ep`)."""
+    block = (param.full_tensor() if isinstance(param, DTensor) else param).detach().contiguous()
+    blocks = [torch.empty_like(block) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(blocks, block, group=group)
+    return torch.cat(blocks).cpu()
+
+
 class TorchEngine:
     """DDP (and smddp) or FSDP2 with tensor parallelism: the engine interface of `engines.base.Engine`."""
 
     def __init__(self, plan: Plan, spec: ModelSpec, device: torch.device) -> None:
         self.plan, self.spec, self.device = plan, spec, device
+        self.experts: list[nn.Module] = []
         with torch.device("meta") if builds_on_meta(plan) or spec.builds_empty else device:
             model = spec.build(plan.model)
         par = plan.parallelism
@@ -108,6 +141,7 @@ class TorchEngine:
             if plan.layout.tp > 1:
                 tensor_parallel(spec, model, plan.model, mesh["tp"])
             options = fully_shard_options(plan, mesh)
+            self.experts = expert_parallel(plan, model, device.type, options)
             for block in spec.blocks(model):
                 fully_shard(block, **options)
             self.model = fully_shard(model, **options)
@@ -173,16 +207,29 @@ class TorchEngine:
         return {"model": model_state, "optim": optim_state}
 
     def save(self, folder: Path) -> None:
+        self._refuse_expert_checkpoints()
         dcp.save(self.checkpoint_state(), checkpoint_id=str(folder))
 
     def load(self, folder: Path) -> None:
+        self._refuse_expert_checkpoints()
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
         state = {"model": model_state, "optim": optim_state}
         dcp.load(state, checkpoint_id=str(folder))
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
+    def _refuse_expert_checkpoints(self) -> None:
+        if self.experts:
+            raise NotImplementedError("checkpoints of an expert-parallel run (parallelism.ep > 1) are not written yet")
+
     def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """The whole model's weights on CPU, on rank 0 (empty elsewhere); every rank must call it."""
+        """The whole model's weights on CPU, on rank 0 (empty elsewhere); every rank must call it. Expert-parallel
+        experts are gathered from their ranks (each holds `experts / ep` of every layer)."""
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         state = get_model_state_dict(self.model, options=options)
-        return state if dist.get_rank() == 0 else {}
+        gathered = {name: gathered_experts(param, group) for name, param, group in self._expert_parameters()}
+        return state | gathered if dist.get_rank() == 0 else {}
+
+    def _expert_parameters(self) -> list[tuple[str, nn.Parameter, dist.ProcessGroup]]:
+        """Every expert parameter by its name in the model, with its expert-parallel group."""
+        group = {id(param): part.dockyard_group for part in self.experts for param in part.parameters()}
+        return [(name, param, group[id(param)]) for name, param in self.model.named_parameters() if id(param) in group]
