@@ -2,7 +2,8 @@
 transformers: the checkpoint loads sharded from the Hub's per-expert layout and from transformers' fused one
 (the loss transformers' own `from_pretrained` model gives, balancing term included); expert parallelism
 (`parallelism.ep=2`: each rank holds 2 of the 4 experts, tokens go to them by all-to-all) trains step by step
-as ep=1 does; the router's metrics are logged; the export is what `save_pretrained` writes and loads in
+as ep=1 does, and resumes exactly from its checkpoint; the router's metrics are logged; LoRA adapts the
+attention and leaves the experts frozen; the export is what `save_pretrained` writes and loads in
 transformers with its expert weights changed, the same under ep=2 as under ep=1."""
 
 import json
@@ -34,9 +35,11 @@ from pathlib import Path
 import torch, torch.distributed as dist
 from transformers import AutoModelForCausalLM
 from compiler.spec import Plan
+from entrypoint.trainer import checkpoint
 from entrypoint.trainer.data import Batches, make_source
 from entrypoint.trainer.engines import make_engine
 from entrypoint.trainer.models import model_spec
+from entrypoint.trainer.models.experts import expert_lines
 from entrypoint.trainer.models.loss import mean_cross_entropy
 
 PLANS = json.loads(Path(sys.argv[1]).with_name("plans.json").read_text())
@@ -68,10 +71,25 @@ for name, path in PLANS.items():
         losses.append(mean(engine.forward_backward([batches.micro_batch(step, 0)])))
         engine.step(plan.trainer.lr)
     metrics = engine.objective.metrics()
+    trainable = sorted(n for n, p in engine.model.named_parameters() if p.requires_grad)
+    lines = expert_lines(engine.parts[0], plan.layout.ep, plan.model.lora.targets if plan.model.lora.rank else None)
     state = engine.full_state_dict()
+    resumed = None
+    if plan.layout.ep > 1:  # a checkpoint restores each rank's experts and their AdamW moments exactly
+        folder = checkpoint.save(engine, Path(path).parent / "checkpoints", 3, rank == 0, {})
+        fresh = make_engine(plan, cpu)
+        fresh.load(folder)
+        resumed = []
+        for step in (3, 4):
+            ours, theirs = (mean(each.forward_backward([batches.micro_batch(step, 0)])) for each in (engine, fresh))
+            resumed.append(abs(ours - theirs))
+            engine.step(plan.trainer.lr)
+            fresh.step(plan.trainer.lr)
+        del fresh
     if rank == 0:
         model_spec(plan.model).weights.save(Path(path).parent / "model", state, plan.to_dict()["model"])
         result = {"loaded": loaded, "reference": reference, "losses": losses, "metrics": metrics}
+        result |= {"trainable": trainable, "lines": lines, "resumed": resumed}
         print(f"RESULT {name} {json.dumps(result)}", flush=True)
     del engine
 """
@@ -79,8 +97,9 @@ PLANS = {
     "ep1": ("parallelism.ep=1",),
     "ep1-fused": ("parallelism.ep=1",),
     "ep2": ("parallelism.ep=2",),
+    "ep2-lora": ("parallelism.ep=2", "model.lora.rank=4"),
 }
-"""The per-expert checkpoint at ep=1 (the reference) and ep=2, and the fused one at ep=1."""
+"""The per-expert checkpoint at ep=1 (the reference) and ep=2, the fused one at ep=1, and LoRA at ep=2."""
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +116,7 @@ def test_a_mixture_of_experts_loads_either_layout_and_trains_alike_under_expert_
     for name, overrides in PLANS.items():
         source = moe_checkpoints["fused" if "fused" in name else "per-expert"]
         plan = tiny_plan("model=hf", f"model.path={source}", "parallelism=fsdp", "trainer.lr=1e-2", *overrides)
-        assert plan.layout.ep == (2 if name == "ep2" else 1)
+        assert plan.layout.ep == (2 if name.startswith("ep2") else 1)
         paths[name] = str(write_plan(plan, tmp_path / name))
     (tmp_path / "plans.json").write_text(json.dumps(paths))
     output = run_on_two_ranks(SCRIPT, tiny_plan("model=hf", f"model.path={moe_checkpoints['fused']}"), tmp_path, 300)
@@ -109,9 +128,16 @@ def test_a_mixture_of_experts_loads_either_layout_and_trains_alike_under_expert_
     for name, result in results.items():
         assert result["loaded"] == pytest.approx(result["reference"], abs=LOADED_TOLERANCE), name
         assert result["losses"][-1] < result["losses"][0], name
-        assert result["losses"] == pytest.approx(results["ep1"]["losses"], abs=EP_TOLERANCE), name
+        if "lora" not in name:
+            assert result["losses"] == pytest.approx(results["ep1"]["losses"], abs=EP_TOLERANCE), name
         assert result["metrics"][MOE_AUX_LOSS] > 0, name
         assert 1 <= result["metrics"][EXPERT_LOAD_IMBALANCE] <= 4, name  # at most all tokens on one of 4 experts
+
+    assert results["ep2"]["resumed"] == [0.0, 0.0]
+    assert results["ep2"]["lines"] == ["experts           4 per MoE layer × 2 layers, ep 2: 2 per rank"]
+    lora = results["ep2-lora"]
+    assert lora["trainable"] and all(".lora_" in name and "_proj" in name for name in lora["trainable"])
+    assert lora["lines"][1].startswith("lora on experts   adapts q_proj, k_proj, v_proj, o_proj; the experts'")
 
     source = AutoModelForCausalLM.from_pretrained(moe_checkpoints["per-expert"]).state_dict()
     exported = {name: AutoModelForCausalLM.from_pretrained(tmp_path / name / "model").state_dict() for name in PLANS}
@@ -121,6 +147,7 @@ def test_a_mixture_of_experts_loads_either_layout_and_trains_alike_under_expert_
     assert not any(name.endswith("experts.gate_up_proj") for name in written)
     experts = "model.layers.1.mlp.experts.gate_up_proj"
     assert not torch.allclose(exported["ep2"][experts], source[experts])
+    torch.testing.assert_close(exported["ep2-lora"][experts], source[experts], atol=0, rtol=0)  # frozen
     for name in ("ep1-fused", "ep2"):
         for key, value in exported["ep1"].items():
             torch.testing.assert_close(exported[name][key], value, atol=WEIGHT_TOLERANCE, rtol=0, msg=f"{name} {key}")

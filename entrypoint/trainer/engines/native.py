@@ -20,7 +20,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.parallel import parallelize_module
 from torch.nn.parallel import DistributedDataParallel
 
@@ -74,8 +74,7 @@ def expert_parallel(plan: Plan, model: nn.Module, device_type: str, options: dic
     mesh = init_device_mesh(device_type, (layout.ep, layout.dp // layout.ep), mesh_dim_names=("ep", "efsdp"))
     parts = split_experts(model, mesh.get_group("ep"))
     for part in parts:
-        part.dockyard_group = mesh.get_group("ep")
-    for part in parts:
+        part.dockyard_mesh = mesh
         fully_shard(part, **options | {"mesh": mesh["efsdp"]})
         part.set_gradient_divide_factor(float(layout.dp))
         for param in part.parameters():
@@ -109,6 +108,15 @@ def gathered_experts(param: torch.Tensor, group: dist.ProcessGroup) -> torch.Ten
     blocks = [torch.empty_like(block) for _ in range(dist.get_world_size(group))]
     dist.all_gather(blocks, block, group=group)
     return torch.cat(blocks).cpu()
+
+
+def whole_experts(value: DTensor, mesh: DeviceMesh) -> DTensor:
+    """An expert tensor FSDP2 holds over `efsdp` (this rank's `experts / ep` of a layer), as the layer's whole
+    tensor over the (ep, efsdp) mesh: the same local storage, the global shape and offsets of all experts."""
+    shape = (value.shape[0] * mesh["ep"].size(), *value.shape[1:])
+    stride = torch.empty(shape, device="meta").stride()
+    placements = [Shard(0), Shard(0)]
+    return DTensor.from_local(value.to_local(), mesh, placements, run_check=False, shape=shape, stride=stride)
 
 
 class TorchEngine:
@@ -207,29 +215,47 @@ class TorchEngine:
         return {"model": model_state, "optim": optim_state}
 
     def save(self, folder: Path) -> None:
-        self._refuse_expert_checkpoints()
-        dcp.save(self.checkpoint_state(), checkpoint_id=str(folder))
+        dcp.save(self._whole_experts(self.checkpoint_state()), checkpoint_id=str(folder))
 
     def load(self, folder: Path) -> None:
-        self._refuse_expert_checkpoints()
-        model_state, optim_state = get_state_dict(self.model, self.optimizer)
-        state = {"model": model_state, "optim": optim_state}
-        dcp.load(state, checkpoint_id=str(folder))
+        state = self.checkpoint_state()
+        dcp.load(self._whole_experts(state), checkpoint_id=str(folder))  # in place: the views share the storage
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
-    def _refuse_expert_checkpoints(self) -> None:
-        if self.experts:
-            raise NotImplementedError("checkpoints of an expert-parallel run (parallelism.ep > 1) are not written yet")
+    def _whole_experts(self, state: dict) -> dict:
+        """The checkpoint's state with each expert tensor (a parameter, its AdamW moments) seen as the layer's
+        whole `[experts, ...]` tensor sharded over (ep, efsdp), sharing this rank's storage: each rank then
+        writes and reads its own experts under the parameter's name, as without expert parallelism."""
+        meshes = {name: group.dockyard_mesh for name, _, group in self._expert_parameters()}
+        if not meshes:
+            return state
+        model = {
+            name: whole_experts(value, meshes[name]) if name in meshes else value
+            for name, value in state["model"].items()
+        }
+        moments = {
+            name: {
+                key: whole_experts(value, meshes[name]) if isinstance(value, DTensor) else value
+                for key, value in held.items()
+            }
+            if name in meshes
+            else held
+            for name, held in state["optim"]["state"].items()
+        }
+        return {"model": model, "optim": state["optim"] | {"state": moments}}
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model's weights on CPU, on rank 0 (empty elsewhere); every rank must call it. Expert-parallel
         experts are gathered from their ranks (each holds `experts / ep` of every layer)."""
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         state = get_model_state_dict(self.model, options=options)
-        gathered = {name: gathered_experts(param, group) for name, param, group in self._expert_parameters()}
+        gathered = {
+            name: gathered_experts(param, part.dockyard_mesh.get_group("ep"))
+            for name, param, part in self._expert_parameters()
+        }
         return state | gathered if dist.get_rank() == 0 else {}
 
-    def _expert_parameters(self) -> list[tuple[str, nn.Parameter, dist.ProcessGroup]]:
-        """Every expert parameter by its name in the model, with its expert-parallel group."""
-        group = {id(param): part.dockyard_group for part in self.experts for param in part.parameters()}
-        return [(name, param, group[id(param)]) for name, param in self.model.named_parameters() if id(param) in group]
+    def _expert_parameters(self) -> list[tuple[str, nn.Parameter, nn.Module]]:
+        """Every expert parameter by its name in the model, with its experts module."""
+        owner = {id(param): part for part in self.experts for param in part.parameters()}
+        return [(name, param, owner[id(param)]) for name, param in self.model.named_parameters() if id(param) in owner]

@@ -100,6 +100,20 @@ def _exchange(rows: torch.Tensor, output_splits: list[int], input_splits: list[i
     return all_to_all_single(output, rows.contiguous(), output_splits, input_splits, group=group)
 
 
+def expert_lines(model: nn.Module, ep: int, lora_targets: list[str] | None) -> list[str]:
+    """What the run's first lines say about a mixture of experts (nothing for a model without): how its experts
+    are split, and with LoRA what is adapted and that the experts are not."""
+    parts = expert_modules(model)
+    if not parts:
+        return []
+    local = parts[0].num_experts
+    lines = [f"experts           {local * ep} per MoE layer × {len(parts)} layers, ep {ep}: {local} per rank"]
+    if lora_targets:
+        adapted = ", ".join(lora_targets)
+        lines.append(f"lora on experts   adapts {adapted}; the experts' fused weights and the routers stay frozen")
+    return lines
+
+
 class RouterMetrics:
     """A mixture of experts' routing, for `objective.NextToken`: the router's load-balancing loss
     (transformers' `aux_loss`) joins the loss times `router_aux_loss_coef` when the checkpoint's config says
