@@ -136,8 +136,8 @@ class TorchEngine:
             spec.set_activation_offload(model, ActivationOffload(device, par.activation_offload_horizon))
         apply_compile(model, spec.blocks(model), plan.trainer)
         if facts(par.strategy).replicated:
-            if plan.layout.tp > 1:
-                raise NotImplementedError("tensor parallelism runs with parallelism=fsdp, not ddp")
+            if plan.layout.tp > 1 or plan.layout.ep > 1:
+                raise NotImplementedError("tensor and expert parallelism run with parallelism=fsdp, not ddp")
             materialise(spec, model, device)
             self.objective = make_objective(plan, spec, model)  # a reference copy is made before DDP wraps
             # Gradients as views into DDP's buckets: no second copy of them (the planner counts one).
