@@ -64,8 +64,7 @@ def tensor_parallel(spec: ModelSpec, module: nn.Module, model: ModelConfig, mesh
 
 def expert_parallel(plan: Plan, model: nn.Module, device_type: str, options: dict) -> list[nn.Module]:
     """`parallelism.ep`: each MoE layer's experts split over `ep` data-parallel ranks (`models.experts`) and
-    sharded by FSDP2 over the other `dp / ep` (`efsdp`); their gradients divided by every data-parallel rank.
-    The experts modules (none when ep is 1)."""
+    sharded by FSDP2 over the other `dp / ep` (`efsdp`). The experts modules (none when ep is 1)."""
     layout = plan.layout
     if layout.ep == 1:
         return []
@@ -76,7 +75,6 @@ def expert_parallel(plan: Plan, model: nn.Module, device_type: str, options: dic
     for part in parts:
         part.dockyard_mesh = mesh
         fully_shard(part, **options | {"mesh": mesh["efsdp"]})
-        part.set_gradient_divide_factor(float(layout.dp))
         for param in part.parameters():
             setattr(param, EXPERT_SHARDS, layout.ep)
     return parts
@@ -199,6 +197,7 @@ class TorchEngine:
     def step(self, lr: float) -> float:
         """Clip, update, clear; returns the gradient norm before clipping."""
         set_lr(self.optimizer, lr)
+        self._average_expert_gradients()
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         norm = clip_gradients(self.params, self.plan.trainer.grad_clip)
@@ -209,6 +208,15 @@ class TorchEngine:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return norm
+
+    def _average_expert_gradients(self) -> None:
+        """An expert's gradient sums every rank's tokens (the all-to-all's backward) and FSDP2 averages it over
+        `efsdp` only: dividing by `ep` more gives the mean over all data-parallel ranks the other parameters
+        get. (FSDP2's own divide factor would reduce with PREMUL_SUM, which gloo lacks.)"""
+        for part in self.experts:
+            for param in part.parameters():
+                if param.grad is not None:
+                    param.grad.div_(self.plan.layout.ep)
 
     def checkpoint_state(self) -> dict:
         model_state, optim_state = get_state_dict(self.model, self.optimizer)

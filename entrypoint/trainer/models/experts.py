@@ -10,8 +10,7 @@ and the results come back the same way and are weighted and summed per token. No
 splits are the exact counts.
 
 The gradient of a rank's experts sums every rank's tokens through the all-to-all's backward, and FSDP2
-reduces it only over `efsdp`: dividing by all data-parallel ranks (`gradient_divide_factor`) gives the mean the
-other parameters get.
+averages it only over `efsdp`: the engine divides it by `ep` more, for the mean the other parameters get.
 """
 
 from functools import partial
