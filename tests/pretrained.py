@@ -36,6 +36,22 @@ TINY = {
 }
 """Architecture → the config of a tiny model of it (64 wide, 2 layers; no dropout, so that strategies'
 losses compare step by step)."""
+TINY_MOE = {
+    "qwen3_moe": dict(
+        hidden_size=64,
+        intermediate_size=96,
+        moe_intermediate_size=32,
+        num_experts=4,
+        num_experts_per_tok=2,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        output_router_logits=True,
+        router_aux_loss_coef=0.01,
+    ),
+}
+"""Mixtures of experts, as `TINY` (4 experts of 32, 2 per token, the balancing loss on as in training)."""
 VOCAB = 256
 CONTEXT = 128
 
@@ -44,20 +60,23 @@ def hf_config(architecture: str, vocab: int = VOCAB):
     from transformers import AutoConfig
 
     extra = {} if architecture == "gpt2" else {"max_position_embeddings": CONTEXT}
-    config = AutoConfig.for_model(architecture, vocab_size=vocab, **TINY[architecture], **extra)
+    config = AutoConfig.for_model(architecture, vocab_size=vocab, **(TINY | TINY_MOE)[architecture], **extra)
     config.bos_token_id = config.eos_token_id = config.pad_token_id = None
     return config
 
 
-def save_checkpoint(folder: Path, architecture: str, seed: int = 0, readable: bool = True, vocab: int = VOCAB) -> Path:
+def save_checkpoint(
+    folder: Path, architecture: str, seed: int = 0, readable: bool = True, vocab: int = VOCAB, fused: bool = False
+) -> Path:
     """A tiny random `architecture` model saved into `folder` (created); returns the folder. safetensors
-    writes its files 0600: `readable` opens them to the containers' user, as the plan's error tells users to."""
+    writes its files 0600: `readable` opens them to the containers' user, as the plan's error tells users to.
+    An MoE's experts are saved one by one, as on the Hub, or `fused` as transformers holds them."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(hf_config(architecture, vocab))
-    model.save_pretrained(folder)
+    model.save_pretrained(folder, save_original_format=not fused)
     if readable:
         for file in folder.iterdir():
             file.chmod(0o644)

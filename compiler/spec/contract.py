@@ -70,6 +70,11 @@ in the file and in the job's log, where SageMaker's metric regexes look for `"<n
 REPORTED_METRICS = ("loss", "val_loss", "tokens_per_s", "grad_norm", "mfu")
 """Keys of the metrics lines that SageMaker extracts from the job's log: the console charts them, and
 DescribeTrainingJob's FinalMetricDataList gives a sweep's summary their final values."""
+MOE_AUX_LOSS = "moe_aux_loss"
+"""A metrics line's mean router load-balancing loss of a mixture of experts (transformers' own, unscaled)."""
+EXPERT_LOAD_IMBALANCE = "expert_load_imbalance"
+"""A metrics line's busiest expert's tokens over the mean, in the worst MoE layer, over every rank's tokens."""
+
 UNHEALTHY_FILE = "unhealthy-nodes"
 """In the job's output folder (`/opt/ml/output`): the name of each node that failed the health check, one a
 line; Slurm's retry leaves those nodes out (`scontrol update ExcNodeList`)."""

@@ -20,6 +20,7 @@ from compiler.spec import Plan
 from compiler.spec.schema import DpoConfig, Objective
 from entrypoint.trainer.dpo_loss import METRICS, Completions, completion_logps, dpo_loss
 from entrypoint.trainer.models import ModelSpec
+from entrypoint.trainer.models.experts import RouterMetrics
 
 
 class TrainingObjective(Protocol):
@@ -33,14 +34,19 @@ class TrainingObjective(Protocol):
 
 
 class NextToken:
-    def __init__(self, spec: ModelSpec) -> None:
-        self.spec = spec
+    """The next-token loss; with a mixture of experts, its router's balancing term and metrics (`RouterMetrics`)."""
 
-    def loss(self, model: Callable[[torch.Tensor], Any], inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self.spec.loss(model(inputs), targets)
+    def __init__(self, spec: ModelSpec, router: RouterMetrics | None = None) -> None:
+        self.spec, self.router = spec, router
+
+    def loss(self, model: Callable[..., Any], inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if self.router is None:
+            return self.spec.loss(model(inputs), targets)
+        output = model(inputs, output_router_logits=True)
+        return self.spec.loss(output, targets) + self.router.term(output)
 
     def metrics(self) -> dict[str, float]:
-        return {}
+        return self.router.metrics() if self.router else {}
 
 
 class Preference:
@@ -107,7 +113,7 @@ def make_objective(
     """The plan's objective for `model` (this rank's module). Without LoRA the reference is `frozen_copy(model)`:
     the strategy's (FSDP2 shards it as it shards the model), by default a whole copy made before DDP wraps it."""
     if plan.trainer.objective is Objective.sft:
-        return NextToken(spec)
+        return NextToken(spec, RouterMetrics.of(model.get_base_model() if plan.model.lora.rank else model))
     if plan.model.lora.rank:
         return Preference(plan.trainer.dpo, _without_adapters(model))
     copied = frozen_copy(model) if frozen_copy else copy.deepcopy(model)

@@ -9,6 +9,7 @@ from torch.distributed.tensor import DTensor
 
 from compiler.spec import Derived
 from compiler.spec.schema import LrSchedule, TrainerConfig
+from entrypoint.trainer.models.experts import EXPERT_SHARDS
 
 
 def adamw(model: nn.Module, trainer: TrainerConfig) -> torch.optim.AdamW:
@@ -76,7 +77,8 @@ def grad_norm(params: list[nn.Parameter], stage_ranks: int | None = None) -> flo
     A DTensor gradient's local shard is repeated on every rank of the mesh dimensions it is replicated
     over, and on ranks outside its mesh (a tensor-parallel rank's copy of a data-parallel-only parameter);
     dividing its squared norm by that count and summing over the world counts each element once.
-    Counting Replicate placements, not Shard ones, also covers FSDP's strided shards over TP.
+    Counting Replicate placements, not Shard ones, also covers FSDP's strided shards over TP. An expert-parallel
+    parameter's ranks outside its mesh hold other experts (`models.experts.EXPERT_SHARDS`), not copies.
     Plain tensors (DDP) are identical on every rank and stay local. Under a pipeline each stage's
     parameters live on its `stage_ranks` ranks only, so copies are counted among those, and the sum over
     the world adds the stages' squares.
@@ -90,7 +92,7 @@ def grad_norm(params: list[nn.Parameter], stage_ranks: int | None = None) -> flo
         if grad is None:
             continue
         if isinstance(grad, DTensor):
-            copies = holders // grad.device_mesh.size()
+            copies = holders // grad.device_mesh.size() // getattr(param, EXPERT_SHARDS, 1)
             for size, placement in zip(grad.device_mesh.shape, grad.placements, strict=True):
                 if placement.is_replicate():
                     copies *= size

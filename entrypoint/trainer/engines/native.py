@@ -18,8 +18,9 @@ from torch.distributed.checkpoint.state_dict import (
     get_state_dict,
     set_state_dict,
 )
-from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.parallel import parallelize_module
 from torch.nn.parallel import DistributedDataParallel
 
@@ -29,6 +30,7 @@ from compiler.spec.strategies import facts
 from entrypoint.trainer.compiled import apply_compile
 from entrypoint.trainer.engines.base import MicroBatches, builds_on_meta, evaluating, materialise
 from entrypoint.trainer.models import ModelSpec
+from entrypoint.trainer.models.experts import EXPERT_SHARDS, split_experts
 from entrypoint.trainer.objective import make_objective
 from entrypoint.trainer.offload import ActivationOffload
 from entrypoint.trainer.optim import adamw, clip_gradients, set_lr
@@ -60,6 +62,24 @@ def tensor_parallel(spec: ModelSpec, module: nn.Module, model: ModelConfig, mesh
         parallelize_module(block, mesh, plan)
 
 
+def expert_parallel(plan: Plan, model: nn.Module, device_type: str, options: dict) -> list[nn.Module]:
+    """`parallelism.ep`: each MoE layer's experts split over `ep` data-parallel ranks (`models.experts`) and
+    sharded by FSDP2 over the other `dp / ep` (`efsdp`). The experts modules (none when ep is 1)."""
+    layout = plan.layout
+    if layout.ep == 1:
+        return []
+    if layout.tp > 1 or layout.pp > 1 or layout.replicated:
+        raise NotImplementedError("expert parallelism runs with parallelism=fsdp, tp=1 and pp=1 (ep borrows dp ranks)")
+    mesh = init_device_mesh(device_type, (layout.ep, layout.dp // layout.ep), mesh_dim_names=("ep", "efsdp"))
+    parts = split_experts(model, mesh.get_group("ep"))
+    for part in parts:
+        part.dockyard_mesh = mesh
+        fully_shard(part, **options | {"mesh": mesh["efsdp"]})
+        for param in part.parameters():
+            setattr(param, EXPERT_SHARDS, layout.ep)
+    return parts
+
+
 def sharded_copy(plan: Plan, spec: ModelSpec, model: nn.Module, mesh: DeviceMesh) -> nn.Module:
     """A copy of FSDP2's `model` sharded as it is, in the compute precision (it never trains), its parameters
     and buffers copied shard by shard: DPO's reference model (each rank holds only its shards)."""
@@ -79,11 +99,30 @@ def sharded_copy(plan: Plan, spec: ModelSpec, model: nn.Module, mesh: DeviceMesh
     return copied
 
 
+def gathered_experts(param: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    """An expert parameter whole, on CPU: its FSDP2 shards gathered, then every expert-parallel rank's experts
+    (in rank order: rank r holds the r-th `experts / ep`)."""
+    block = (param.full_tensor() if isinstance(param, DTensor) else param).detach().contiguous()
+    blocks = [torch.empty_like(block) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(blocks, block, group=group)
+    return torch.cat(blocks).cpu()
+
+
+def whole_experts(value: DTensor, mesh: DeviceMesh) -> DTensor:
+    """An expert tensor FSDP2 holds over `efsdp` (this rank's `experts / ep` of a layer), as the layer's whole
+    tensor over the (ep, efsdp) mesh: the same local storage, the global shape and offsets of all experts."""
+    shape = (value.shape[0] * mesh["ep"].size(), *value.shape[1:])
+    stride = torch.empty(shape, device="meta").stride()
+    placements = [Shard(0), Shard(0)]
+    return DTensor.from_local(value.to_local(), mesh, placements, run_check=False, shape=shape, stride=stride)
+
+
 class TorchEngine:
     """DDP (and smddp) or FSDP2 with tensor parallelism: the engine interface of `engines.base.Engine`."""
 
     def __init__(self, plan: Plan, spec: ModelSpec, device: torch.device) -> None:
         self.plan, self.spec, self.device = plan, spec, device
+        self.experts: list[nn.Module] = []
         with torch.device("meta") if builds_on_meta(plan) or spec.builds_empty else device:
             model = spec.build(plan.model)
         par = plan.parallelism
@@ -95,8 +134,8 @@ class TorchEngine:
             spec.set_activation_offload(model, ActivationOffload(device, par.activation_offload_horizon))
         apply_compile(model, spec.blocks(model), plan.trainer)
         if facts(par.strategy).replicated:
-            if plan.layout.tp > 1:
-                raise NotImplementedError("tensor parallelism runs with parallelism=fsdp, not ddp")
+            if plan.layout.tp > 1 or plan.layout.ep > 1:
+                raise NotImplementedError("tensor and expert parallelism run with parallelism=fsdp, not ddp")
             materialise(spec, model, device)
             self.objective = make_objective(plan, spec, model)  # a reference copy is made before DDP wraps
             # Gradients as views into DDP's buckets: no second copy of them (the planner counts one).
@@ -108,6 +147,7 @@ class TorchEngine:
             if plan.layout.tp > 1:
                 tensor_parallel(spec, model, plan.model, mesh["tp"])
             options = fully_shard_options(plan, mesh)
+            self.experts = expert_parallel(plan, model, device.type, options)
             for block in spec.blocks(model):
                 fully_shard(block, **options)
             self.model = fully_shard(model, **options)
@@ -157,6 +197,7 @@ class TorchEngine:
     def step(self, lr: float) -> float:
         """Clip, update, clear; returns the gradient norm before clipping."""
         set_lr(self.optimizer, lr)
+        self._average_expert_gradients()
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         norm = clip_gradients(self.params, self.plan.trainer.grad_clip)
@@ -168,21 +209,61 @@ class TorchEngine:
         self.optimizer.zero_grad(set_to_none=True)
         return norm
 
+    def _average_expert_gradients(self) -> None:
+        """An expert's gradient sums every rank's tokens (the all-to-all's backward) and FSDP2 averages it over
+        `efsdp` only: dividing by `ep` more gives the mean over all data-parallel ranks the other parameters
+        get. (FSDP2's own divide factor would reduce with PREMUL_SUM, which gloo lacks.)"""
+        for part in self.experts:
+            for param in part.parameters():
+                if param.grad is not None:
+                    param.grad.div_(self.plan.layout.ep)
+
     def checkpoint_state(self) -> dict:
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
         return {"model": model_state, "optim": optim_state}
 
     def save(self, folder: Path) -> None:
-        dcp.save(self.checkpoint_state(), checkpoint_id=str(folder))
+        dcp.save(self._whole_experts(self.checkpoint_state()), checkpoint_id=str(folder))
 
     def load(self, folder: Path) -> None:
-        model_state, optim_state = get_state_dict(self.model, self.optimizer)
-        state = {"model": model_state, "optim": optim_state}
-        dcp.load(state, checkpoint_id=str(folder))
+        state = self.checkpoint_state()
+        dcp.load(self._whole_experts(state), checkpoint_id=str(folder))  # in place: the views share the storage
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
+    def _whole_experts(self, state: dict) -> dict:
+        """The checkpoint's state with each expert tensor (a parameter, its AdamW moments) seen as the layer's
+        whole `[experts, ...]` tensor sharded over (ep, efsdp), sharing this rank's storage: each rank then
+        writes and reads its own experts under the parameter's name, as without expert parallelism."""
+        meshes = {name: group.dockyard_mesh for name, _, group in self._expert_parameters()}
+        if not meshes:
+            return state
+        model = {
+            name: whole_experts(value, meshes[name]) if name in meshes else value
+            for name, value in state["model"].items()
+        }
+        moments = {
+            name: {
+                key: whole_experts(value, meshes[name]) if isinstance(value, DTensor) else value
+                for key, value in held.items()
+            }
+            if name in meshes
+            else held
+            for name, held in state["optim"]["state"].items()
+        }
+        return {"model": model, "optim": state["optim"] | {"state": moments}}
+
     def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """The whole model's weights on CPU, on rank 0 (empty elsewhere); every rank must call it."""
+        """The whole model's weights on CPU, on rank 0 (empty elsewhere); every rank must call it. Expert-parallel
+        experts are gathered from their ranks (each holds `experts / ep` of every layer)."""
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         state = get_model_state_dict(self.model, options=options)
-        return state if dist.get_rank() == 0 else {}
+        gathered = {
+            name: gathered_experts(param, part.dockyard_mesh.get_group("ep"))
+            for name, param, part in self._expert_parameters()
+        }
+        return state | gathered if dist.get_rank() == 0 else {}
+
+    def _expert_parameters(self) -> list[tuple[str, nn.Parameter, nn.Module]]:
+        """Every expert parameter by its name in the model, with its experts module."""
+        owner = {id(param): part for part in self.experts for param in part.parameters()}
+        return [(name, param, owner[id(param)]) for name, param in self.model.named_parameters() if id(param) in owner]

@@ -1,6 +1,7 @@
 """A Hugging Face checkpoint folder, read and written: `model=hf` reads its weights by name (only the tensors
 asked for) and writes the trained model back as a folder `transformers` (and vLLM) load, with the source's
-config and tokenizer files, and with LoRA the merged model plus the adapter `peft` loads.
+config and tokenizer files, and with LoRA the merged model plus the adapter `peft` loads. The weights are
+written as `save_pretrained` writes them (`conversion.original_format`: an MoE's experts one by one).
 """
 
 from pathlib import Path
@@ -10,6 +11,7 @@ import torch
 from safetensors import safe_open
 
 from compiler.spec import files
+from entrypoint.trainer.models.conversion import meta_model, original_format
 from entrypoint.trainer.models.weights import (
     GENERATION_CONFIG_FILE,
     copy_tokenizer,
@@ -95,7 +97,7 @@ class PretrainedFiles:
         generation_config = files.read_json_object(generation, "model.path") if generation.exists() else {}
         lora = config["lora"]
         weights = merged_weights(state, lora["alpha"] / lora["rank"]) if lora["rank"] else state
-        save_safetensors(folder, weights, hf_config, generation_config)
+        save_safetensors(folder, original_format(weights, meta_model(source)), hf_config, generation_config)
         copy_tokenizer(source, folder)
         if lora["rank"]:
             self._save_adapter(folder / ADAPTER_FOLDER, state, config)

@@ -12,6 +12,7 @@ checkpoint's are the plain model's.
 """
 
 import re
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -21,6 +22,8 @@ from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, Ro
 
 from compiler.spec.schema import Checkpointing, Init, ModelConfig
 from compiler.spec.schema.model import ALL_LINEAR
+from entrypoint.trainer.models.conversion import checkpoint_map, converted_tensor
+from entrypoint.trainer.models.experts import EXPERT_OFFSET, held_rows
 from entrypoint.trainer.models.hf_files import (
     PretrainedFiles,
     checkpoint_name,
@@ -93,7 +96,7 @@ class PretrainedSpec:
                 else:
                     nn.init.kaiming_uniform_(param, a=5**0.5)
             elif config.init is Init.pretrained:
-                param.copy_(read_tensor(Path(config.path), checkpoint_name(name)))
+                param.copy_(_whole_tensor(module, Path(config.path), checkpoint_name(name)))
             elif param.dim() == 1:
                 param.fill_(1.0 if "norm" in name else 0.0)
             else:
@@ -175,24 +178,58 @@ def reset_adapters(module: nn.Module) -> None:
 
 
 def load_checkpoint(module: nn.Module, folder: Path) -> None:
-    """Read the checkpoint into the module's tensors in place, each rank only the slices it holds.
+    """Read the checkpoint into the module's tensors in place, each rank only the slices it holds: plain tensors
+    through DCP's Hugging Face reader, fused experts from their per-expert tensors (`conversion`), only the
+    experts this rank holds.
 
     A name the checkpoint lacks is an error unless the parameter is tied to one it has (the output head
     shares the embedding's weight, and save_pretrained writes it once) or is an adapter."""
     from torch.distributed.checkpoint import HuggingFaceStorageReader
 
-    available = checkpoint_names(folder)
+    config: ModelConfig = module.dockyard_config
+    base = module.get_base_model() if config.lora.rank else module
+    mapping = checkpoint_map(base, checkpoint_names(folder))
     wanted, missing = {}, []
     seen: dict[int, str] = {}
     for name, tensor in module.state_dict(keep_vars=True).items():
         source = checkpoint_name(name)
         if is_adapter(name):
             continue
-        if source in available:
-            wanted[source] = tensor
+        if source in mapping.renamed:
+            wanted[mapping.renamed[source]] = tensor
+        elif source in mapping.converted:
+            _fill_experts(tensor, mapping, base, source, partial(read_tensor, folder), _expert_offset(module, name))
         elif id(tensor) not in seen:
             missing.append(source)
         seen.setdefault(id(tensor), source)
     if missing:
         raise RuntimeError(f"the checkpoint in {folder} lacks {len(missing)} of the model's weights: {missing[:3]}")
     dcp.load(wanted, storage_reader=HuggingFaceStorageReader(str(folder)))
+
+
+def _whole_tensor(module: nn.Module, folder: Path, name: str) -> torch.Tensor:
+    """One whole parameter from the checkpoint, by its name in the plain model (fused experts from their
+    per-expert tensors); the checkpoint's names are mapped once per model."""
+    base = module.get_base_model() if module.dockyard_config.lora.rank else module
+    if not hasattr(module, "dockyard_checkpoint_map"):
+        module.dockyard_checkpoint_map = checkpoint_map(base, checkpoint_names(folder))
+    mapping = module.dockyard_checkpoint_map
+    if name in mapping.converted:
+        experts = range(base.get_parameter(name).shape[0])
+        return converted_tensor(mapping, base, name, experts, partial(read_tensor, folder))
+    return read_tensor(folder, mapping.renamed[name])
+
+
+def _expert_offset(module: nn.Module, name: str) -> int:
+    """The first expert this rank's expert-parallel group holds (`experts.ExpertParallel`); 0 without."""
+    return getattr(module.get_submodule(name.rsplit(".", 1)[0]), EXPERT_OFFSET, 0)
+
+
+def _fill_experts(tensor: torch.Tensor, mapping, model: nn.Module, name: str, read, offset: int) -> None:
+    """A fused expert tensor (an FSDP2 shard of it, or the whole), from only the experts it holds."""
+    local, start = held_rows(tensor)
+    experts = range(offset + start, offset + start + local.shape[0])
+    if not experts:
+        return
+    with torch.no_grad():
+        local.copy_(converted_tensor(mapping, model, name, experts, read))
