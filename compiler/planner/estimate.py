@@ -195,7 +195,7 @@ def reference_bytes(
         return 0.0
     element = 4 if par.mixed_precision is schema.Precision.fp32 or _autocast(par) else 2
     shard = layout.shard_degree if facts(par.strategy).shards_parameters else 1
-    return parameters_per_gpu(model, layout.tp, share) * element / shard
+    return parameters_per_gpu(model, layout.tp, share, layout.ep) * element / shard
 
 
 def _share_memory(
@@ -207,10 +207,15 @@ def _share_memory(
     dpo: schema.DpoConfig | None = None,
 ) -> Memory:
     tp = layout.tp
-    parameters = parameters_per_gpu(model, tp, share)
+    parameters = parameters_per_gpu(model, tp, share, layout.ep)
     trained = parameters * trainable_fraction(model)
     weight, gradient, optimizer = state_bytes_per_parameter(par, layout.shard_degree)
     states = [weight * parameters, gradient * trained, optimizer * trained]
+    if layout.ep > 1:  # the experts' states are sharded over the ranks ep leaves them
+        experts = share.layers * model_facts(model).layer_experts / layout.ep
+        expert_bytes = state_bytes_per_parameter(par, expert_shard_degree(par, layout))
+        for index, (general, own) in enumerate(zip((weight, gradient, optimizer), expert_bytes, strict=True)):
+            states[index] += (own - general) * experts * (1 if index == 0 else trainable_fraction(model))
     if _autocast(par):
         states[0] += 2 * _matmul_parameters_per_gpu(model, tp, share)
     tokens = micro_batch * model.seq_len
@@ -297,7 +302,7 @@ def host_memory(
     host["checkpoint staging"] = 0
     for share in pipeline_shares(model, par, layout):
         offloaded = share.layers * activation * micro_batch * model.seq_len if par.activation_offload else 0
-        held = parameters_per_gpu(model, layout.tp, share)
+        held = parameters_per_gpu(model, layout.tp, share, layout.ep)
         host["activations"] = max(host["activations"], round(offloaded * share.in_flight))
         host["model states"] = max(host["model states"], round(moved * held))
         host["checkpoint staging"] = max(host["checkpoint staging"], round(staged * held))
@@ -330,7 +335,7 @@ def _communication_bytes(
     its unsharded gradients until then: twice the stage's parameters.
     """
     strategy, element = facts(par.strategy), 4 if par.mixed_precision is schema.Precision.fp32 else 2
-    layer = layer_parameters(model) / layout.tp
+    layer = _held_layer(model, layout)
     if layout.pp > 1:
         stage = parameter_count(model, share) - share.layers * layer_parameters(model) + share.layers * layer
         return 2 * stage * element, 0
@@ -344,11 +349,32 @@ def _communication_bytes(
     return root * element, 2 * layer * element + layer * 4
 
 
-def parameters_per_gpu(model: schema.ModelConfig, tp: int, share: Share | None = None) -> float:
-    """Parameters a rank of a tensor-parallel group holds before data-parallel sharding."""
-    share = share or Share.whole(model)
-    split = model_facts(model).layer_tp_split
-    return parameter_count(model, share) - share.layers * split * (1 - 1 / tp)
+def parameters_per_gpu(model: schema.ModelConfig, tp: int, share: Share | None = None, ep: int = 1) -> float:
+    """Parameters a rank of a tensor-parallel group holds before data-parallel sharding; with expert
+    parallelism (ep > 1) its share of the routed experts, which ep splits whole instead of tp."""
+    share, facts = share or Share.whole(model), model_facts(model)
+    split = facts.layer_tp_split
+    if ep == 1:
+        return parameter_count(model, share) - share.layers * split * (1 - 1 / tp)
+    experts = facts.layer_experts
+    return parameter_count(model, share) - share.layers * ((split - experts) * (1 - 1 / tp) + experts * (1 - 1 / ep))
+
+
+def expert_shard_degree(par: schema.ParallelismConfig, layout: Layout) -> int:
+    """The ranks that shard one expert's states under expert parallelism: FSDP's and ZeRO's shard group and
+    the tensor-parallel ranks, less the ep ranks the experts are split over (torchtitan's dp_shard · tp =
+    expert_fsdp · ep); replicated strategies shard nothing."""
+    if layout.shard_degree == 1:
+        return 1
+    return max(1, layout.shard_degree * layout.tp // layout.ep)
+
+
+def _held_layer(model: schema.ModelConfig, layout: Layout) -> float:
+    """Parameters of one block a rank gathers: split over tp, the routed experts over ep."""
+    facts = model_facts(model)
+    if layout.ep == 1:
+        return facts.layer / layout.tp
+    return (facts.layer - facts.layer_experts) / layout.tp + facts.layer_experts / layout.ep
 
 
 def _matmul_parameters_per_gpu(model: schema.ModelConfig, tp: int, share: Share) -> float:

@@ -45,8 +45,14 @@ class DecoderFamily:
     not discounted).
     """
 
+    builds_experts = False
+
     def check(self, model: schema.ModelConfig) -> Iterator[str]:
         check_lora(model.lora)  # the built-in decoder takes no adapters, but its values are checked too
+        if model.moe.experts and not self.builds_experts:
+            raise ConfigError(
+                "model.moe.experts", "the built-in decoder has no experts", "use model=hf with an MoE checkpoint"
+            )
         for name in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "context", "seq_len"):
             if getattr(model, name) < 1:
                 raise ConfigError(f"model.{name}", f"must be at least 1 (got {getattr(model, name)})")
@@ -69,10 +75,10 @@ class DecoderFamily:
                 f"set model.seq_len to at most {model.context}",
             )
         if model.position is schema.Position.rope:
-            if (model.hidden // model.heads) % 2:
+            if (model.head_dim or model.hidden // model.heads) % 2:
                 raise ConfigError(
                     "model.heads",
-                    f"RoPE needs an even head size, hidden/heads = {model.hidden // model.heads}",
+                    f"RoPE needs an even head size, hidden/heads = {model.head_dim or model.hidden // model.heads}",
                     "change model.heads or model.hidden",
                 )
             if model.rope_theta <= 0:
@@ -94,7 +100,7 @@ class DecoderFamily:
         return ("heads", "kv_heads")
 
     def facts(self, model: schema.ModelConfig) -> ModelFacts:
-        h, vocab = model.hidden, model.vocab * model.hidden
+        h, vocab, moe = model.hidden, model.vocab * model.hidden, model.moe
         embeddings = vocab + (model.context * h if self._learned_positions(model) else 0)
         norm, blocks = self._norm_parameters(model), self._blocks(model)
         head = 0 if model.tied_embeddings else vocab
@@ -107,10 +113,12 @@ class DecoderFamily:
             output_side_alone=norm + self._stage_head(model),
             tp_kept=2 * norm,
             head_matmul=vocab,
-            active_fraction=1.0,
+            active_fraction=moe.experts_per_token / moe.experts if moe.experts else 1.0,
             attention_flops_per_token=12 * h * model.seq_len,
             activation_elements=self.activation_elements(model),
             lora=self._lora_parameters(model),
+            dispatched_per_token=moe.experts_per_token * h if moe.experts else 0,
+            moe_layers=model.layers - moe.dense_layers if moe.experts else 0,
         )
 
     def _blocks(self, model: schema.ModelConfig) -> Parts:
@@ -125,6 +133,17 @@ class DecoderFamily:
         return Parts(
             attention=layers * attention, dense_mlp=layers * mlp, norms=layers * 2 * self._norm_parameters(model)
         )
+
+    @staticmethod
+    def _token_ffn(model: schema.ModelConfig) -> float:
+        """The MLP width one token passes through, averaged over the blocks: with experts, its routed experts'
+        and the shared ones' in MoE blocks."""
+        moe = model.moe
+        if not moe.experts:
+            return model.ffn_hidden
+        sparse = model.layers - moe.dense_layers
+        routed = moe.experts_per_token * moe.ffn_hidden + moe.shared_ffn_hidden
+        return (moe.dense_layers * model.ffn_hidden + sparse * routed) / model.layers
 
     def _learned_positions(self, model: schema.ModelConfig) -> bool:
         return model.position is schema.Position.learned
@@ -143,7 +162,7 @@ class DecoderFamily:
         inputs; the inputs of the QKV and MLP projections; q, k, v (GQA-sized), the attention output and 2
         (GELU) or 4 (SwiGLU) tensors of ffn width; with RoPE the fp32 copies of q and k the rotation keeps;
         SDPA's fp32 log-sum-exp, one per head, which is all that recomputing softmax(QKᵀ)V saves."""
-        h, f = model.hidden, model.ffn_hidden
+        h, f = model.hidden, self._token_ffn(model)
         kv = model.kv_heads * (h // model.heads)
         rotary = h + kv if model.position is schema.Position.rope else 0
         return {
@@ -167,7 +186,9 @@ class DecoderFamily:
 class PretrainedFamily(DecoderFamily):
     """A Hugging Face causal LM (`model.family=hf`), its shape read from config.json
     (`compiler.config.pretrained`) and its projections' biases and norms from `compiler.core.architectures`.
-    FLOPs and activations are the built-in decoder's formulas on that shape."""
+    FLOPs and activations are the built-in decoder's formulas on that shape, with a token's experts only."""
+
+    builds_experts = True
 
     def check(self, model: schema.ModelConfig) -> Iterator[str]:
         yield from super().check(model)
@@ -175,6 +196,11 @@ class PretrainedFamily(DecoderFamily):
             yield (
                 f"model.architecture: {model.architecture} is planned as a Llama-style decoder; its parameter "
                 f"count is an estimate (known: {', '.join(ARCHITECTURES)})"
+            )
+        if model.quantization:
+            yield (
+                f"model.quantization: the checkpoint is {model.quantization}-quantized; training loads it "
+                "dequantized to bf16, and the plan sizes that layout"
             )
         if model.lora.rank and not model.lora.targets:
             raise ConfigError("model.lora.targets", "is empty", "name the linear layers to adapt, like [q_proj,v_proj]")
@@ -197,17 +223,55 @@ class PretrainedFamily(DecoderFamily):
         return 0 if model.tied_embeddings else model.vocab * model.hidden
 
     def _blocks(self, model: schema.ModelConfig) -> Parts:
-        """The repeated blocks' parameters, all layers together, by part."""
-        arch = architecture(model.architecture)
-        head_dim = model.head_dim or model.hidden // model.heads
-        q, kv, h, f = model.heads * head_dim, model.kv_heads * head_dim, model.hidden, model.ffn_hidden
+        """The repeated blocks' parameters, all layers together, by part: a mixture of experts' MoE blocks
+        hold routed experts (fused [experts, ...] weights), their router and any shared experts where the
+        others (`moe.dense_layers`) hold a dense MLP."""
+        arch, moe, h = architecture(model.architecture), model.moe, model.hidden
+        mlp_inputs = 2 if arch.gated else 1
+
+        def mlp(width: int, biased: bool) -> int:
+            return (mlp_inputs + 1) * h * width + (mlp_inputs * width + h if biased else 0)
+
+        sparse = model.layers - moe.dense_layers if moe.experts else 0
+        norms = 2 * self._norm_parameters(model) + self._attention_norms(model)
+        return Parts(
+            attention=model.layers * self._attention(model),
+            dense_mlp=(model.layers - sparse) * mlp(model.ffn_hidden, arch.o_bias),
+            routed_experts=sparse * moe.experts * mlp(moe.ffn_hidden, moe.biased),
+            shared_experts=sparse * (mlp(moe.shared_ffn_hidden, False) + h * moe.shared_gate)
+            if moe.shared_ffn_hidden
+            else 0,
+            router=sparse * moe.experts * (h + moe.biased),
+            norms=model.layers * norms,
+        )
+
+    @staticmethod
+    def _attention(model: schema.ModelConfig) -> int:
+        """One block's attention projections (and gpt-oss's sinks); DeepSeek's latent attention goes through
+        low-rank latents (`model.mla`)."""
+        arch, mla, h, heads = architecture(model.architecture), model.mla, model.hidden, model.heads
+        if mla.kv_lora_rank:
+            qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+            query = h * mla.q_lora_rank + mla.q_lora_rank * heads * qk if mla.q_lora_rank else h * heads * qk
+            latent = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank * heads * (
+                mla.qk_nope_head_dim + mla.v_head_dim
+            )
+            return query + latent + heads * mla.v_head_dim * h
+        head_dim = model.head_dim or h // heads
+        q, kv = heads * head_dim, model.kv_heads * head_dim
         attention = 2 * h * q + 2 * h * kv
         attention += (q + 2 * kv if arch.qkv_bias or model.bias else 0) + (h if arch.o_bias or model.bias else 0)
-        head_norms = 2 * head_dim if arch.qk_norm else 0
-        mlp_inputs = 2 if arch.gated else 1
-        mlp = (mlp_inputs + 1) * h * f + (mlp_inputs * f + h if arch.o_bias else 0)
-        norms = 2 * self._norm_parameters(model) + head_norms
-        return Parts(attention=model.layers * attention, dense_mlp=model.layers * mlp, norms=model.layers * norms)
+        return attention + (heads if arch.sinks else 0)
+
+    @staticmethod
+    def _attention_norms(model: schema.ModelConfig) -> int:
+        """Norms inside one block's attention: per-head (Qwen3), whole (OLMoE), or on the latents (DeepSeek)."""
+        arch, head_dim = architecture(model.architecture), model.head_dim or model.hidden // model.heads
+        if model.mla.kv_lora_rank:
+            return model.mla.q_lora_rank + model.mla.kv_lora_rank
+        if arch.qk_norm_whole:
+            return model.heads * head_dim + model.kv_heads * head_dim
+        return 2 * head_dim if arch.qk_norm else 0
 
     @staticmethod
     def _lora_parameters(model: schema.ModelConfig) -> int:
