@@ -23,6 +23,7 @@ sys.path.insert(0, str(REPO))
 from compiler.config.compose import compose_config  # noqa: E402
 from compiler.launch.plan import checked_plan  # noqa: E402
 from compiler.planner import estimate  # noqa: E402
+from compiler.planner.model_facts import ModelFacts  # noqa: E402
 from compiler.planner.models import model_facts  # noqa: E402
 
 TINY_MOE = {
@@ -51,25 +52,27 @@ def tiny_checkpoint(folder: Path) -> Path:
     return folder
 
 
-def predicted(path: Path, seq_len: int) -> dict[int, estimate.Memory]:
+def predicted(path: Path, seq_len: int) -> tuple[ModelFacts, dict[int, estimate.Memory]]:
     overrides = ("experiment=smoke", "model=hf", f"model.path={path}", f"model.seq_len={seq_len}", "parallelism=fsdp")
     plan = checked_plan(compose_config(overrides))
-    return {
-        ep: estimate.memory(
-            plan.model, plan.parallelism, dataclasses.replace(plan.layout, ep=ep), plan.batch.micro_batch
-        )
-        for ep in (1, 2)
-    }
+    layouts = {ep: dataclasses.replace(plan.layout, ep=ep) for ep in (1, 2)}
+    micro = plan.batch.micro_batch
+    memories = {ep: estimate.memory(plan.model, plan.parallelism, layout, micro) for ep, layout in layouts.items()}
+    return model_facts(plan.model), memories
 
 
 def tensors(memory: estimate.Memory) -> int:
+    return sum(terms_of(memory))
+
+
+def terms_of(memory: estimate.Memory) -> tuple[int, ...]:
     return (
-        memory.parameters
-        + memory.gradients
-        + memory.optimizer
-        + memory.activations
-        + memory.logits
-        + memory.communication
+        memory.parameters,
+        memory.gradients,
+        memory.optimizer,
+        memory.activations,
+        memory.logits,
+        memory.communication,
     )
 
 
@@ -79,27 +82,13 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=128)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        path = args.path or tiny_checkpoint(Path(scratch))
-        memories = predicted(path, args.seq_len)
-        facts = model_facts(checked_plan(compose_config(("experiment=smoke", "model=hf", f"model.path={path}"))).model)
-    print(
-        f"model: {facts.total:,} parameters ({facts.active_parameters:,} active), routed experts {facts.parameters.routed_experts:,}"
-    )
+        facts, memories = predicted(args.path or tiny_checkpoint(Path(scratch)), args.seq_len)
+    routed = facts.parameters.routed_experts
+    print(f"model: {facts.total:,} parameters ({facts.active_parameters:,} active), routed experts {routed:,}")
     print("predicted per rank (KiB): ep  parameters  gradients  optimizer  activations  logits  communication  tensors")
     for ep, memory in memories.items():
-        terms = (
-            memory.parameters,
-            memory.gradients,
-            memory.optimizer,
-            memory.activations,
-            memory.logits,
-            memory.communication,
-        )
-        print(
-            f"                          {ep}  "
-            + "  ".join(f"{t / KIB:10.1f}" for t in terms)
-            + f"  {tensors(memory) / KIB:8.1f}"
-        )
+        terms = "  ".join(f"{term / KIB:10.1f}" for term in terms_of(memory))
+        print(f"                          {ep}  {terms}  {tensors(memory) / KIB:8.1f}")
     print(f"ratio ep=2 / ep=1 (baseline): {tensors(memories[2]) / tensors(memories[1]):.3f}")
 
 

@@ -124,9 +124,7 @@ def test_the_summary_shows_total_and_active(tmp_path):
 def test_ep_three_of_eight_experts_is_one_line_exit_2(tmp_path):
     mixtral = CHECKPOINTS / "Mixtral-8x7B-v0.1"
     args = [EXPERIMENT, f"model.path={mixtral}", "hardware.nodes=3", "parallelism.ep=3", f"hydra.run.dir={tmp_path}"]
-    result = subprocess.run(
-        [DOCKYARD, "plan", *args], capture_output=True, text=True, timeout=120
-    )
+    result = subprocess.run([DOCKYARD, "plan", *args], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0
     assert "parallelism.ep" in result.stderr and "divides 8" in result.stderr
