@@ -5,13 +5,14 @@
   not discounted); model FLOPs, so recomputation lowers MFU instead of raising it.
 - Compute runs at an assumed share of the GPU's dense peak (`assumptions.ASSUMED_MATMUL_EFFICIENCY`);
   gradient reduction overlaps the backward, and only what it cannot hide adds to the step.
+- Expert parallelism (ep > 1): the token dispatch's all-to-alls add to the step, unhidden.
 - Pipelines (pp > 1): the step is the slowest rank's busy time over (1 − bubble); stage boundaries send each
   micro batch's activations forward and their gradients back.
 """
 
 from compiler.planner.assumptions import ASSUMED_MATMUL_EFFICIENCY, RECOMPUTE_FLOPS
 from compiler.planner.estimate import Share, parameters_per_gpu, pipeline_shares
-from compiler.planner.models import family
+from compiler.planner.models import model_facts
 from compiler.planner.pipeline import bubble_fraction
 from compiler.spec import Batch, InstanceType, Layout, Throughput, schema
 from compiler.spec.strategies import DEEPSPEED_ENGINE, facts
@@ -26,7 +27,7 @@ def flops_per_token(model: schema.ModelConfig) -> float:
 
 def flops_per_token_of(model: schema.ModelConfig, tp: int, share: Share) -> float:
     """Model FLOPs per token of one rank: its pipeline share, split over the tensor-parallel group."""
-    return family(model).flops_per_token(model, share.layers, share.last, tp)
+    return model_facts(model).flops_per_token(share.layers, share.last, tp)
 
 
 def throughput(
@@ -51,8 +52,10 @@ def throughput(
             instance.peak_tflops(par.mixed_precision.value) * 1e12 * ASSUMED_MATMUL_EFFICIENCY
         )
         data_parallel = _data_parallel_seconds(model, par, instance, layout, share) * _reductions_per_step(par, batch)
-        share_exposed = max(0.0, data_parallel - BACKWARD_SHARE * share_compute) + _tensor_parallel_seconds(
-            model, instance, layout, sequences, share
+        share_exposed = (
+            max(0.0, data_parallel - BACKWARD_SHARE * share_compute)
+            + _tensor_parallel_seconds(model, instance, layout, sequences, share)
+            + expert_parallel_seconds(model, instance, layout, sequences, share)
         )
         if share_compute + share_exposed > busy:
             busy, compute, exposed = share_compute + share_exposed, share_compute, share_exposed
@@ -111,7 +114,7 @@ def _data_parallel_seconds(
     dp, shard = layout.dp, layout.shard_degree
     if dp == 1:
         return 0.0
-    params, strategy = parameters_per_gpu(model, layout.tp, share), facts(par.strategy)
+    params, strategy = parameters_per_gpu(model, layout.tp, share, layout.ep), facts(par.strategy)
     gradient_bytes = params * (2 if strategy.engine == DEEPSPEED_ENGINE or strategy.shards_parameters else 4)
     gathers = 2 * params * 2 if strategy.shards_parameters else 0  # parameters for forward and backward
     gpu_link = instance.gpu_link_gbps / 8 * 1e9
@@ -135,3 +138,20 @@ def _tensor_parallel_seconds(
     activation_bytes = sequences * model.seq_len * model.hidden * 2
     traffic = 8 * share.layers * activation_bytes * (layout.tp - 1) / layout.tp
     return traffic / (instance.gpu_link_gbps / 8 * 1e9)
+
+
+def expert_parallel_seconds(
+    model: schema.ModelConfig, instance: InstanceType, layout: Layout, sequences: int, share: Share
+) -> float:
+    """The token dispatch's all-to-alls under expert parallelism, not overlapped: each MoE block sends every
+    token's hidden state to its experts_per_token experts and takes their outputs back, in the forward and
+    again in the backward (four all-to-alls of tokens × experts_per_token × hidden in bf16), of which
+    (ep − 1)/ep leaves the rank; over NVLink while the ep group fits in a node, else over the network."""
+    if layout.ep == 1:
+        return 0.0
+    facts = model_facts(model)
+    moe_layers = share.layers * facts.moe_layers / facts.layers
+    traffic = 4 * moe_layers * sequences * model.seq_len * facts.dispatched_per_token * 2 * (layout.ep - 1) / layout.ep
+    within_node = layout.ep <= layout.processes_per_node
+    link = instance.gpu_link_gbps if within_node else instance.network_gbps / layout.processes_per_node
+    return traffic / (link / 8 * 1e9)

@@ -37,7 +37,7 @@ def _summary(plan: Plan) -> list[str]:
     if plan.trainer.entry is Entry.script:
         return lines + _script_lines(plan)
     lines += [
-        f"model     {plan.model.name}   {plan.parameters / 1e6:,.1f}M parameters, seq_len {batch.seq_len}",
+        f"model     {plan.model.name}   {_parameters(plan)}, seq_len {batch.seq_len}",
         f"batch     global {batch.global_batch} = micro {batch.micro_batch} × accum {batch.grad_accum} × "
         f"dp {layout.dp}   {batch.tokens_per_step:,} tokens/step",
     ]
@@ -245,3 +245,15 @@ def _peak_moment(memory: Memory) -> str:
     if memory.logits:
         return "the loss's backward, with every layer's activations and the fp32 logits alive"
     return "inside a layer's backward, while it is recomputed and its parameters gathered"
+
+
+def _parameters(plan: Plan) -> str:
+    """The model's parameters; a mixture of experts' also those one token uses, and its experts."""
+    total = f"{plan.parameters / 1e6:,.1f}M parameters"
+    moe = plan.model.moe
+    if not moe.experts:
+        return total
+    return (
+        f"{total} ({plan.active_parameters / 1e6:,.1f}M active: {moe.experts_per_token} of {moe.experts} experts "
+        f"per token, ep={plan.layout.ep})"
+    )

@@ -34,8 +34,10 @@ from compiler.spec.schema.missing import MISSING
 from compiler.spec.schema.model import (
     Activation,
     Init,
+    LatentAttentionConfig,
     LoraConfig,
     ModelConfig,
+    MoeConfig,
     Norm,
     Position,
 )
@@ -94,6 +96,8 @@ __all__ = [
     "Init",
     "LoraConfig",
     "ModelConfig",
+    "MoeConfig",
+    "LatentAttentionConfig",
     "Strategy",
     "Checkpointing",
     "ContextParallelMethod",
