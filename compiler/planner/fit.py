@@ -201,5 +201,5 @@ def _context_parallel_candidates(config: schema.Config) -> Iterator[tuple[str, s
     cp = par.cp * 2
     while cp <= model.heads and model.seq_len % (2 * cp) == 0:
         if model.heads % cp == 0 and model.kv_heads % cp == 0:
-            yield f"parallelism.cp={cp}", _with_parallelism(config, cp=cp)
+            yield f"parallelism.cp={cp}", _with_parallelism(config, cp=cp, grad_accum=-1)  # fewer replicas
         cp *= 2

@@ -20,6 +20,7 @@ from compiler.core.architectures import architecture
 from compiler.core.capabilities import TargetCapabilities
 from compiler.core.catalog import INSTANCE_TYPES, LOCAL_CPU
 from compiler.planner import models
+from compiler.planner.context_rules import check_context_parallel
 from compiler.planner.data_rules import check_format, check_packing_mask
 from compiler.planner.image_rules import check_image
 from compiler.planner.objective_rules import check_objective
@@ -456,6 +457,7 @@ CROSS_FIELD_CHECKS = (
     check_image,
     check_trainer,
     check_objective,
+    check_context_parallel,
     check_groups,
     check_pretrained,
 )
