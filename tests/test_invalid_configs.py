@@ -1,5 +1,7 @@
 """Configs that cannot work: each fails with a ConfigError naming the key and saying what to change."""
 
+from pathlib import Path
+
 import pytest
 
 from compiler.spec.errors import ConfigError
@@ -9,6 +11,7 @@ SM = "experiment=gpt2-124m-p4d"  # SageMaker, one p4d, S3 data
 P5 = ("hardware=p5.48xlarge", "image=cuda")  # GPUs on the local target
 PP2 = ("parallelism.pp=2", "model.tied_embeddings=false", "parallelism.dp=-1")
 TEXT = ("data=s3", "data.uri=s3://bucket/docs", "data.format=text")
+MIXTRAL = ("model=hf", f"model.path={Path(__file__).parent / 'data/moe/Mixtral-8x7B-v0.1'}", "model.seq_len=512")
 ROLE = "target.role_arn=arn:aws:iam::123456789012:role/SageMakerRole"
 
 INVALID = [
@@ -85,6 +88,8 @@ INVALID = [
     ([*P5, "hardware.nodes=2", "parallelism.pp=3", "parallelism.dp=-1"], "parallelism.pp", "cannot equal"),
     ([SM, "parallelism=smddp", "parallelism.pp=2"], "parallelism.strategy", "smddp with pp=2"),
     ([*P5, "parallelism.ep=3"], "parallelism.ep", "ep=3 does not divide the dp × tp ranks it borrows"),
+    ([*P5, "parallelism.ep=2"], "parallelism.ep", "ep=2 on tiny, which has no experts"),
+    ([*P5, *MIXTRAL, "hardware.nodes=3", "parallelism.ep=3"], "parallelism.ep", "ep=3 does not divide the model's 8"),
     ([*P5, "parallelism.cp=0"], "parallelism.cp", "must be at least 1"),
     ([*PP2, "parallelism.pp_schedule=pipedream"], "parallelism.pp_schedule", "did you mean"),
     ([*P5, *PP2[1:], "parallelism.pp=8", "model.layers=6"], "parallelism.pp", "8 stages, more than model.layers=6"),

@@ -20,6 +20,8 @@ from compiler.spec.files import SMALL_FILE, decoded, json_object, read_json_obje
 
 CONFIG_FILE = "config.json"
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
+SHIPPED = Path(__file__).resolve().parents[2] / "conf" / "model" / "hub"
+"""config.json of the Hub checkpoints the example experiments name, as the Hub serves them (`<id>/config.json`)."""
 HUB = "https://huggingface.co"
 """The Hub, or the mirror HF_ENDPOINT names (as huggingface_hub reads it)."""
 REQUIRED_SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "context")
@@ -44,7 +46,11 @@ def fill_from_checkpoint(model: DictConfig) -> None:
             raise ConfigError(
                 f"model.{name}", f"is read from {path}/{CONFIG_FILE} for model.family=hf", f"drop model.{name}"
             )
-        model[name] = value
+        if isinstance(value, dict):  # model.moe, model.mla: a typed node takes its fields one by one
+            for key, item in value.items():
+                model[name][key] = item
+        else:
+            model[name] = value
     if OmegaConf.is_missing(model, "seq_len"):
         model.seq_len = min(fields["context"], SHAPE_DEFAULT_SEQ_LEN)
 
@@ -61,6 +67,9 @@ def read_config(path: str) -> dict[str, Any]:
             raise ConfigError("model.path", f"{path} holds no {CONFIG_FILE}", "point it at a save_pretrained folder")
         return read_json_object(file, "model.path")
     if HUB_ID.match(path) and not path.startswith((".", "/")):
+        shipped = SHIPPED / path / CONFIG_FILE
+        if shipped.is_file():  # an example experiment's checkpoint: planned without the network
+            return read_json_object(shipped, "model.path")
         return json_object(decoded(_read_hub(path), "model.path", where), "model.path", where)
     raise ConfigError("model.path", f"{shown(path)} is not a folder, an s3:// prefix or a Hub id", "check the path")
 

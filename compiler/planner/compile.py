@@ -16,6 +16,7 @@ from compiler.core import catalog, grammar
 from compiler.core.capabilities import TargetCapabilities
 from compiler.planner import estimate, fit, rules, schedule_rules, speed
 from compiler.planner.layout import resolve_batch, resolve_layout
+from compiler.planner.models import model_facts
 from compiler.planner.tracker_rules import resolve_trackers
 from compiler.spec import Batch, Derived, Estimate, Layout, Plan, schema
 from compiler.spec.errors import ConfigError
@@ -107,6 +108,7 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
         layout=layout,
         batch=batch,
         parameters=estimate.parameter_count(config.model),
+        active_parameters=model_facts(config.model).active_parameters,
         derived=Derived(
             flops_per_token=speed.flops_per_token(config.model),
             lr=scaled_lr(config.trainer, batch.global_batch),

@@ -1,7 +1,8 @@
 """Memory a plan will need, predicted per GPU before any GPU is paid for (its speed: `speed`).
 
 Pure functions of the model, the parallel layout, the micro batch and the instance type. What a model
-has (parameters, FLOPs, activations per layer) its family says (`compiler.planner.models`). The
+has (parameters by part, FLOPs, activations per layer) its facts say (`compiler.planner.model_facts`,
+computed once by its family). The
 conventions are the built-in trainer's:
 
 - Model states (bytes per parameter held by a GPU): DDP and smddp keep fp32 parameters under bf16
@@ -39,7 +40,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from compiler.planner.assumptions import ALLOCATOR_MARGIN, CUDA_CONTEXT_BYTES, NCCL_BYTES_PER_GROUP
-from compiler.planner.models import family
+from compiler.planner.models import model_facts
 from compiler.spec import Batch, Layout, Memory, schema
 from compiler.spec.strategies import DEEPSPEED_ENGINE, facts
 
@@ -61,7 +62,7 @@ class Share:
 
     @classmethod
     def whole(cls, model: schema.ModelConfig) -> "Share":
-        return cls(family(model).pipeline_layers(model), first=True, last=True, in_flight=1)
+        return cls(model_facts(model).layers, first=True, last=True, in_flight=1)
 
 
 def pipeline_shares(model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout) -> list[Share]:
@@ -86,11 +87,11 @@ def pipeline_shares(model: schema.ModelConfig, par: schema.ParallelismConfig, la
 def parameter_count(model: schema.ModelConfig, share: Share | None = None) -> int:
     """Trainable parameters of the model the built-in trainer builds from `model` (of one pipeline share)."""
     share = share or Share.whole(model)
-    return family(model).parameter_count(model, share.layers, share.first, share.last)
+    return model_facts(model).parameter_count(share.layers, share.first, share.last)
 
 
-def layer_parameters(model: schema.ModelConfig) -> int:
-    return family(model).layer_parameters(model)
+def layer_parameters(model: schema.ModelConfig) -> float:
+    return model_facts(model).layer
 
 
 def state_bytes_per_parameter(par: schema.ParallelismConfig, shard: int) -> tuple[float, float, float]:
@@ -114,7 +115,7 @@ def activation_bytes_per_token(model: schema.ModelConfig, par: schema.Parallelis
     """Saved activations per token of one layer: {'layer': kept for backward, 'live': recomputed layer}."""
     element = 4 if par.mixed_precision is schema.Precision.fp32 else 2
     residual = 4 if _autocast(par) else element
-    elements = family(model).activation_elements(model)
+    elements = model_facts(model).activation_elements
     whole = elements["residual"] * residual + elements["whole"] * element
     split = elements["split_fp32"] * 4 + elements["split"] * element
     full_layer = whole + split / tp
@@ -203,7 +204,7 @@ def reference_bytes(
         return 0.0
     element = 4 if par.mixed_precision is schema.Precision.fp32 or _autocast(par) else 2
     shard = layout.shard_degree if facts(par.strategy).shards_parameters else 1
-    return parameters_per_gpu(model, layout.tp, share) * element / shard
+    return parameters_per_gpu(model, layout.tp, share, layout.ep) * element / shard
 
 
 def _share_memory(
@@ -216,10 +217,15 @@ def _share_memory(
     loss_chunk: int = 0,
 ) -> Memory:
     tp = layout.tp
-    parameters = parameters_per_gpu(model, tp, share)
+    parameters = parameters_per_gpu(model, tp, share, layout.ep)
     trained = parameters * trainable_fraction(model)
     weight, gradient, optimizer = state_bytes_per_parameter(par, layout.shard_degree)
     states = [weight * parameters, gradient * trained, optimizer * trained]
+    if layout.ep > 1:  # the experts' states are sharded over the ranks ep leaves them
+        experts = share.layers * model_facts(model).layer_experts / layout.ep
+        expert_bytes = state_bytes_per_parameter(par, expert_shard_degree(par, layout))
+        for index, (general, own) in enumerate(zip((weight, gradient, optimizer), expert_bytes, strict=True)):
+            states[index] += (own - general) * experts * (1 if index == 0 else trainable_fraction(model))
     if _autocast(par):
         states[0] += 2 * _matmul_parameters_per_gpu(model, tp, share)
     tokens = micro_batch * model.seq_len // layout.cp
@@ -257,8 +263,7 @@ def trainable_fraction(model: schema.ModelConfig) -> float:
     (frozen base weights keep only their weights)."""
     if not model.lora.rank:
         return 1.0
-    facts = family(model)
-    return facts.lora_parameters(model) / facts.parameter_count(model, model.layers, first=True, last=True)
+    return model_facts(model).lora / parameter_count(model)
 
 
 def checkpoint_bytes(model: schema.ModelConfig) -> int:
@@ -307,7 +312,7 @@ def host_memory(
     host["checkpoint staging"] = 0
     for share in pipeline_shares(model, par, layout):
         offloaded = share.layers * activation * micro_batch * model.seq_len if par.activation_offload else 0
-        held = parameters_per_gpu(model, layout.tp, share)
+        held = parameters_per_gpu(model, layout.tp, share, layout.ep)
         host["activations"] = max(host["activations"], round(offloaded * share.in_flight))
         host["model states"] = max(host["model states"], round(moved * held))
         host["checkpoint staging"] = max(host["checkpoint staging"], round(staged * held))
@@ -340,7 +345,7 @@ def _communication_bytes(
     its unsharded gradients until then: twice the stage's parameters.
     """
     strategy, element = facts(par.strategy), 4 if par.mixed_precision is schema.Precision.fp32 else 2
-    layer = layer_parameters(model) / layout.tp
+    layer = _held_layer(model, layout)
     if layout.pp > 1:
         stage = parameter_count(model, share) - share.layers * layer_parameters(model) + share.layers * layer
         return 2 * stage * element, 0
@@ -354,12 +359,33 @@ def _communication_bytes(
     return root * element, 2 * layer * element + layer * 4
 
 
-def parameters_per_gpu(model: schema.ModelConfig, tp: int, share: Share | None = None) -> float:
-    """Parameters a rank of a tensor-parallel group holds before data-parallel sharding."""
-    share = share or Share.whole(model)
-    split = family(model).tp_split_parameters(model)
-    return parameter_count(model, share) - share.layers * split * (1 - 1 / tp)
+def parameters_per_gpu(model: schema.ModelConfig, tp: int, share: Share | None = None, ep: int = 1) -> float:
+    """Parameters a rank of a tensor-parallel group holds before data-parallel sharding; with expert
+    parallelism (ep > 1) its share of the routed experts, which ep splits whole instead of tp."""
+    share, facts = share or Share.whole(model), model_facts(model)
+    split = facts.layer_tp_split
+    if ep == 1:
+        return parameter_count(model, share) - share.layers * split * (1 - 1 / tp)
+    experts = facts.layer_experts
+    return parameter_count(model, share) - share.layers * ((split - experts) * (1 - 1 / tp) + experts * (1 - 1 / ep))
+
+
+def expert_shard_degree(par: schema.ParallelismConfig, layout: Layout) -> int:
+    """The ranks that shard one expert's states under expert parallelism: FSDP's and ZeRO's shard group and
+    the tensor-parallel ranks, less the ep ranks the experts are split over (torchtitan's dp_shard · tp =
+    expert_fsdp · ep); replicated strategies shard nothing."""
+    if layout.shard_degree == 1:
+        return 1
+    return max(1, layout.shard_degree * layout.tp // layout.ep)
+
+
+def _held_layer(model: schema.ModelConfig, layout: Layout) -> float:
+    """Parameters of one block a rank gathers: split over tp, the routed experts over ep."""
+    facts = model_facts(model)
+    if layout.ep == 1:
+        return facts.layer / layout.tp
+    return (facts.layer - facts.layer_experts) / layout.tp + facts.layer_experts / layout.ep
 
 
 def _matmul_parameters_per_gpu(model: schema.ModelConfig, tp: int, share: Share) -> float:
-    return family(model).matmul_parameters(model, share.layers, share.last, tp)
+    return model_facts(model).matmul_parameters(share.layers, share.last, tp)

@@ -173,6 +173,10 @@ def _candidates(config: schema.Config) -> Iterator[tuple[str, schema.Config]]:
         micro //= 2
     if facts(par.strategy).offloads_optimizer and par.offload is schema.Offload.none:
         yield "parallelism.offload=optimizer", _with_parallelism(config, offload=schema.Offload.optimizer)
+    experts = config.model.moe.experts
+    for ep in (2, 4, 8):  # the experts' weights and states split over more ranks
+        if experts and ep > par.ep and experts % ep == 0:
+            yield f"parallelism.ep={ep}", _with_parallelism(config, ep=ep)
     for pp in (2, 4, 8):
         if pp > par.pp:
             yield (

@@ -47,6 +47,7 @@ def resolve_layout(config: schema.Config, instance: InstanceType) -> Layout:
     dp, tp, pp = degrees["dp"], degrees["tp"], degrees["pp"]
     _check_tensor_parallel(tp, per_node, model)
     ep, cp = _borrowed_degree("ep", par.ep, "dp × tp", dp * tp), _borrowed_degree("cp", par.cp, "dp", dp)
+    _check_expert_parallel(ep, model)
     stages_per_rank, layers_per_stage = _pipeline_stages(par, pp, model)
     return Layout(
         nodes=nodes,
@@ -74,6 +75,24 @@ def _borrowed_degree(name: str, degree: int, lender: str, ranks: int) -> int:
             f"use a {name} that divides {ranks}",
         )
     return degree
+
+
+def _check_expert_parallel(ep: int, model: schema.ModelConfig) -> None:
+    """ep splits the routed experts whole over its ranks: the model must have experts, as many on each."""
+    if ep <= 1:  # below 1: refused as a degree
+        return
+    experts = model.moe.experts
+    if not experts:
+        raise DegreeError(
+            "parallelism.ep", f"ep={ep} on {model.name}, which has no experts", "set parallelism.ep=1 for a dense model"
+        )
+    if experts % ep:
+        divisors = [d for d in range(2, experts + 1) if experts % d == 0][:6]
+        raise DegreeError(
+            "parallelism.ep",
+            f"ep={ep} does not divide the model's {experts} experts",
+            f"use an ep that divides {experts}, like {', '.join(map(str, divisors))}",
+        )
 
 
 def processes_per_node(hardware: schema.HardwareConfig, instance: InstanceType) -> int:

@@ -9,13 +9,14 @@
   forward, their gradients in the backward) move (cp − 1)/cp of those tensors over NVLink (or the network when
   a group spans nodes), on the critical path. Attention FLOPs per token grow with seq_len (quadratic per
   sequence), which dominates at 128K.
+- Expert parallelism (ep > 1): the token dispatch's all-to-alls add to the step, unhidden.
 - Pipelines (pp > 1): the step is the slowest rank's busy time over (1 − bubble); stage boundaries send each
   micro batch's activations forward and their gradients back.
 """
 
 from compiler.planner.assumptions import ASSUMED_MATMUL_EFFICIENCY, RECOMPUTE_FLOPS
 from compiler.planner.estimate import Share, parameters_per_gpu, pipeline_shares
-from compiler.planner.models import family
+from compiler.planner.models import model_facts
 from compiler.planner.pipeline import bubble_fraction
 from compiler.spec import Batch, InstanceType, Layout, Throughput, schema
 from compiler.spec.strategies import DEEPSPEED_ENGINE, facts
@@ -30,7 +31,7 @@ def flops_per_token(model: schema.ModelConfig) -> float:
 
 def flops_per_token_of(model: schema.ModelConfig, tp: int, share: Share) -> float:
     """Model FLOPs per token of one rank: its pipeline share, split over the tensor-parallel group."""
-    return family(model).flops_per_token(model, share.layers, share.last, tp)
+    return model_facts(model).flops_per_token(share.layers, share.last, tp)
 
 
 def throughput(
@@ -55,8 +56,10 @@ def throughput(
             instance.peak_tflops(par.mixed_precision.value) * 1e12 * ASSUMED_MATMUL_EFFICIENCY
         )
         data_parallel = _data_parallel_seconds(model, par, instance, layout, share) * _reductions_per_step(par, batch)
-        share_exposed = max(0.0, data_parallel - BACKWARD_SHARE * share_compute) + _tensor_parallel_seconds(
-            model, instance, layout, sequences, share
+        share_exposed = (
+            max(0.0, data_parallel - BACKWARD_SHARE * share_compute)
+            + _tensor_parallel_seconds(model, instance, layout, sequences, share)
+            + expert_parallel_seconds(model, instance, layout, sequences, share)
         )
         share_exposed += _context_parallel_seconds(model, instance, layout, sequences, share)
         if share_compute + share_exposed > busy:
@@ -116,7 +119,7 @@ def _data_parallel_seconds(
     dp, shard = layout.dp, layout.shard_degree
     if dp == 1:
         return 0.0
-    params, strategy = parameters_per_gpu(model, layout.tp, share), facts(par.strategy)
+    params, strategy = parameters_per_gpu(model, layout.tp, share, layout.ep), facts(par.strategy)
     gradient_bytes = params * (2 if strategy.engine == DEEPSPEED_ENGINE or strategy.shards_parameters else 4)
     gathers = 2 * params * 2 if strategy.shards_parameters else 0  # parameters for forward and backward
     gpu_link = instance.gpu_link_gbps / 8 * 1e9
@@ -154,5 +157,22 @@ def _context_parallel_seconds(
     width = 2 * model.heads * head_dim + 2 * model.kv_heads * head_dim  # q and the output, k and v
     traffic = 2 * share.layers * sequences * model.seq_len * width * 2 * (layout.cp - 1) / layout.cp
     within_node = layout.processes_per_node % layout.cp == 0
+    link = instance.gpu_link_gbps if within_node else instance.network_gbps / layout.processes_per_node
+    return traffic / (link / 8 * 1e9)
+
+
+def expert_parallel_seconds(
+    model: schema.ModelConfig, instance: InstanceType, layout: Layout, sequences: int, share: Share
+) -> float:
+    """The token dispatch's all-to-alls under expert parallelism, not overlapped: each MoE block sends every
+    token's hidden state to its experts_per_token experts and takes their outputs back, in the forward and
+    again in the backward (four all-to-alls of tokens × experts_per_token × hidden in bf16), of which
+    (ep − 1)/ep leaves the rank; over NVLink while the ep group fits in a node, else over the network."""
+    if layout.ep == 1:
+        return 0.0
+    facts = model_facts(model)
+    moe_layers = share.layers * facts.moe_layers / facts.layers
+    traffic = 4 * moe_layers * sequences * model.seq_len * facts.dispatched_per_token * 2 * (layout.ep - 1) / layout.ep
+    within_node = layout.ep <= layout.processes_per_node
     link = instance.gpu_link_gbps if within_node else instance.network_gbps / layout.processes_per_node
     return traffic / (link / 8 * 1e9)

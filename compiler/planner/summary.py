@@ -34,7 +34,7 @@ def _summary(plan: Plan) -> list[str]:
     if plan.trainer.entry is Entry.script:
         return lines + _script_lines(plan)
     lines += [
-        f"model     {plan.model.name}   {plan.parameters / 1e6:,.1f}M parameters, seq_len {batch.seq_len}",
+        f"model     {plan.model.name}   {_parameters(plan)}, seq_len {batch.seq_len}",
         f"batch     global {batch.global_batch} = micro {batch.micro_batch} × accum {batch.grad_accum} × "
         f"dp {layout.dp}{'' if layout.cp == 1 else f' / cp {layout.cp}'}   {batch.tokens_per_step:,} tokens/step",
     ]
@@ -215,3 +215,15 @@ def _peak_moment(memory: Memory) -> str:
 def _context(layout: Layout) -> str:
     """cp > 1: the context-parallel degree and how attention sees the whole sequence."""
     return "" if layout.cp == 1 else f", cp={layout.cp} (all-to-all over heads)"
+
+
+def _parameters(plan: Plan) -> str:
+    """The model's parameters; a mixture of experts' also those one token uses, and its experts."""
+    total = f"{plan.parameters / 1e6:,.1f}M parameters"
+    moe = plan.model.moe
+    if not moe.experts:
+        return total
+    return (
+        f"{total} ({plan.active_parameters / 1e6:,.1f}M active: {moe.experts_per_token} of {moe.experts} experts "
+        f"per token, ep={plan.layout.ep})"
+    )

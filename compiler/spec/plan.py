@@ -51,6 +51,9 @@ class Plan:
     layout: Layout
     batch: Batch
     parameters: int
+    """Trainable parameters of the whole model (a mixture of experts': all its experts)."""
+    active_parameters: int
+    """Parameters one token passes through: `parameters` less the routed experts it is not sent to."""
     derived: Derived
     estimate: Estimate | None
     """Predicted memory and speed per GPU; None on CPU instances."""

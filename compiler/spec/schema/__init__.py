@@ -31,8 +31,10 @@ from compiler.spec.schema.missing import MISSING
 from compiler.spec.schema.model import (
     Activation,
     Init,
+    LatentAttentionConfig,
     LoraConfig,
     ModelConfig,
+    MoeConfig,
     Norm,
     Position,
 )
@@ -90,6 +92,8 @@ __all__ = [
     "Init",
     "LoraConfig",
     "ModelConfig",
+    "MoeConfig",
+    "LatentAttentionConfig",
     "Strategy",
     "Checkpointing",
     "ContextParallelMethod",

@@ -42,6 +42,46 @@ class LoraConfig:
 
 
 @dataclass
+class MoeConfig:
+    """A mixture of experts (hf: read from config.json): blocks whose MLP is `experts` routed experts, of which
+    each token reaches `experts_per_token`, beside experts every token passes through."""
+
+    experts: int = 0
+    """Routed experts per MoE block; 0 is a dense model."""
+    experts_per_token: int = 0
+    """Routed experts each token is sent to (top-k)."""
+    ffn_hidden: int = 0
+    """Width of one routed expert's MLP (per gate)."""
+    shared_ffn_hidden: int = 0
+    """Width of the experts every token passes through, all together (DeepSeek's n_shared_experts ×
+    moe_intermediate_size, Qwen2-MoE's shared_expert_intermediate_size); 0 for none."""
+    shared_gate: bool = False
+    """The shared experts' output is scaled by a learned sigmoid gate (Qwen2-MoE)."""
+    biased: bool = False
+    """The experts' projections and the router carry biases (gpt-oss)."""
+    dense_layers: int = 0
+    """Blocks with a dense MLP of `model.ffn_hidden` instead of experts (DeepSeek's first_k_dense_replace,
+    Qwen's mlp_only_layers and decoder_sparse_step)."""
+
+
+@dataclass
+class LatentAttentionConfig:
+    """Multi-head latent attention (DeepSeek-V3, hf: read from config.json): keys and values, and optionally
+    queries, go through low-rank latents; 0 ranks are plain attention."""
+
+    q_lora_rank: int = 0
+    """Rank of the queries' latent; 0 projects queries directly."""
+    kv_lora_rank: int = 0
+    """Rank of the keys' and values' latent; 0 is not latent attention."""
+    qk_nope_head_dim: int = 0
+    """Per head, the query/key width without rotary embeddings."""
+    qk_rope_head_dim: int = 0
+    """Per head, the query/key width with rotary embeddings (the key's part is shared by the heads)."""
+    v_head_dim: int = 0
+    """Per head, the value width."""
+
+
+@dataclass
 class ModelConfig:
     name: str = MISSING
     """The model's name in summaries and image labels (the `model/` option's name)."""
@@ -87,3 +127,10 @@ class ModelConfig:
     """The output projection shares the token embedding's weights."""
     bias: bool = True
     """Linear and norm layers carry biases (GPT-2 style); Llama-style models have none."""
+    quantization: str = ""
+    """hf: config.json's quantization method (mxfp4, fp8 …): the trainer loads the weights dequantized to
+    bf16, so the plan sizes that layout."""
+    moe: MoeConfig = field(default_factory=MoeConfig)
+    """hf: the mixture of experts, read from config.json (none for a dense model)."""
+    mla: LatentAttentionConfig = field(default_factory=LatentAttentionConfig)
+    """hf: multi-head latent attention's dims, read from config.json (DeepSeek-V3)."""
