@@ -7,7 +7,7 @@ the growth of the process's maximum resident set over the step, after the model 
 is the median of `--steps` steps after one warm-up. On CPU and in float32, the whole logits are 2.3 GiB at these
 shapes, and the plain loss holds them, their log-softmax and their gradient at once.
 
-    python bench/chunked_loss.py [--seq-len 4096] [--vocab 152064] [--chunks 0,1024,4096] [--steps 2]
+    python bench/chunked_loss.py [--seq-len 4096] [--vocab 152064] [--chunks 0,1024] [--steps 1]
 """
 
 import argparse
@@ -52,8 +52,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seq-len", type=int, default=4096)
     parser.add_argument("--vocab", type=int, default=152064)
-    parser.add_argument("--chunks", default="0,1024,4096", help="loss_chunk values; 0 is the plain loss")
-    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--chunks", default="0,1024", help="loss_chunk values; 0 is the plain loss")
+    parser.add_argument("--steps", type=int, default=1)
     parser.add_argument("--variant", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.variant is not None:
