@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from compiler.spec.errors import ConfigError
 from compiler.spec.schema import DpoConfig
 from entrypoint.trainer.dpo_loss import completion_logps
 from entrypoint.trainer.models import model_spec
@@ -89,3 +90,9 @@ def test_dpo_log_probabilities_streamed_equal_those_of_the_whole_logits(llama):
     plain = completion_logps(model(inputs).logits, targets)
     torch.testing.assert_close(streamed.logps, plain.logps, rtol=1e-5, atol=1e-5)
     assert streamed.tokens.tolist() == plain.tokens.tolist()
+
+
+def test_a_negative_chunk_is_refused_with_its_key():
+    with pytest.raises(ConfigError) as error:
+        plan_for("experiment=smoke", "trainer.loss_chunk=-1")
+    assert error.value.key == "trainer.loss_chunk"

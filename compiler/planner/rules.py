@@ -290,7 +290,7 @@ def check_trainer(
     if trainer.base_batch is not None and trainer.base_batch < 1:  # whether or not lr_scaling reads it
         raise ConfigError("trainer.base_batch", f"must be at least 1 (got {trainer.base_batch})")
     yield from check_schedule(trainer)
-    for name in ("checkpoint_interval", "weight_decay", "grad_clip"):
+    for name in ("checkpoint_interval", "weight_decay", "grad_clip", "loss_chunk"):
         if getattr(trainer, name) < 0:
             raise ConfigError(f"trainer.{name}", "cannot be negative")
     if trainer.log_interval < 1:
