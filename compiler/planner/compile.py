@@ -76,7 +76,9 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
     config = dataclasses.replace(config, parallelism=_resolved(config.parallelism, layout, batch))
     predicted, dpo = None, estimate.preference(config.trainer)
     if instance.has_gpus:
-        stages = estimate.stage_memory(config.model, config.parallelism, layout, batch.micro_batch, dpo)
+        stages = estimate.stage_memory(
+            config.model, config.parallelism, layout, batch.micro_batch, dpo, config.trainer.loss_chunk
+        )
         memory = max(stages, key=lambda m: m.total)
         warnings += fit.check_fits(config, instance, memory)
         host = estimate.host_memory(

@@ -24,7 +24,12 @@ conventions are the built-in trainer's:
 - Under autocast (DDP and smddp with bf16), the backward keeps the bf16 copy of every matrix it multiplied
   by: 2 more bytes per matmul parameter while a step runs.
 - Logits: the loss takes them in fp32; its backward holds the saved log-probabilities, their gradient
-  and the logits' gradient at once, 12 bytes per logit.
+  and the logits' gradient at once, 12 bytes per logit. The trainer's loss streams the vocabulary
+  (`trainer.loss_chunk` tokens at a time, each chunk recomputed in the backward pass), so only one chunk's
+  logits exist; pipelines' last stage, and `loss_chunk=0`, take the whole micro batch's.
+- Context parallelism (cp > 1) splits each sequence over cp ranks: activations and logits are those of
+  seq_len / cp tokens (the all-to-all over heads gathers q, k and v of the whole sequence for heads / cp
+  heads, as many elements as the rank's own).
 - Pipelines (pp > 1): each pipeline rank holds its stages' layers, the first also the embeddings, the last
   the final norm, the head (with tied embeddings, its own copy of the embedding) and the logits. It keeps
   the activations of the micro batches in flight: all of them under GPipe (every forward before any
@@ -137,9 +142,10 @@ def memory(
     layout: Layout,
     micro_batch: int,
     dpo: schema.DpoConfig | None = None,
+    loss_chunk: int = 0,
 ) -> Memory:
     """Peak bytes per GPU: of the pipeline rank that needs the most (every rank without a pipeline)."""
-    return max(stage_memory(model, par, layout, micro_batch, dpo), key=lambda m: m.total)
+    return max(stage_memory(model, par, layout, micro_batch, dpo, loss_chunk), key=lambda m: m.total)
 
 
 def preference(trainer: schema.TrainerConfig) -> schema.DpoConfig | None:
@@ -161,6 +167,7 @@ def stage_memory(
     layout: Layout,
     micro_batch: int,
     dpo: schema.DpoConfig | None = None,
+    loss_chunk: int = 0,
 ) -> list[Memory]:
     """Peak bytes per GPU of each pipeline rank, for micro batches of `micro_batch` sequences of
     `model.seq_len` tokens.
@@ -174,10 +181,12 @@ def stage_memory(
 
     With `dpo` (trainer.objective=dpo) a micro batch holds `micro_batch` pairs: twice the sequences (chosen
     and rejected) through the policy, and the reference model's weights beside it.
+    `loss_chunk` (trainer.loss_chunk): the tokens whose logits exist at once in the streamed loss, 0 for all.
     """
     sequences = micro_batch * (2 if dpo else 1)
     shares = pipeline_shares(model, par, layout)
-    return [_share_memory(model, par, layout, sequences, share, dpo) for share in shares]
+    chunk = loss_chunk if layout.pp == 1 else 0  # a pipeline's last stage takes the whole logits
+    return [_share_memory(model, par, layout, sequences, share, dpo, chunk) for share in shares]
 
 
 def keeps_reference(model: schema.ModelConfig, dpo: schema.DpoConfig) -> bool:
@@ -205,6 +214,7 @@ def _share_memory(
     micro_batch: int,
     share: Share,
     dpo: schema.DpoConfig | None = None,
+    loss_chunk: int = 0,
 ) -> Memory:
     tp = layout.tp
     parameters = parameters_per_gpu(model, tp, share, layout.ep)
@@ -219,10 +229,10 @@ def _share_memory(
             states[index] += (own - general) * experts * (1 if index == 0 else trainable_fraction(model))
     if _autocast(par):
         states[0] += 2 * _matmul_parameters_per_gpu(model, tp, share)
-    tokens = micro_batch * model.seq_len
+    tokens = micro_batch * model.seq_len // layout.cp
     activation = activation_bytes_per_token(model, par, tp)
     kept = tokens * (resident_layers(par, share) * activation["layer"] + model.hidden * 4) * share.in_flight
-    logits = tokens * model.vocab * LOGIT_BYTES if share.last else 0
+    logits = min(tokens, loss_chunk or tokens) * model.vocab * LOGIT_BYTES if share.last else 0
     held, per_layer = _communication_bytes(model, par, layout, share)
     in_layers = tokens * activation["live"] + per_layer
     if logits >= in_layers:

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Iterator
 
 from compiler.core.catalog import InstanceType
-from compiler.planner import estimate, speed
+from compiler.planner import context_rules, estimate, speed
 from compiler.planner.layout import Batch, Layout, resolve_batch, resolve_layout
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError
@@ -52,7 +52,8 @@ def peak(config: schema.Config, instance: InstanceType) -> tuple[estimate.Memory
     batch = estimate.with_pairs(resolve_batch(config.parallelism, config.model.seq_len, layout), config.trainer)
     par = dataclasses.replace(config.parallelism, grad_accum=batch.grad_accum)
     dpo = estimate.preference(config.trainer)
-    return estimate.memory(config.model, par, layout, batch.micro_batch, dpo), layout, batch
+    chunk = config.trainer.loss_chunk
+    return estimate.memory(config.model, par, layout, batch.micro_batch, dpo, chunk), layout, batch
 
 
 def resolve_micro_batch(config: schema.Config, instance: InstanceType, layout: Layout) -> schema.Config:
@@ -69,12 +70,14 @@ def resolve_micro_batch(config: schema.Config, instance: InstanceType, layout: L
             "set a number on hardware=cpu",
         )
     total = config.parallelism.global_batch
-    per_replica = total // layout.dp if total > 0 and total % layout.dp == 0 else AUTO_MAX_MICRO_BATCH
+    replicas = layout.data_replicas
+    per_replica = total // replicas if total > 0 and total % replicas == 0 else AUTO_MAX_MICRO_BATCH
     candidates = [m for m in range(min(per_replica, AUTO_MAX_MICRO_BATCH), 0, -1) if per_replica % m == 0 or total < 1]
     for micro in candidates:
         trial = _with_parallelism(config, micro_batch=micro)
         dpo = estimate.preference(trial.trainer)
-        if estimate.memory(trial.model, trial.parallelism, layout, micro, dpo).total <= capacity(instance):
+        needed = estimate.memory(trial.model, trial.parallelism, layout, micro, dpo, trial.trainer.loss_chunk)
+        if needed.total <= capacity(instance):
             return trial
     return _with_parallelism(config, micro_batch=1)  # does not fit; check_fits names the fixes
 
@@ -192,6 +195,7 @@ def _candidates(config: schema.Config) -> Iterator[tuple[str, schema.Config]]:
         )
     if not (par.activation_offload or not facts(par.strategy).activation_offload or par.pp > 1 or par.tp > 1):
         yield "parallelism.activation_offload=true", _with_parallelism(config, activation_offload=True)
+    yield from _context_parallel_candidates(config)
     dpo = estimate.preference(config.trainer)
     if dpo is not None and estimate.keeps_reference(config.model, dpo):
         precomputed = dataclasses.replace(dpo, precompute_reference=True)
@@ -226,3 +230,16 @@ def _candidates(config: schema.Config) -> Iterator[tuple[str, schema.Config]]:
 
 def _with_parallelism(config: schema.Config, **changes) -> schema.Config:
     return dataclasses.replace(config, parallelism=dataclasses.replace(config.parallelism, **changes))
+
+
+def _context_parallel_candidates(config: schema.Config) -> Iterator[tuple[str, schema.Config]]:
+    """Higher cp degrees the context-parallel rules allow (`context_rules`), each splitting the sequence further;
+    one that does not divide the data-parallel ranks or the batch fails in `peak` and is skipped."""
+    par, model = config.parallelism, config.model
+    if par.strategy not in context_rules.STRATEGIES or par.tp > 1 or par.pp > 1 or model.family != "decoder":
+        return
+    cp = par.cp * 2
+    while cp <= model.heads and model.seq_len % (2 * cp) == 0:
+        if model.heads % cp == 0 and model.kv_heads % cp == 0:
+            yield f"parallelism.cp={cp}", _with_parallelism(config, cp=cp, grad_accum=-1)  # fewer replicas
+        cp *= 2

@@ -215,18 +215,20 @@ def _shard_degree(par: schema.ParallelismConfig, dp: int, dp_per_node: int) -> i
 
 
 def resolve_batch(par: schema.ParallelismConfig, seq_len: int, layout: Layout) -> Batch:
-    """global_batch = micro_batch × grad_accum × dp, inferring whichever of the last two is -1.
+    """global_batch = micro_batch × grad_accum × dp / cp, inferring whichever of the last two is -1 (the cp
+    ranks of a context-parallel group share their sequences: dp / cp replicas read distinct ones).
 
     With pp > 1 the accumulated micro batches are the pipeline's: `pp_microbatches` names them (or the
     default that keeps the bubble under 20%), at least pp and a multiple of it."""
-    micro, total, dp = par.micro_batch, par.global_batch, layout.dp
+    micro, total = par.micro_batch, par.global_batch
+    dp, replicas = ("dp", layout.dp) if layout.cp == 1 else ("dp / cp", layout.data_replicas)
     accum = _pipeline_microbatches(par, layout) if layout.pp > 1 else par.grad_accum
     if micro < 1:
         raise ConfigError("parallelism.micro_batch", f"must be at least 1 (got {micro})")
     for key, value in (("grad_accum", accum), ("global_batch", total)):
         if value < 1 and value != -1:
             raise ConfigError(f"parallelism.{key}", f"must be at least 1, or -1 to derive it (got {value})")
-    per_pass = micro * dp
+    per_pass = micro * replicas
     if total == -1:
         accum = max(accum, 1)
         total = per_pass * accum
@@ -234,14 +236,15 @@ def resolve_batch(par: schema.ParallelismConfig, seq_len: int, layout: Layout) -
         if total % per_pass:
             raise DegreeError(
                 "parallelism.global_batch",
-                f"global_batch={total} is not a multiple of micro_batch × dp = {micro} × {dp}",
+                f"global_batch={total} is not a multiple of micro_batch × {dp} = {micro} × {replicas}",
                 f"use a multiple of {per_pass}",
             )
         accum = total // per_pass
     elif total != per_pass * accum:
         raise DegreeError(
             "parallelism.global_batch",
-            f"global_batch={total} but micro_batch × grad_accum × dp = {micro} × {accum} × {dp} = {per_pass * accum}",
+            f"global_batch={total} but micro_batch × grad_accum × {dp} = {micro} × {accum} × {replicas} = "
+            f"{per_pass * accum}",
             "set parallelism.grad_accum=-1 to infer it",
         )
     if layout.pp > 1 and (accum < layout.pp or accum % layout.pp):
@@ -249,7 +252,7 @@ def resolve_batch(par: schema.ParallelismConfig, seq_len: int, layout: Layout) -
             "parallelism.pp_microbatches",
             f"{accum} micro batches per step for pp={layout.pp}: a pipeline needs a multiple of pp, at least pp",
             f"set parallelism.pp_microbatches to a multiple of {layout.pp} (grad_accum=-1), or a global_batch of "
-            f"such a multiple × micro_batch × dp ({per_pass})",
+            f"such a multiple × micro_batch × {dp} ({per_pass})",
         )
     return Batch(
         micro_batch=micro, grad_accum=accum, global_batch=total, seq_len=seq_len, tokens_per_step=total * seq_len

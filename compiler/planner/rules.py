@@ -20,6 +20,7 @@ from compiler.core.architectures import architecture
 from compiler.core.capabilities import TargetCapabilities
 from compiler.core.catalog import INSTANCE_TYPES, LOCAL_CPU
 from compiler.planner import models
+from compiler.planner.context_rules import check_context_parallel
 from compiler.planner.data_rules import check_format, check_packing_mask
 from compiler.planner.eval_rules import check_eval
 from compiler.planner.image_rules import check_image
@@ -290,7 +291,7 @@ def check_trainer(
     if trainer.base_batch is not None and trainer.base_batch < 1:  # whether or not lr_scaling reads it
         raise ConfigError("trainer.base_batch", f"must be at least 1 (got {trainer.base_batch})")
     yield from check_schedule(trainer)
-    for name in ("checkpoint_interval", "weight_decay", "grad_clip"):
+    for name in ("checkpoint_interval", "weight_decay", "grad_clip", "loss_chunk"):
         if getattr(trainer, name) < 0:
             raise ConfigError(f"trainer.{name}", "cannot be negative")
     if trainer.log_interval < 1:
@@ -457,6 +458,7 @@ CROSS_FIELD_CHECKS = (
     check_image,
     check_trainer,
     check_objective,
+    check_context_parallel,
     check_groups,
     check_pretrained,
     check_eval,

@@ -5,6 +5,10 @@
   not discounted); model FLOPs, so recomputation lowers MFU instead of raising it.
 - Compute runs at an assumed share of the GPU's dense peak (`assumptions.ASSUMED_MATMUL_EFFICIENCY`);
   gradient reduction overlaps the backward, and only what it cannot hide adds to the step.
+- Context parallelism (cp > 1): each layer's all-to-alls over heads (q, k, v and the attention output in the
+  forward, their gradients in the backward) move (cp − 1)/cp of those tensors over NVLink (or the network when
+  a group spans nodes), on the critical path. Attention FLOPs per token grow with seq_len (quadratic per
+  sequence), which dominates at 128K.
 - Expert parallelism (ep > 1): the token dispatch's all-to-alls add to the step, unhidden.
 - Pipelines (pp > 1): the step is the slowest rank's busy time over (1 − bubble); stage boundaries send each
   micro batch's activations forward and their gradients back.
@@ -57,6 +61,7 @@ def throughput(
             + _tensor_parallel_seconds(model, instance, layout, sequences, share)
             + expert_parallel_seconds(model, instance, layout, sequences, share)
         )
+        share_exposed += _context_parallel_seconds(model, instance, layout, sequences, share)
         if share_compute + share_exposed > busy:
             busy, compute, exposed = share_compute + share_exposed, share_compute, share_exposed
     point_to_point = pipeline_seconds(model, par, instance, layout, batch)
@@ -138,6 +143,22 @@ def _tensor_parallel_seconds(
     activation_bytes = sequences * model.seq_len * model.hidden * 2
     traffic = 8 * share.layers * activation_bytes * (layout.tp - 1) / layout.tp
     return traffic / (instance.gpu_link_gbps / 8 * 1e9)
+
+
+def _context_parallel_seconds(
+    model: schema.ModelConfig, instance: InstanceType, layout: Layout, sequences: int, share: Share
+) -> float:
+    """The all-to-alls over heads of each layer: q, k, v and the output there, their gradients back, in bf16;
+    each rank keeps 1/cp of what it holds and sends the rest. `sequences` counts a rank's tokens (seq_len / cp
+    of each of cp × sequences)."""
+    if layout.cp == 1:
+        return 0.0
+    head_dim = model.hidden // model.heads
+    width = 2 * model.heads * head_dim + 2 * model.kv_heads * head_dim  # q and the output, k and v
+    traffic = 2 * share.layers * sequences * model.seq_len * width * 2 * (layout.cp - 1) / layout.cp
+    within_node = layout.processes_per_node % layout.cp == 0
+    link = instance.gpu_link_gbps if within_node else instance.network_gbps / layout.processes_per_node
+    return traffic / (link / 8 * 1e9)
 
 
 def expert_parallel_seconds(

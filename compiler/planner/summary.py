@@ -5,7 +5,7 @@ from compiler.planner.estimate import GIB, Memory
 from compiler.planner.pipeline import bubble_fraction
 from compiler.planner.schedule_rules import differences_from_trainer
 from compiler.planner.tokenize_job import is_tokenize_job, tokenize_lines
-from compiler.spec import Plan
+from compiler.spec import Layout, Plan
 from compiler.spec.errors import printable
 from compiler.spec.records import DatasetTokens
 from compiler.spec.schema import Compile, DataConfig, DataFormat, Entry, LossOn, LrScaling, Objective
@@ -29,7 +29,7 @@ def _summary(plan: Plan) -> list[str]:
         f"plan      {plan.name}   sha256:{plan.content_hash[:12]}",
         f"world     {layout.world_size} processes = {layout.nodes} × {instance.name} "
         f"({devices}) × {layout.processes_per_node} per node{cost}",
-        f"layout    dp={layout.dp} × tp={layout.tp} × pp={layout.pp}   {par.strategy.value}{shard}, "
+        f"layout    dp={layout.dp} × tp={layout.tp} × pp={layout.pp}{_context(layout)}   {par.strategy.value}{shard}, "
         f"{par.mixed_precision.value}, checkpointing {par.activation_checkpointing.value}",
     ]
     if is_tokenize_job(plan):
@@ -39,7 +39,7 @@ def _summary(plan: Plan) -> list[str]:
     lines += [
         f"model     {plan.model.name}   {_parameters(plan)}, seq_len {batch.seq_len}",
         f"batch     global {batch.global_batch} = micro {batch.micro_batch} × accum {batch.grad_accum} × "
-        f"dp {layout.dp}   {batch.tokens_per_step:,} tokens/step",
+        f"dp {layout.dp}{'' if layout.cp == 1 else f' / cp {layout.cp}'}   {batch.tokens_per_step:,} tokens/step",
     ]
     if plan.estimate:
         memory, speed = plan.estimate.memory, plan.estimate.throughput
@@ -245,6 +245,11 @@ def _peak_moment(memory: Memory) -> str:
     if memory.logits:
         return "the loss's backward, with every layer's activations and the fp32 logits alive"
     return "inside a layer's backward, while it is recomputed and its parameters gathered"
+
+
+def _context(layout: Layout) -> str:
+    """cp > 1: the context-parallel degree and how attention sees the whole sequence."""
+    return "" if layout.cp == 1 else f", cp={layout.cp} (all-to-all over heads)"
 
 
 def _parameters(plan: Plan) -> str:

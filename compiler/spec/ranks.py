@@ -57,6 +57,11 @@ class Layout:
     def stages(self) -> int:
         return self.pp * self.stages_per_rank
 
+    @property
+    def data_replicas(self) -> int:
+        """Replicas that read distinct sequences: dp / cp (a context-parallel group's cp ranks share theirs)."""
+        return self.dp // self.cp
+
     def stages_of(self, pp_rank: int) -> tuple[int, ...]:
         """The stages a pipeline rank runs: `pp_rank`, `pp_rank + pp`, ... (the interleaved schedules' loop)."""
         return tuple(pp_rank + loop * self.pp for loop in range(self.stages_per_rank))

@@ -36,9 +36,14 @@ class Completions:
 def completion_logps(logits: torch.Tensor, targets: torch.Tensor) -> Completions:
     """Each row's summed log-probability of its targets (those not `IGNORE_INDEX`): logits (batch, seq, vocab)
     and targets (batch, seq), already shifted (targets[:, t] is the token after input t)."""
-    counted = targets != IGNORE_INDEX
     picked = torch.gather(logits.float().log_softmax(-1), 2, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-    return Completions((picked * counted).sum(1), counted.sum(1))
+    return completions(picked * (targets != IGNORE_INDEX), targets)
+
+
+def completions(logps: torch.Tensor, targets: torch.Tensor) -> Completions:
+    """Each row's sum of its targets' log-probabilities `logps` (batch, seq), zero where a target does not count
+    (`models.loss.token_logps`, or `completion_logps` from whole logits)."""
+    return Completions(logps.sum(1), (targets != IGNORE_INDEX).sum(1))
 
 
 def dpo_loss(

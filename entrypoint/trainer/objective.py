@@ -18,9 +18,10 @@ from torch import nn
 
 from compiler.spec import Plan
 from compiler.spec.schema import DpoConfig, Objective
-from entrypoint.trainer.dpo_loss import METRICS, Completions, completion_logps, dpo_loss
+from entrypoint.trainer.dpo_loss import METRICS, Completions, completion_logps, completions, dpo_loss
 from entrypoint.trainer.models import ModelSpec
 from entrypoint.trainer.models.experts import RouterMetrics
+from entrypoint.trainer.models.loss import mean_negative
 
 
 class TrainingObjective(Protocol):
@@ -34,16 +35,22 @@ class TrainingObjective(Protocol):
 
 
 class NextToken:
-    """The next-token loss; with a mixture of experts, its router's balancing term and metrics (`RouterMetrics`)."""
+    """The next-token cross-entropy: streamed over chunks of `loss_chunk` tokens (`models.loss.token_logps`),
+    or with `loss_chunk=0` the family's own loss of the whole logits; with a mixture of experts, its router's
+    balancing term and metrics (`RouterMetrics`)."""
 
-    def __init__(self, spec: ModelSpec, router: RouterMetrics | None = None) -> None:
-        self.spec, self.router = spec, router
+    def __init__(self, spec: ModelSpec, loss_chunk: int = 0, router: RouterMetrics | None = None) -> None:
+        self.spec, self.loss_chunk, self.router = spec, loss_chunk, router
 
     def loss(self, model: Callable[..., Any], inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        if self.router is None:
-            return self.spec.loss(model(inputs), targets)
-        output = model(inputs, output_router_logits=True)
-        return self.spec.loss(output, targets) + self.router.term(output)
+        options = {"output_router_logits": True} if self.router else {}
+        if self.loss_chunk:
+            output = model(inputs, targets=targets, loss_chunk=self.loss_chunk, **options)
+            loss = mean_negative(logits(output), targets)
+        else:
+            output = model(inputs, **options)
+            loss = self.spec.loss(output, targets)
+        return loss + self.router.term(output) if self.router else loss
 
     def metrics(self) -> dict[str, float]:
         return self.router.metrics() if self.router else {}
@@ -53,15 +60,16 @@ class Preference:
     """DPO (`entrypoint.trainer.dpo_loss`) with the reference model's log-probabilities computed as it goes, or
     looked up after `precompute` (`trainer.dpo.precompute_reference`)."""
 
-    def __init__(self, options: DpoConfig, reference: Callable[[torch.Tensor], Any]) -> None:
+    def __init__(self, options: DpoConfig, reference: Callable[..., Any], loss_chunk: int = 0) -> None:
         self.options = options
+        self.loss_chunk = loss_chunk
         self.reference: Callable[[torch.Tensor], Any] | None = reference
         self.precomputed: dict[bytes, float] = {}
         self.sums: dict[str, torch.Tensor] = {}
         self.count = 0
 
     def loss(self, model: Callable[[torch.Tensor], Any], inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        policy = completion_logps(logits(model(inputs)), targets)
+        policy = self._completions(model, inputs, targets)
         reference = self._reference_logps(inputs, targets).to(policy.logps.device)
         half = len(inputs) // 2
         chosen = Completions(policy.logps[:half], policy.tokens[:half])
@@ -93,7 +101,13 @@ class Preference:
         if self.reference is None:
             return torch.tensor([self.precomputed[key] for key in _row_keys(inputs, targets)])
         with torch.no_grad():
-            return completion_logps(logits(self.reference(inputs)), targets).logps
+            return self._completions(self.reference, inputs, targets).logps
+
+    def _completions(self, model: Callable[..., Any], inputs: torch.Tensor, targets: torch.Tensor) -> Completions:
+        """Streamed over chunks of `loss_chunk` tokens (`models.loss.token_logps`), or from the whole logits."""
+        if self.loss_chunk:
+            return completions(logits(model(inputs, targets=targets, loss_chunk=self.loss_chunk)), targets)
+        return completion_logps(logits(model(inputs)), targets)
 
 
 def _row_keys(inputs: torch.Tensor, targets: torch.Tensor) -> list[bytes]:
@@ -112,19 +126,20 @@ def make_objective(
 ) -> TrainingObjective:
     """The plan's objective for `model` (this rank's module). Without LoRA the reference is `frozen_copy(model)`:
     the strategy's (FSDP2 shards it as it shards the model), by default a whole copy made before DDP wraps it."""
+    chunk = plan.trainer.loss_chunk
     if plan.trainer.objective is Objective.sft:
-        return NextToken(spec, RouterMetrics.of(model.get_base_model() if plan.model.lora.rank else model))
+        return NextToken(spec, chunk, RouterMetrics.of(model.get_base_model() if plan.model.lora.rank else model))
     if plan.model.lora.rank:
-        return Preference(plan.trainer.dpo, _without_adapters(model))
+        return Preference(plan.trainer.dpo, _without_adapters(model), chunk)
     copied = frozen_copy(model) if frozen_copy else copy.deepcopy(model)
-    return Preference(plan.trainer.dpo, copied.eval().requires_grad_(False))
+    return Preference(plan.trainer.dpo, copied.eval().requires_grad_(False), chunk)
 
 
-def _without_adapters(model: nn.Module) -> Callable[[torch.Tensor], Any]:
+def _without_adapters(model: nn.Module) -> Callable[..., Any]:
     """The base model: the peft model with its adapters disabled for the length of one forward pass."""
 
-    def reference(inputs: torch.Tensor) -> Any:
+    def reference(inputs: torch.Tensor, **options: Any) -> Any:
         with model.disable_adapter():
-            return model(inputs)
+            return model(inputs, **options)
 
     return reference

@@ -161,10 +161,10 @@ def derived_lines(plan: Plan, backend: str, start_step: int) -> list[str]:
     lines = [
         f"world size        {layout.world_size} = {layout.nodes} nodes × {layout.processes_per_node} processes",
         f"layout            dp {layout.dp} × tp {layout.tp} × pp {layout.pp}, {plan.parallelism.strategy.value} "
-        f"over {backend}, shard group {layout.shard_degree}",
+        f"over {backend}, shard group {layout.shard_degree}" + ("" if layout.cp == 1 else f", cp {layout.cp}"),
         f"parameters        {plan.parameters:,} ({plan.model.name})",
         f"batch             {batch.global_batch} {samples} = micro {batch.micro_batch} × accum {batch.grad_accum} "
-        f"× dp {layout.dp}",
+        f"× dp {layout.dp}" + ("" if layout.cp == 1 else f" / cp {layout.cp}"),
         f"tokens per step   {batch.tokens_per_step:,} (seq_len {batch.seq_len})",
         f"FLOPs per token   {plan.derived.flops_per_token:.3e}",
         f"steps             {start_step} → {plan.trainer.steps}" + (" (resumed)" if start_step else ""),

@@ -145,6 +145,11 @@ class TrainerConfig:
     epochs: float | None = None
     """Passes over the training data, instead of `steps`: the plan sets steps to ceil(epochs × the data's
     tokens / tokens per step), counting the tokens of `data.tokens` or of an earlier run's token cache."""
+    loss_chunk: int = 1024
+    """Tokens per chunk of the streamed loss: the output projection and the cross-entropy (or DPO's
+    log-probabilities) run over this many tokens at a time, each chunk recomputed in the backward pass, so the
+    logits of one chunk exist at once instead of tokens × vocabulary. 0 computes the whole logits (the plain
+    loss; also what pipeline parallelism's last stage does)."""
     lr: float = 3e-4
     """Peak learning rate (AdamW), at the global batch `base_batch` when `lr_scaling` is set."""
     lr_scaling: LrScaling = LrScaling.none

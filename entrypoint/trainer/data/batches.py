@@ -55,12 +55,13 @@ def make_source(plan: Plan, folder: Path | None) -> Callable[[torch.Tensor], Pai
 
 
 class Batches:
-    """The micro batches one data-parallel rank trains on, by step."""
+    """The micro batches one data-parallel rank trains on, by step: its replica's, where the cp consecutive dp
+    ranks of a context-parallel group (`parallelism.cp`) are one replica reading the same sequences."""
 
     def __init__(self, source: Callable[[torch.Tensor], Pairs], plan: Plan, dp_rank: int) -> None:
-        self.source, self.dp_rank = source, dp_rank
-        self.micro, self.accum, self.dp = plan.batch.micro_batch, plan.batch.grad_accum, plan.layout.dp
+        self.source, self.replica = source, dp_rank // plan.layout.cp
+        self.micro, self.accum, self.replicas = plan.batch.micro_batch, plan.batch.grad_accum, plan.layout.data_replicas
 
     def micro_batch(self, step: int, micro: int) -> Pairs:
-        first = ((step * self.accum + micro) * self.dp + self.dp_rank) * self.micro
+        first = ((step * self.accum + micro) * self.replicas + self.replica) * self.micro
         return self.source(torch.arange(first, first + self.micro))

@@ -28,6 +28,7 @@ from compiler.spec import Plan
 from compiler.spec.schema import ModelConfig, Offload, Precision
 from compiler.spec.strategies import facts
 from entrypoint.trainer.compiled import apply_compile
+from entrypoint.trainer.context_parallel import context_groups
 from entrypoint.trainer.engines.base import MicroBatches, builds_on_meta, evaluating, materialise
 from entrypoint.trainer.models import ModelSpec
 from entrypoint.trainer.models.experts import EXPERT_SHARDS, split_experts
@@ -132,6 +133,9 @@ class TorchEngine:
         spec.set_checkpointing(model, par.activation_checkpointing)
         if par.activation_offload:
             spec.set_activation_offload(model, ActivationOffload(device, par.activation_offload_horizon))
+        context = context_groups(plan.layout.dp, plan.layout.cp)
+        if context is not None:
+            spec.set_context_parallel(model, context)
         apply_compile(model, spec.blocks(model), plan.trainer)
         if facts(par.strategy).replicated:
             if plan.layout.tp > 1 or plan.layout.ep > 1:

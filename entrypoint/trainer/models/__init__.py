@@ -14,6 +14,7 @@ from torch import nn
 from torch.distributed.tensor.parallel import ParallelStyle
 
 from compiler.spec.schema import Checkpointing, ModelConfig
+from entrypoint.trainer.context_parallel import ContextParallel
 from entrypoint.trainer.models.decoder import DecoderSpec
 from entrypoint.trainer.models.pretrained import PretrainedSpec
 from entrypoint.trainer.models.weights import WeightsFormat
@@ -65,6 +66,10 @@ class ModelSpec(Protocol):
     def set_checkpointing(self, module: nn.Module, mode: Checkpointing) -> None: ...
 
     def set_activation_offload(self, module: nn.Module, offload: ActivationOffload) -> None: ...
+
+    def set_context_parallel(self, module: nn.Module, context: ContextParallel) -> None:
+        """parallelism.cp > 1: run this rank's part of each sequence, attention over the whole of it."""
+        ...
 
 
 MODELS: dict[str, ModelSpec] = {"decoder": DecoderSpec(), "hf": PretrainedSpec()}

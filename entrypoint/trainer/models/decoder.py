@@ -19,8 +19,9 @@ from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, Ro
 from torch.utils.checkpoint import checkpoint
 
 from compiler.spec.schema import Activation, Checkpointing, ModelConfig, Norm, Position
+from entrypoint.trainer.context_parallel import ContextParallel
 from entrypoint.trainer.models.decoder_hf import DecoderWeights
-from entrypoint.trainer.models.loss import mean_cross_entropy
+from entrypoint.trainer.models.loss import mean_cross_entropy, token_logps
 from entrypoint.trainer.models.packed import document_mask, unpacked
 from entrypoint.trainer.models.weights import WeightsFormat
 from entrypoint.trainer.offload import ActivationOffload
@@ -61,6 +62,8 @@ class Attention(nn.Module):
         self.o = nn.Linear(model.hidden, model.hidden, bias=model.bias)
         self.checkpoint_core = False
         """Selective activation checkpointing: recompute only softmax(QKᵀ)V in the backward pass."""
+        self.context: ContextParallel | None = None
+        """parallelism.cp > 1: the group whose ranks hold the rest of the sequence."""
 
     def forward(self, x: torch.Tensor, rope: Rope | None, mask: torch.Tensor | None = None) -> torch.Tensor:
         """`rope`: the rotary tables at the tokens' positions; `mask`: a packed window's document mask."""
@@ -68,10 +71,11 @@ class Attention(nn.Module):
         q, k, v = (proj(x).view(batch, seq, -1, self.head_dim).transpose(1, 2) for proj in (self.q, self.k, self.v))
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        attend = _attend if self.context is None else self.context.around(_attend)
         if self.checkpoint_core and self.training:
-            out = checkpoint(_attend, q, k, v, mask, use_reentrant=False)
+            out = checkpoint(attend, q, k, v, mask, use_reentrant=False)
         else:
-            out = _attend(q, k, v, mask)
+            out = attend(q, k, v, mask)
         return self.o(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
@@ -143,6 +147,8 @@ class Decoder(nn.Module):
             self.register_buffer("rope_cos", torch.empty(model.context, half), persistent=False)
             self.register_buffer("rope_sin", torch.empty(model.context, half), persistent=False)
         self.full_checkpointing = False
+        self.context: ContextParallel | None = None
+        """parallelism.cp > 1: this rank runs its part of each sequence (`context_parallel`)."""
         self.offload: ActivationOffload | None = None
         """Set by the engine for `parallelism.activation_offload`: where each block's saved tensors go."""
         self.reset_parameters()
@@ -157,12 +163,20 @@ class Decoder(nn.Module):
         """Also run after a model built on the meta device is materialised, shard by shard."""
         _initialise(self, self.positions is None)
 
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Logits (batch, seq, vocab) for tokens (batch, seq) or a packed window (`models.packed`)."""
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor | None = None, loss_chunk: int = 0) -> torch.Tensor:
+        """Logits (batch, seq, vocab) for tokens (batch, seq) or a packed window (`models.packed`); with
+        `targets`, each target's log-probability (batch, seq) instead, streamed `loss_chunk` tokens at a time
+        (`loss.token_logps`), so the whole logits never exist."""
         tokens, positions = unpacked(inputs)
+        whole = tokens.shape[1]
+        mask = None if positions is None else document_mask(positions)
+        if self.context is not None:  # this rank's part, at its true positions
+            own = self.context.indices(whole, tokens.device)
+            positions = own.expand(len(tokens), -1) if positions is None else positions[:, own]
+            tokens = tokens[:, own]
+            targets = None if targets is None else targets[:, own]
         x = self.embed(tokens)
         seq = tokens.shape[1]
-        mask = None if positions is None else document_mask(positions)
         if self.positions is not None:
             x = x + self.positions(torch.arange(seq, device=tokens.device) if positions is None else positions)
         rope = None if self.positions is not None else rope_at(self.rope_cos, self.rope_sin, seq, positions)
@@ -176,6 +190,13 @@ class Decoder(nn.Module):
             if offload:
                 x = offload.prefetch_from(x, index)
         x = self.norm(x)
+        if targets is None:
+            return self.project(x)
+        logps = token_logps(x, self.project, targets, loss_chunk)
+        return logps if self.context is None else self.context.whole_sequence(logps, whole)
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """The output projection: final hidden states → logits."""
         return self.embed(x, project=True) if self.head is None else self.head(x)
 
 
@@ -293,3 +314,8 @@ class DecoderSpec:
 
     def set_activation_offload(self, module: nn.Module, offload: ActivationOffload) -> None:
         module.offload = offload
+
+    def set_context_parallel(self, module: nn.Module, context: ContextParallel) -> None:
+        module.context = context
+        for block in module.blocks:
+            block.attention.context = context

@@ -12,6 +12,7 @@ checkpoint's are the plain model's.
 """
 
 import re
+import types
 from functools import partial
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, Ro
 
 from compiler.spec.schema import Checkpointing, Init, ModelConfig
 from compiler.spec.schema.model import ALL_LINEAR
+from entrypoint.trainer.context_parallel import ContextParallel
 from entrypoint.trainer.models.conversion import checkpoint_map, converted_tensor
 from entrypoint.trainer.models.experts import EXPERT_OFFSET, held_rows
 from entrypoint.trainer.models.hf_files import (
@@ -31,7 +33,7 @@ from entrypoint.trainer.models.hf_files import (
     is_adapter,
     read_tensor,
 )
-from entrypoint.trainer.models.loss import mean_cross_entropy
+from entrypoint.trainer.models.loss import mean_cross_entropy, token_logps
 from entrypoint.trainer.models.packed import unpacked
 from entrypoint.trainer.models.weights import WeightsFormat
 from entrypoint.trainer.offload import ActivationOffload
@@ -60,6 +62,7 @@ class PretrainedSpec:
         if config.lora.rank:
             model = with_lora(model, config)
         model.dockyard_config = config
+        _stream_output_projection(model.get_output_embeddings())
         model.register_forward_pre_hook(_packed_arguments, with_kwargs=True)
         return model
 
@@ -139,18 +142,44 @@ class PretrainedSpec:
     def set_activation_offload(self, module: nn.Module, offload: ActivationOffload) -> None:
         raise NotImplementedError("model=hf runs without activation offload (the planner refuses it)")
 
+    def set_context_parallel(self, module: nn.Module, context: ContextParallel) -> None:
+        raise NotImplementedError("model=hf runs without context parallelism (the planner refuses it)")
+
 
 def _adapted(linear: str, config: ModelConfig) -> bool:
     return any(linear.endswith(target) for target in config.lora.targets)
 
 
-def _packed_arguments(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+def _packed_arguments(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """A packed window (`models.packed`) becomes input_ids and position_ids: with no attention mask,
-    transformers' causal mask then keeps attention inside each document (`find_packed_sequence_indices`)."""
+    transformers' causal mask then keeps attention inside each document (`find_packed_sequence_indices`).
+    The streamed loss's `targets` and `loss_chunk` (the built-in decoder's forward arguments) go to the
+    output projection (`_stream_output_projection`), not to transformers."""
+    targets, chunk = kwargs.pop("targets", None), kwargs.pop("loss_chunk", 0)
+    module.get_output_embeddings().streamed = None if targets is None else (targets, chunk)
     tokens, positions = unpacked(args[0]) if args else (None, None)
     if positions is None:
-        return None
+        return args, kwargs
     return (tokens, *args[1:]), {**kwargs, "position_ids": positions}
+
+
+def _stream_output_projection(head: nn.Module) -> None:
+    """Make the output projection return each target's log-probability (`loss.token_logps`) instead of the
+    logits when the forward pass was given targets: transformers' causal LMs hand the projection's output
+    back as `logits` and compute no loss of their own without labels. A bound method, so that a deep copy of
+    the model (DPO's reference) streams through its own projection."""
+    head.streamed = None
+    head.forward = types.MethodType(_streamed_forward, head)
+
+
+def _streamed_forward(head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    def project(part: torch.Tensor) -> torch.Tensor:
+        return type(head).forward(head, part)
+
+    if head.streamed is None:
+        return project(hidden)
+    targets, chunk = head.streamed
+    return token_logps(hidden, project, targets, chunk)
 
 
 def with_lora(model: nn.Module, config: ModelConfig) -> nn.Module:
