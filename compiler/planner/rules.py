@@ -54,6 +54,10 @@ def check_hardware(config: schema.Config, instance: InstanceType, targets: Targe
         )
     if hardware.price_per_hour is not None and hardware.price_per_hour < 0:
         raise ConfigError("hardware.price_per_hour", "cannot be negative", "remove it to use the catalog's price")
+    if hardware.network_gbps is not None and hardware.network_gbps <= 0:
+        raise ConfigError(
+            "hardware.network_gbps", f"must be positive (got {hardware.network_gbps:g})", "remove it to use the catalog's"
+        )
     if instance.has_gpus and 0 < hardware.processes_per_node < instance.gpus:
         yield (
             f"hardware.processes_per_node={hardware.processes_per_node} leaves "
