@@ -73,8 +73,6 @@ class Row:
             return f"checkpointing {f['checkpointing']}"
         if not supports_checkpointing(f["checkpointing"]):
             return f"checkpointing {f['checkpointing']} has no dockyard mode"
-        if what == "memory" and f["checkpointing"] == "selective-op":
-            return "op-level selective checkpointing (dockyard's selective keeps all but attention's internals)"
         if int(f["gpus"]) > GPUS_PER_NODE and not f["network_gbps"]:
             return "network not stated"
         return ""

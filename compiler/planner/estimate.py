@@ -117,10 +117,28 @@ def activation_bytes_per_token(model: schema.ModelConfig, par: schema.Parallelis
     if recompute is schema.Checkpointing.full:
         kept = elements["input"] * residual
     elif recompute is schema.Checkpointing.selective:
+        kept = elements["input"] * residual + sum(
+            size * (4 if fp32 else element) / (tp if split else 1) for size, split, fp32 in _kept_by_op_policy(model)
+        )
+    elif recompute is schema.Checkpointing.attention:
         kept = full_layer - elements["recomputed_fp32"] * 4 / tp
     else:
         kept = full_layer
-    return {"layer": kept, "live": full_layer if recompute is schema.Checkpointing.full else 0}
+    recomputes_layer = recompute in (schema.Checkpointing.full, schema.Checkpointing.selective)
+    return {"layer": kept, "live": full_layer if recomputes_layer else 0}
+
+
+def _kept_by_op_policy(model: schema.ModelConfig) -> list[tuple[int, bool, bool]]:
+    """What the op-level selective policy keeps of a decoder layer per token, besides its input, as (elements,
+    split over tensor-parallel ranks, fp32): the 1st, 3rd, ... matrix products in call order (q, k, v, o, then
+    gate, up, down with SwiGLU or up, down with GELU), the attention output and its fp32 log-sum-exp per head."""
+    h = model.hidden
+    kv = model.kv_heads * (h // model.heads)
+    products = [(h, True), (kv, True), (kv, True), (h, False)]  # the output projection's are partial sums
+    mlp = [(model.ffn_hidden, True)] * (2 if model.activation is schema.Activation.swiglu else 1)
+    products += [*mlp, (h, False)]
+    kept = [(size, split, False) for size, split in products[::2]]
+    return [*kept, (h, True, False), (model.heads, True, True)]
 
 
 def _autocast(par: schema.ParallelismConfig) -> bool:

@@ -437,7 +437,7 @@ def check_pretrained(
         raise UnsupportedError("parallelism.pp", "model=hf runs without pipeline parallelism", "set parallelism.pp=1")
     if par.activation_offload:
         raise UnsupportedError("parallelism.activation_offload", "is not available for model=hf", "set it to false")
-    if par.activation_checkpointing is schema.Checkpointing.selective:
+    if par.activation_checkpointing in (schema.Checkpointing.selective, schema.Checkpointing.attention):
         raise UnsupportedError(
             "parallelism.activation_checkpointing",
             "model=hf recomputes whole decoder layers",
