@@ -138,50 +138,69 @@ def _summary(name: str, errors: list[float]) -> str:
     )
 
 
+@dataclass
+class Comparison:
+    """Predicted against measured over the rows: relative errors (predicted / measured − 1), table lines and
+    the rows or measurements left out, with why."""
+
+    speed_errors: list[float]
+    memory_errors: list[float]
+    lines: list[str]
+    left_out: list[str]
+
+
+def compare(rows: list[Row], fit: bool = False) -> Comparison:
+    result = Comparison([], [], [], [])
+    for row in rows:
+        why_speed, why_memory = row.not_expressed("speed"), row.not_expressed("memory")
+        if why_speed and why_memory:
+            result.left_out.append(f"{row.label}: {why_speed}; memory: {why_memory}")
+            continue
+        plan = checked_plan(compose_config(row.overrides()))
+        result.lines.append(_compared(row, plan, result, fit, why_speed, why_memory))
+        for reason in (why_speed and f"tokens/s: {why_speed}", why_memory and f"memory: {why_memory}"):
+            if reason and not reason.endswith("not measured"):
+                result.left_out.append(f"{row.label}: {reason}")
+    return result
+
+
+def _compared(row: Row, plan: Plan, result: Comparison, fit: bool, why_speed: str, why_memory: str) -> str:
+    f, predicted = row.fields, plan.estimate.throughput
+    cells = [f"{row.label:58}"]
+    if why_speed:
+        cells.append(f"{'':>10} {'':>7} {'':>7}")
+    else:
+        measured = float(f["tokens_per_s_per_gpu"])
+        per_gpu = predicted.tokens_per_second / plan.layout.world_size
+        result.speed_errors.append(per_gpu / measured - 1)
+        cells.append(f"{per_gpu:10,.0f} {measured:7,.0f} {per_gpu / measured - 1:+7.1%}")
+    if why_memory:
+        cells.append(f" {'':>8} {'':>6} {'':>7}")
+    else:
+        measured = float(f["memory_gib"])
+        gib = plan.estimate.memory.total / GIB
+        result.memory_errors.append(gib / measured - 1)
+        cells.append(f" {gib:8.1f} {measured:6.1f} {gib / measured - 1:+7.1%}")
+    efficiency = f"{predicted.matmul_efficiency:.2f}"
+    if fit and not why_speed:
+        efficiency += f" (implied {implied_efficiency(plan, float(f['tokens_per_s_per_gpu'])):.2f})"
+    cells.append(f" {efficiency}")
+    return " ".join(cells)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--fit", action="store_true", help="print the matmul efficiency each row implies")
     args = parser.parse_args()
-    speed_errors, memory_errors, left_out = [], [], []
+    result = compare(read_rows(), args.fit)
     print(f"{'row':58} {'tok/s pred':>10} {'meas':>7} {'err':>7}  {'GiB pred':>8} {'meas':>6} {'err':>7}  eff")
-    for row in read_rows():
-        f = row.fields
-        why_speed, why_memory = row.not_expressed("speed"), row.not_expressed("memory")
-        if why_speed and why_memory:
-            left_out.append(f"{row.label}: {why_speed}; memory: {why_memory}")
-            continue
-        plan = checked_plan(compose_config(row.overrides()))
-        predicted = plan.estimate.throughput
-        cells = [f"{row.label:58}"]
-        if why_speed:
-            cells.append(f"{'':>10} {'':>7} {'':>7}")
-        else:
-            measured = float(f["tokens_per_s_per_gpu"])
-            per_gpu = predicted.tokens_per_second / plan.layout.world_size
-            speed_errors.append(per_gpu / measured - 1)
-            cells.append(f"{per_gpu:10,.0f} {measured:7,.0f} {per_gpu / measured - 1:+7.1%}")
-        if why_memory:
-            cells.append(f" {'':>8} {'':>6} {'':>7}")
-        else:
-            measured = float(f["memory_gib"])
-            gib = plan.estimate.memory.total / GIB
-            memory_errors.append(gib / measured - 1)
-            cells.append(f" {gib:8.1f} {measured:6.1f} {gib / measured - 1:+7.1%}")
-        efficiency = f"{predicted.matmul_efficiency:.2f}"
-        if args.fit and not why_speed:
-            efficiency += f" (implied {implied_efficiency(plan, float(f['tokens_per_s_per_gpu'])):.2f})"
-        cells.append(f" {efficiency}")
-        print(" ".join(cells))
-        for reason in filter(None, [why_speed and f"tokens/s: {why_speed}", why_memory and f"memory: {why_memory}"]):
-            if reason.endswith("not measured"):
-                continue
-            left_out.append(f"{row.label}: {reason}")
+    print("\n".join(result.lines))
     print()
-    print(_summary("tokens/s per GPU", speed_errors))
-    print(_summary("memory per GPU (reserved peak)", memory_errors))
-    if left_out:
+    print(_summary("tokens/s per GPU", result.speed_errors))
+    print(_summary("memory per GPU (reserved peak)", result.memory_errors))
+    if result.left_out:
         print("\nleft out (settings dockyard does not express):")
-        print("\n".join(f"  {line}" for line in left_out))
+        print("\n".join(f"  {line}" for line in result.left_out))
     return 0
 
 

@@ -155,7 +155,8 @@ def test_what_the_estimate_assumes_is_labelled_in_the_summary_and_the_report():
     report = report_markdown(plan)
     assert "## Assumptions (not measured)" in report
     assert {a.name for a in ASSUMPTIONS} == {
-        "CUDA context", "NCCL buffers", "allocator margin", "matmul efficiency", "selective recomputation"
+        "CUDA context", "NCCL buffers", "allocator margin", "matmul efficiency", "attention recomputation",
+        "selective recomputation",
     }  # fmt: skip
     for assumption in ASSUMPTIONS:
         assert f"| {assumption.name} | {assumption.value} | {assumption.source} |" in report

@@ -165,7 +165,8 @@ def _data_parallel_seconds(
         if layout.nodes == 1:
             return within + across / gpu_link
         return within + across * min(per_node, dp) / node_network
-    traffic = 2 * gradient_bytes * (dp - 1) / dp + gathers * (shard - 1) / shard
+    reduction = 1 if strategy.shards_gradients else 2  # a reduce-scatter moves half an all-reduce's bytes
+    traffic = reduction * gradient_bytes * (dp - 1) / dp + gathers * (shard - 1) / shard
     if layout.nodes == 1:
         return traffic / gpu_link
     groups = min(layout.tp, per_node)  # each tensor-parallel rank of a node reduces in its own group
