@@ -49,11 +49,10 @@ def test_the_planner_and_the_trainer_list_the_same_families():
 @pytest.mark.parametrize(("family", "shape"), CASES)
 def test_the_planners_count_is_the_built_modules(family, shape, plan_of):
     config = plan_of(family, shape).model
-    spec, facts = MODELS[family], models.FAMILIES[family]
+    spec, facts = MODELS[family], models.model_facts(config)
     with torch.device("meta"):
         module = spec.build(config)
-    layers = facts.pipeline_layers(config)
-    assert count(module) == facts.parameter_count(config, layers, first=True, last=True)
+    assert count(module) == facts.parameter_count(facts.layers, first=True, last=True)
 
 
 @pytest.mark.parametrize(("family", "shape"), CASES)
@@ -78,16 +77,16 @@ def test_pipeline_stages_hold_every_parameter_once(family, shape):
     """Each parameter in exactly one stage, but the tied one, in the first and the last; each stage's size
     is the planner's count of its share."""
     config = tiny_plan(f"model.family={family}", *SHAPES[shape]).model
-    spec, facts = MODELS[family], models.FAMILIES[family]
+    spec, facts = MODELS[family], models.model_facts(config)
     with torch.device("meta"):
         module = spec.build(config)
-    counts = split_layers(facts.pipeline_layers(config), 3)
+    counts = split_layers(facts.layers, 3)
     starts = [sum(counts[:index]) for index in range(len(counts))]
     held: dict[str, int] = {}
     for index, (start, layers) in enumerate(zip(starts, counts, strict=True)):
         first, last = index == 0, index == len(counts) - 1
         stage = spec.stage(module, range(start, start + layers), first, last)
-        assert count(stage) == facts.parameter_count(config, layers, first, last)
+        assert count(stage) == facts.parameter_count(layers, first, last)
         for name, _ in stage.named_parameters():
             held[name] = held.get(name, 0) + 1
     tied = spec.tied_parameter(config)

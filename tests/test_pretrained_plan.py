@@ -39,7 +39,7 @@ def test_lora_counts_its_adapters_and_shrinks_the_optimizer(hf_checkpoints):
     with torch.device("meta"):
         built = MODELS["hf"].build(model)
     adapters = sum(p.numel() for name, p in built.named_parameters() if ".lora_" in name)
-    assert adapters == models.FAMILIES["hf"].lora_parameters(model) > 0
+    assert adapters == models.model_facts(model).lora > 0
     full, adapted = plan_for(*plain).estimate.memory, plan_for(*plain, *lora).estimate.memory
     assert adapted.parameters == full.parameters
     assert adapted.optimizer < full.optimizer / 10 and adapted.gradients < full.gradients / 10

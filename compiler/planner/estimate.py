@@ -1,7 +1,8 @@
 """Memory a plan will need, predicted per GPU before any GPU is paid for (its speed: `speed`).
 
 Pure functions of the model, the parallel layout, the micro batch and the instance type. What a model
-has (parameters, FLOPs, activations per layer) its family says (`compiler.planner.models`). The
+has (parameters by part, FLOPs, activations per layer) its facts say (`compiler.planner.model_facts`,
+computed once by its family). The
 conventions are the built-in trainer's:
 
 - Model states (bytes per parameter held by a GPU): DDP and smddp keep fp32 parameters under bf16
@@ -34,7 +35,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from compiler.planner.assumptions import ALLOCATOR_MARGIN, CUDA_CONTEXT_BYTES, NCCL_BYTES_PER_GROUP
-from compiler.planner.models import family
+from compiler.planner.models import model_facts
 from compiler.spec import Batch, Layout, Memory, schema
 from compiler.spec.strategies import DEEPSPEED_ENGINE, facts
 
@@ -56,7 +57,7 @@ class Share:
 
     @classmethod
     def whole(cls, model: schema.ModelConfig) -> "Share":
-        return cls(family(model).pipeline_layers(model), first=True, last=True, in_flight=1)
+        return cls(model_facts(model).layers, first=True, last=True, in_flight=1)
 
 
 def pipeline_shares(model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout) -> list[Share]:
@@ -81,11 +82,11 @@ def pipeline_shares(model: schema.ModelConfig, par: schema.ParallelismConfig, la
 def parameter_count(model: schema.ModelConfig, share: Share | None = None) -> int:
     """Trainable parameters of the model the built-in trainer builds from `model` (of one pipeline share)."""
     share = share or Share.whole(model)
-    return family(model).parameter_count(model, share.layers, share.first, share.last)
+    return model_facts(model).parameter_count(share.layers, share.first, share.last)
 
 
-def layer_parameters(model: schema.ModelConfig) -> int:
-    return family(model).layer_parameters(model)
+def layer_parameters(model: schema.ModelConfig) -> float:
+    return model_facts(model).layer
 
 
 def state_bytes_per_parameter(par: schema.ParallelismConfig, shard: int) -> tuple[float, float, float]:
@@ -109,7 +110,7 @@ def activation_bytes_per_token(model: schema.ModelConfig, par: schema.Parallelis
     """Saved activations per token of one layer: {'layer': kept for backward, 'live': recomputed layer}."""
     element = 4 if par.mixed_precision is schema.Precision.fp32 else 2
     residual = 4 if _autocast(par) else element
-    elements = family(model).activation_elements(model)
+    elements = model_facts(model).activation_elements
     whole = elements["residual"] * residual + elements["whole"] * element
     split = elements["split_fp32"] * 4 + elements["split"] * element
     full_layer = whole + split / tp
@@ -265,8 +266,7 @@ def trainable_fraction(model: schema.ModelConfig) -> float:
     (frozen base weights keep only their weights)."""
     if not model.lora.rank:
         return 1.0
-    facts = family(model)
-    return facts.lora_parameters(model) / facts.parameter_count(model, model.layers, first=True, last=True)
+    return model_facts(model).lora / parameter_count(model)
 
 
 def checkpoint_bytes(model: schema.ModelConfig) -> int:
@@ -365,9 +365,9 @@ def _communication_bytes(
 def parameters_per_gpu(model: schema.ModelConfig, tp: int, share: Share | None = None) -> float:
     """Parameters a rank of a tensor-parallel group holds before data-parallel sharding."""
     share = share or Share.whole(model)
-    split = family(model).tp_split_parameters(model)
+    split = model_facts(model).layer_tp_split
     return parameter_count(model, share) - share.layers * split * (1 - 1 / tp)
 
 
 def _matmul_parameters_per_gpu(model: schema.ModelConfig, tp: int, share: Share) -> float:
-    return family(model).matmul_parameters(model, share.layers, share.last, tp)
+    return model_facts(model).matmul_parameters(share.layers, share.last, tp)

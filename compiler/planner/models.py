@@ -7,11 +7,13 @@ A family answers for a stretch of the model: `layers` of its repeated blocks, wi
 (`first`: embeddings) and the output side (`last`: final norm, head) or not, as a pipeline rank holds it.
 """
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from typing import Protocol
 
 from compiler.core.architectures import ARCHITECTURES, architecture
+from compiler.planner.model_facts import ModelFacts, Parts
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError, UnknownNameError, shown
 from compiler.spec.transformers_export import transformers_architecture
@@ -30,37 +32,8 @@ class ModelFamily(Protocol):
         """The `model.` fields the tensor-parallel degree must divide."""
         ...
 
-    def parameter_count(self, model: schema.ModelConfig, layers: int, first: bool, last: bool) -> int:
-        """Trainable parameters of `layers` layers, with the input and/or output side."""
-        ...
-
-    def layer_parameters(self, model: schema.ModelConfig) -> int:
-        """Parameters of one repeated layer."""
-        ...
-
-    def tp_split_parameters(self, model: schema.ModelConfig) -> int:
-        """Parameters of one layer that tensor parallelism splits over its ranks."""
-        ...
-
-    def flops_per_token(self, model: schema.ModelConfig, layers: int, last: bool, tp: int) -> float:
-        """Model FLOPs per token (forward and backward) of `layers` layers and the output side when `last`,
-        split over `tp` ranks."""
-        ...
-
-    def matmul_parameters(self, model: schema.ModelConfig, layers: int, last: bool, tp: int) -> float:
-        """Parameters a rank multiplies by (autocast keeps a low-precision copy of each)."""
-        ...
-
-    def lora_parameters(self, model: schema.ModelConfig) -> int:
-        """Parameters of the low-rank adapters `model.lora` adds (none for a family without them)."""
-        ...
-
-    def activation_elements(self, model: schema.ModelConfig) -> dict[str, int]:
-        """Per token of one layer, the elements its backward keeps, by kind: 'residual' (whole on every
-        tensor-parallel rank, in the residual stream's precision), 'whole' (whole, compute precision),
-        'split' (split over the tensor-parallel ranks, compute precision), 'split_fp32' (split, fp32),
-        'recomputed_fp32' (the part of split_fp32 selective recomputation does not keep) and 'input' (the
-        layer's input, residual precision: what full recomputation keeps)."""
+    def facts(self, model: schema.ModelConfig) -> ModelFacts:
+        """Everything the estimators read of the model: parameters by part, FLOPs, activations."""
         ...
 
 
@@ -120,35 +93,52 @@ class DecoderFamily:
         """Attention heads are split whole over the tensor-parallel ranks."""
         return ("heads", "kv_heads")
 
-    def parameter_count(self, model: schema.ModelConfig, layers: int, first: bool, last: bool) -> int:
-        embeddings = model.vocab * model.hidden
-        positions = model.context * model.hidden if model.position is schema.Position.learned else 0
-        head = 0 if model.tied_embeddings and first else model.vocab * model.hidden  # a last stage's own copy
-        outer = (embeddings + positions if first else 0) + (self._norm_parameters(model) + head if last else 0)
-        return outer + layers * self.layer_parameters(model)
+    def facts(self, model: schema.ModelConfig) -> ModelFacts:
+        h, vocab = model.hidden, model.vocab * model.hidden
+        embeddings = vocab + (model.context * h if self._learned_positions(model) else 0)
+        norm, blocks = self._norm_parameters(model), self._blocks(model)
+        head = 0 if model.tied_embeddings else vocab
+        return ModelFacts(
+            layers=model.layers,
+            parameters=dataclasses.replace(blocks, embeddings=embeddings, head=head, norms=blocks.norms + norm),
+            blocks=blocks,
+            input_side=embeddings,
+            output_side=norm + head,
+            output_side_alone=norm + self._stage_head(model),
+            tp_kept=2 * norm,
+            head_matmul=vocab,
+            active_fraction=1.0,
+            attention_flops_per_token=12 * h * model.seq_len,
+            activation_elements=self.activation_elements(model),
+            lora=self._lora_parameters(model),
+        )
 
-    def layer_parameters(self, model: schema.ModelConfig) -> int:
-        kv_width = model.kv_heads * (model.hidden // model.heads)
-        attention = 2 * model.hidden * model.hidden + 2 * model.hidden * kv_width
-        mlp = (self._mlp_inputs(model) + 1) * model.hidden * model.ffn_hidden
+    def _blocks(self, model: schema.ModelConfig) -> Parts:
+        """The repeated blocks' parameters, all layers together, by part."""
+        h, f, layers = model.hidden, model.ffn_hidden, model.layers
+        kv_width = model.kv_heads * (h // model.heads)
+        attention = 2 * h * h + 2 * h * kv_width
+        mlp = (self._mlp_inputs(model) + 1) * h * f
         if model.bias:
-            attention += 2 * model.hidden + 2 * kv_width
-            mlp += self._mlp_inputs(model) * model.ffn_hidden + model.hidden
-        return attention + mlp + 2 * self._norm_parameters(model)
+            attention += 2 * h + 2 * kv_width
+            mlp += self._mlp_inputs(model) * f + h
+        return Parts(
+            attention=layers * attention, dense_mlp=layers * mlp, norms=layers * 2 * self._norm_parameters(model)
+        )
 
-    def tp_split_parameters(self, model: schema.ModelConfig) -> int:
-        """All but the layer's two norms."""
-        return self.layer_parameters(model) - 2 * self._norm_parameters(model)
+    def _learned_positions(self, model: schema.ModelConfig) -> bool:
+        return model.position is schema.Position.learned
 
-    def flops_per_token(self, model: schema.ModelConfig, layers: int, last: bool, tp: int) -> float:
-        attention = 12 * layers * model.hidden * model.seq_len / tp
-        return 6 * self.matmul_parameters(model, layers, last, tp) + attention
+    def _stage_head(self, model: schema.ModelConfig) -> int:
+        """The output head on a last pipeline stage without the embeddings: with tied embeddings, its own copy."""
+        return model.vocab * model.hidden
 
-    def matmul_parameters(self, model: schema.ModelConfig, layers: int, last: bool, tp: int) -> float:
-        """Its share of its layers, and the whole output head."""
-        return layers * self.layer_parameters(model) / tp + (model.vocab * model.hidden if last else 0)
+    @staticmethod
+    def _lora_parameters(model: schema.ModelConfig) -> int:
+        """The built-in decoder takes no adapters."""
+        return 0
 
-    def activation_elements(self, model: schema.ModelConfig) -> dict[str, int]:
+    def activation_elements(self, model: schema.ModelConfig) -> dict[str, float]:
         """After Korthikanti et al. 2022, for SDPA attention (no s² term) without dropout: the two norm
         inputs; the inputs of the QKV and MLP projections; q, k, v (GQA-sized), the attention output and 2
         (GELU) or 4 (SwiGLU) tensors of ffn width; with RoPE the fp32 copies of q and k the rotation keeps;
@@ -164,9 +154,6 @@ class DecoderFamily:
             "recomputed_fp32": model.heads,
             "input": h,
         }
-
-    def lora_parameters(self, model: schema.ModelConfig) -> int:
-        return 0
 
     @staticmethod
     def _norm_parameters(model: schema.ModelConfig) -> int:
@@ -202,25 +189,28 @@ class PretrainedFamily(DecoderFamily):
                         f"choose among {', '.join(names)}",
                     )
 
-    def parameter_count(self, model: schema.ModelConfig, layers: int, first: bool, last: bool) -> int:
-        arch = architecture(model.architecture)
-        embeddings = model.vocab * model.hidden + (model.context * model.hidden if arch.learned_positions else 0)
-        head = 0 if model.tied_embeddings else model.vocab * model.hidden
-        outer = (embeddings if first else 0) + (self._norm_parameters(model) + head if last else 0)
-        return outer + layers * self.layer_parameters(model)
+    def _learned_positions(self, model: schema.ModelConfig) -> bool:
+        return architecture(model.architecture).learned_positions
 
-    def layer_parameters(self, model: schema.ModelConfig) -> int:
+    def _stage_head(self, model: schema.ModelConfig) -> int:
+        """transformers' pipeline stages are not built here (the planner refuses pp > 1 for hf)."""
+        return 0 if model.tied_embeddings else model.vocab * model.hidden
+
+    def _blocks(self, model: schema.ModelConfig) -> Parts:
+        """The repeated blocks' parameters, all layers together, by part."""
         arch = architecture(model.architecture)
         head_dim = model.head_dim or model.hidden // model.heads
         q, kv, h, f = model.heads * head_dim, model.kv_heads * head_dim, model.hidden, model.ffn_hidden
         attention = 2 * h * q + 2 * h * kv
         attention += (q + 2 * kv if arch.qkv_bias or model.bias else 0) + (h if arch.o_bias or model.bias else 0)
-        attention += 2 * head_dim if arch.qk_norm else 0
+        head_norms = 2 * head_dim if arch.qk_norm else 0
         mlp_inputs = 2 if arch.gated else 1
         mlp = (mlp_inputs + 1) * h * f + (mlp_inputs * f + h if arch.o_bias else 0)
-        return attention + mlp + 2 * self._norm_parameters(model)
+        norms = 2 * self._norm_parameters(model) + head_norms
+        return Parts(attention=model.layers * attention, dense_mlp=model.layers * mlp, norms=model.layers * norms)
 
-    def lora_parameters(self, model: schema.ModelConfig) -> int:
+    @staticmethod
+    def _lora_parameters(model: schema.ModelConfig) -> int:
         """The adapters' parameters: rank × (inputs + outputs) of every adapted projection of every layer."""
         head_dim = model.head_dim or model.hidden // model.heads
         q, kv, h, f = model.heads * head_dim, model.kv_heads * head_dim, model.hidden, model.ffn_hidden
@@ -249,6 +239,21 @@ def family(model: schema.ModelConfig) -> ModelFamily:
     if model.family not in FAMILIES:
         raise UnknownNameError("model.family", "model family", model.family, FAMILIES)
     return FAMILIES[model.family]
+
+
+_FACTS: dict[str, ModelFacts] = {}
+_FACTS_KEPT = 64
+
+
+def model_facts(model: schema.ModelConfig) -> ModelFacts:
+    """The model's facts, computed once per shape by its family (a plan and its fit search ask for them
+    many times: the config object is mutable, so they are kept by its printed value)."""
+    key = repr(model)
+    if key not in _FACTS:
+        if len(_FACTS) >= _FACTS_KEPT:
+            _FACTS.clear()
+        _FACTS[key] = family(model).facts(model)
+    return _FACTS[key]
 
 
 MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*")

@@ -22,7 +22,7 @@ from compiler.planner.assumptions import (
     EfficiencyFit,
 )
 from compiler.planner.estimate import Share, parameters_per_gpu, pipeline_shares
-from compiler.planner.models import family
+from compiler.planner.models import model_facts
 from compiler.planner.pipeline import bubble_fraction
 from compiler.spec import Batch, InstanceType, Layout, Throughput, schema
 from compiler.spec.strategies import DEEPSPEED_ENGINE, facts
@@ -37,7 +37,7 @@ def flops_per_token(model: schema.ModelConfig) -> float:
 
 def flops_per_token_of(model: schema.ModelConfig, tp: int, share: Share) -> float:
     """Model FLOPs per token of one rank: its pipeline share, split over the tensor-parallel group."""
-    return family(model).flops_per_token(model, share.layers, share.last, tp)
+    return model_facts(model).flops_per_token(share.layers, share.last, tp)
 
 
 def throughput(
