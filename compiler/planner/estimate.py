@@ -187,8 +187,9 @@ def stage_memory(
     saved activations and the fp32 logits, log-probabilities and their gradients are alive at once; or
     inside the layers, when the logits are gone but one layer is recomputed (full checkpointing) and its
     parameters and gradients are gathered and reduced (FSDP, ZeRO-3). The terms shown are those of the
-    larger moment, so they sum to the peak. `par.grad_accum` is read when resolved (not -1): FSDP's
-    gradients exist at the loss's backward only while micro batches accumulate.
+    larger moment, so they sum to the peak. The peak is the caching allocator's reserved peak: FSDP's sharded
+    gradients, allocated on the reduce-scatter stream, count in it at the loss's backward too (they cannot
+    reuse the compute stream's freed blocks).
 
     With `dpo` (trainer.objective=dpo) a micro batch holds `micro_batch` pairs: twice the sequences (chosen
     and rejected) through the policy, and the reference model's weights beside it.
@@ -238,9 +239,9 @@ def _share_memory(
     held, per_layer = _communication_bytes(model, par, layout, share)
     in_layers = tokens * activation["live"] + per_layer
     if logits >= in_layers:
-        strategy = facts(par.strategy)
-        if strategy.engine != DEEPSPEED_ENGINE and strategy.shards_gradients and par.grad_accum == 1:
-            states[1] = 0  # FSDP's sharded gradients appear in the layers' backward, after the loss's
+        # FSDP's sharded gradients appear in the layers' backward, after the loss's, but on the reduce-scatter
+        # stream: the caching allocator does not hand them the blocks the logits freed on the compute stream,
+        # so they count in the reserved peak all the same
         tensors = [*states, kept, logits, held]
     else:
         tensors = [*states, kept + tokens * activation["live"], 0, held + per_layer]
