@@ -26,7 +26,9 @@ def test_the_efficiency_is_the_gpu_familys_fit_and_the_summary_names_it():
     tokens = (2048 / fit.full_tokens) ** fit.tokens_exponent
     assert a100.matmul_efficiency == pytest.approx(fit.peak_share * width * tokens)
     assert a100.efficiency_source == fit.source
-    a10g = plan_for("experiment=gpt2-124m-p4d", "hardware=g5.12xlarge", "hardware.memory_check=false", "trainer.compile=false")
+    a10g = plan_for(
+        "experiment=gpt2-124m-p4d", "hardware=g5.12xlarge", "hardware.memory_check=false", "trainer.compile=false"
+    )
     assert a10g.estimate.throughput.matmul_efficiency == ASSUMED_MATMUL_EFFICIENCY
     assert a10g.estimate.throughput.efficiency_source == "assumed, no published runs of this GPU"
 

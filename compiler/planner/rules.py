@@ -56,7 +56,9 @@ def check_hardware(config: schema.Config, instance: InstanceType, targets: Targe
         raise ConfigError("hardware.price_per_hour", "cannot be negative", "remove it to use the catalog's price")
     if hardware.network_gbps is not None and hardware.network_gbps <= 0:
         raise ConfigError(
-            "hardware.network_gbps", f"must be positive (got {hardware.network_gbps:g})", "remove it to use the catalog's"
+            "hardware.network_gbps",
+            f"must be positive (got {hardware.network_gbps:g})",
+            "remove it to use the catalog's",
         )
     if instance.has_gpus and 0 < hardware.processes_per_node < instance.gpus:
         yield (

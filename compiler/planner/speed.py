@@ -61,9 +61,7 @@ def throughput(
         hardware_flops = model_flops * RECOMPUTE_TIME[par.activation_checkpointing]
         if dpo is not None and not dpo.precompute_reference:
             hardware_flops += model_flops / 3
-        share_compute = hardware_flops / (
-            instance.peak_tflops(par.mixed_precision.value) * 1e12 * efficiency
-        )
+        share_compute = hardware_flops / (instance.peak_tflops(par.mixed_precision.value) * 1e12 * efficiency)
         data_parallel = _data_parallel_seconds(model, par, instance, layout, share) * _reductions_per_step(par, batch)
         share_exposed = max(0.0, data_parallel - BACKWARD_SHARE * share_compute) + _tensor_parallel_seconds(
             model, instance, layout, sequences, share

@@ -42,7 +42,8 @@ def _summary(plan: Plan) -> list[str]:
         memory, speed = plan.estimate.memory, plan.estimate.throughput
         terms = ", ".join(f"{name} {size / GIB:.1f}" for name, size in memory.terms.items())
         lines += [
-            f"memory    {memory.total / GIB:.1f} of {plan.estimate.gpu_memory / GIB:.1f} GiB per GPU (reserved peak): {terms} "
+            f"memory    {memory.total / GIB:.1f} of {plan.estimate.gpu_memory / GIB:.1f} GiB per GPU (reserved "
+            f"peak): {terms} "
             "(context, NCCL buffers and margin assumed)",
             f"speed     {speed.step_seconds:.2f} s/step, {speed.tokens_per_second:,.0f} tokens/s, MFU "
             f"{speed.mfu:.0%} (predicted at {speed.matmul_efficiency:.0%} matmul efficiency: {speed.efficiency_source})"

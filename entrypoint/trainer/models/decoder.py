@@ -173,10 +173,7 @@ class Decoder(nn.Module):
         offload = self.offload if self.training else None
         for index, block in enumerate(self.blocks):
             with offload.saving(index) if offload else nullcontext():
-                if self.recompute and self.training:
-                    x = self.recompute(block, x, rope, mask)
-                else:
-                    x = block(x, rope, mask)
+                x = self.recompute(block, x, rope, mask) if self.recompute and self.training else block(x, rope, mask)
             if offload:
                 x = offload.prefetch_from(x, index)
         x = self.norm(x)
@@ -239,10 +236,7 @@ class Stage(nn.Module):
                 x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
         rope = rope_at(self.rope_cos, self.rope_sin, x.shape[1], None) if self.rope else None
         for block in self.blocks.values():
-            if self.recompute and self.training:
-                x = self.recompute(block, x, rope)
-            else:
-                x = block(x, rope)
+            x = self.recompute(block, x, rope) if self.recompute and self.training else block(x, rope)
         if not self.last:
             return x
         x = self.norm(x)
