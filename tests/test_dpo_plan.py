@@ -5,6 +5,7 @@ import pytest
 
 from compiler.launch import summary
 from compiler.planner import estimate
+from compiler.planner.assumptions import RECOMPUTE_TIME
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError
 from compiler.targets.records import RunRecord
@@ -86,7 +87,8 @@ def test_dpo_counts_the_reference_model_and_twice_the_tokens():
     assert dpo_speed.compute_seconds == pytest.approx(2 * sft_speed.compute_seconds)  # chosen and rejected rows
     assert dpo_speed.tokens_per_second == pytest.approx(sft_speed.tokens_per_second, rel=0.1)
     live = plan_for(LLAMA_P5, DPO, *S3_PAIRS).estimate.throughput  # the reference's forward pass: 2 of 6 FLOPs
-    recompute = 8 / 6  # the preset recomputes every layer (activation_checkpointing=full): 8 FLOPs a token
+    # the preset recomputes every layer (activation_checkpointing=full): the step's time over a plain one
+    recompute = RECOMPUTE_TIME[schema.Checkpointing.full]
     assert live.compute_seconds == pytest.approx(dpo_speed.compute_seconds * (recompute + 1 / 3) / recompute)
     sft, sft_tokens = memory()
     dpo, dpo_tokens = memory(DPO, *S3_PAIRS)

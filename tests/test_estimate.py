@@ -149,11 +149,14 @@ def test_what_the_estimate_assumes_is_labelled_in_the_summary_and_the_report():
     plan = plan_for("experiment=gpt2-124m-p4d")
     lines = {line.split()[0]: line for line in summary_lines(plan)}
     assert lines["memory"].endswith("(context, NCCL buffers and margin assumed)")
-    assert "MFU 40% (predicted from an assumed 40% matmul efficiency)" in lines["speed"]
+    assert "GiB per GPU (reserved peak)" in lines["memory"]
+    efficiency = plan.estimate.throughput.matmul_efficiency
+    assert f"(predicted at {efficiency:.0%} matmul efficiency: fitted to 38 published A100 runs" in lines["speed"]
     report = report_markdown(plan)
     assert "## Assumptions (not measured)" in report
     assert {a.name for a in ASSUMPTIONS} == {
-        "CUDA context", "NCCL buffers", "allocator margin", "matmul efficiency", "selective recomputation"
+        "CUDA context", "NCCL buffers", "allocator margin", "matmul efficiency", "attention recomputation",
+        "selective recomputation",
     }  # fmt: skip
     for assumption in ASSUMPTIONS:
         assert f"| {assumption.name} | {assumption.value} | {assumption.source} |" in report

@@ -56,6 +56,8 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
     grammar.check_name(config.name)
     config = dataclasses.replace(config, trainer=resolve_trackers(rules.resolve_compile(config.trainer)))
     instance = catalog.instance_type(config.hardware.instance_type)
+    if config.hardware.network_gbps is not None:
+        instance = dataclasses.replace(instance, network_gbps=config.hardware.network_gbps)
     if targets.own.managed_prices:
         instance = dataclasses.replace(instance, price_per_hour=instance.managed_price_per_hour)
     warnings = list(rules.check_hardware(config, instance, targets))
@@ -86,7 +88,8 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
         )
         host = fit.host_memory_per_node(host, layout)
         warnings += fit.check_host_fits(config, instance, host)
-        predicted_speed = speed.throughput(config.model, config.parallelism, instance, layout, batch, dpo)
+        compiled = config.trainer.compile != schema.Compile.false.value
+        predicted_speed = speed.throughput(config.model, config.parallelism, instance, layout, batch, dpo, compiled)
         predicted = Estimate(
             memory=memory,
             gpu_memory=fit.capacity(instance),

@@ -123,10 +123,28 @@ def activation_bytes_per_token(model: schema.ModelConfig, par: schema.Parallelis
     if recompute is schema.Checkpointing.full:
         kept = elements["input"] * residual
     elif recompute is schema.Checkpointing.selective:
+        kept = elements["input"] * residual + sum(
+            size * (4 if fp32 else element) / (tp if split else 1) for size, split, fp32 in _kept_by_op_policy(model)
+        )
+    elif recompute is schema.Checkpointing.attention:
         kept = full_layer - elements["recomputed_fp32"] * 4 / tp
     else:
         kept = full_layer
-    return {"layer": kept, "live": full_layer if recompute is schema.Checkpointing.full else 0}
+    recomputes_layer = recompute in (schema.Checkpointing.full, schema.Checkpointing.selective)
+    return {"layer": kept, "live": full_layer if recomputes_layer else 0}
+
+
+def _kept_by_op_policy(model: schema.ModelConfig) -> list[tuple[int, bool, bool]]:
+    """What the op-level selective policy keeps of a decoder layer per token, besides its input, as (elements,
+    split over tensor-parallel ranks, fp32): the 1st, 3rd, ... matrix products in call order (q, k, v, o, then
+    gate, up, down with SwiGLU or up, down with GELU), the attention output and its fp32 log-sum-exp per head."""
+    h = model.hidden
+    kv = model.kv_heads * (h // model.heads)
+    products = [(h, True), (kv, True), (kv, True), (h, False)]  # the output projection's are partial sums
+    mlp = [(model.ffn_hidden, True)] * (2 if model.activation is schema.Activation.swiglu else 1)
+    products += [*mlp, (h, False)]
+    kept = [(size, split, False) for size, split in products[::2]]
+    return [*kept, (h, True, False), (model.heads, True, True)]
 
 
 def _autocast(par: schema.ParallelismConfig) -> bool:
@@ -176,8 +194,9 @@ def stage_memory(
     saved activations and the fp32 logits, log-probabilities and their gradients are alive at once; or
     inside the layers, when the logits are gone but one layer is recomputed (full checkpointing) and its
     parameters and gradients are gathered and reduced (FSDP, ZeRO-3). The terms shown are those of the
-    larger moment, so they sum to the peak. `par.grad_accum` is read when resolved (not -1): FSDP's
-    gradients exist at the loss's backward only while micro batches accumulate.
+    larger moment, so they sum to the peak. The peak is the caching allocator's reserved peak: FSDP's sharded
+    gradients, allocated on the reduce-scatter stream, count in it at the loss's backward too (they cannot
+    reuse the compute stream's freed blocks).
 
     With `dpo` (trainer.objective=dpo) a micro batch holds `micro_batch` pairs: twice the sequences (chosen
     and rejected) through the policy, and the reference model's weights beside it.
@@ -236,9 +255,9 @@ def _share_memory(
     held, per_layer = _communication_bytes(model, par, layout, share)
     in_layers = tokens * activation["live"] + per_layer
     if logits >= in_layers:
-        strategy = facts(par.strategy)
-        if strategy.engine != DEEPSPEED_ENGINE and strategy.shards_gradients and par.grad_accum == 1:
-            states[1] = 0  # FSDP's sharded gradients appear in the layers' backward, after the loss's
+        # FSDP's sharded gradients appear in the layers' backward, after the loss's, but on the reduce-scatter
+        # stream: the caching allocator does not hand them the blocks the logits freed on the compute stream,
+        # so they count in the reserved peak all the same
         tensors = [*states, kept, logits, held]
     else:
         tensors = [*states, kept + tokens * activation["live"], 0, held + per_layer]

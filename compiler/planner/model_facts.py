@@ -58,7 +58,7 @@ class ModelFacts:
     """Per token of one block, the elements its backward keeps, by kind: 'residual' (whole on every
     tensor-parallel rank, in the residual stream's precision), 'whole' (whole, compute precision), 'split'
     (split over the tensor-parallel ranks, compute precision), 'split_fp32' (split, fp32), 'recomputed_fp32'
-    (the part of split_fp32 selective recomputation does not keep) and 'input' (the block's input, residual
+    (the part of split_fp32 attention recomputation does not keep) and 'input' (the block's input, residual
     precision: what full recomputation keeps)."""
     lora: int = 0
     """Parameters of the low-rank adapters `model.lora` adds."""

@@ -56,6 +56,12 @@ def check_hardware(config: schema.Config, instance: InstanceType, targets: Targe
         )
     if hardware.price_per_hour is not None and hardware.price_per_hour < 0:
         raise ConfigError("hardware.price_per_hour", "cannot be negative", "remove it to use the catalog's price")
+    if hardware.network_gbps is not None and hardware.network_gbps <= 0:
+        raise ConfigError(
+            "hardware.network_gbps",
+            f"must be positive (got {hardware.network_gbps:g})",
+            "remove it to use the catalog's",
+        )
     if instance.has_gpus and 0 < hardware.processes_per_node < instance.gpus:
         yield (
             f"hardware.processes_per_node={hardware.processes_per_node} leaves "
@@ -435,7 +441,7 @@ def check_pretrained(
         raise UnsupportedError("parallelism.pp", "model=hf runs without pipeline parallelism", "set parallelism.pp=1")
     if par.activation_offload:
         raise UnsupportedError("parallelism.activation_offload", "is not available for model=hf", "set it to false")
-    if par.activation_checkpointing is schema.Checkpointing.selective:
+    if par.activation_checkpointing in (schema.Checkpointing.selective, schema.Checkpointing.attention):
         raise UnsupportedError(
             "parallelism.activation_checkpointing",
             "model=hf recomputes whole decoder layers",

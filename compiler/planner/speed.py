@@ -3,8 +3,13 @@
 - FLOPs per token: 6 × the parameters used in matrix products (every layer and the output head, not the
   embedding lookups) + 12 × layers × hidden × seq_len for attention (the PaLM convention, causal masking
   not discounted); model FLOPs, so recomputation lowers MFU instead of raising it.
-- Compute runs at an assumed share of the GPU's dense peak (`assumptions.ASSUMED_MATMUL_EFFICIENCY`);
-  gradient reduction overlaps the backward, and only what it cannot hide adds to the step.
+- Compute runs at a share of the GPU's dense peak fitted to published runs of that GPU family (`assumptions.
+  MATMUL_EFFICIENCY`: growing with the GEMMs' size, the hidden width and the tokens of a micro batch; times
+  `COMPILE_SPEEDUP` under trainer.compile), or an assumed one for a GPU without published runs; gradient
+  reduction overlaps the backward, and only what it cannot hide adds to the step.
+- Collectives across nodes are costed per node: a ring or tree over nodes moves about the collective's size
+  through each node's NICs, which its GPUs share (`network_gbps` is the node's); inside a node each GPU moves its
+  part over NVLink. The two run at once, so the slower one counts.
 - Context parallelism (cp > 1): each layer's all-to-alls over heads (q, k, v and the attention output in the
   forward, their gradients in the backward) move (cp − 1)/cp of those tensors over NVLink (or the network when
   a group spans nodes), on the critical path. Attention FLOPs per token grow with seq_len (quadratic per
@@ -14,7 +19,13 @@
   micro batch's activations forward and their gradients back.
 """
 
-from compiler.planner.assumptions import ASSUMED_MATMUL_EFFICIENCY, RECOMPUTE_FLOPS
+from compiler.planner.assumptions import (
+    ASSUMED_MATMUL_EFFICIENCY,
+    COMPILE_SPEEDUP,
+    MATMUL_EFFICIENCY,
+    RECOMPUTE_TIME,
+    EfficiencyFit,
+)
 from compiler.planner.estimate import Share, parameters_per_gpu, pipeline_shares
 from compiler.planner.models import model_facts
 from compiler.planner.pipeline import bubble_fraction
@@ -41,20 +52,21 @@ def throughput(
     layout: Layout,
     batch: Batch,
     dpo: schema.DpoConfig | None = None,
+    compiled: bool = False,
 ) -> Throughput:
     """Step time from the GPU's peak at an assumed efficiency, plus communication the backward cannot hide;
     under a pipeline, the slowest rank's time stretched by the bubble. With `dpo` and a reference model that
-    runs beside the policy, its forward pass over the same rows (a third of a training step's FLOPs)."""
+    runs beside the policy, its forward pass over the same rows (a third of a training step's FLOPs).
+    `compiled`: trainer.compile is on."""
     sequences = batch.tokens_per_step // (batch.seq_len * layout.dp)  # a replica's rows: with DPO, twice its pairs
+    efficiency, source = matmul_efficiency(model, instance, batch.micro_batch * model.seq_len, compiled)
     busy, compute, exposed = 0.0, 0.0, 0.0
     for share in pipeline_shares(model, par, layout):
         model_flops = flops_per_token_of(model, layout.tp, share) * sequences * model.seq_len
-        hardware_flops = model_flops * RECOMPUTE_FLOPS[par.activation_checkpointing]
+        hardware_flops = model_flops * RECOMPUTE_TIME[par.activation_checkpointing]
         if dpo is not None and not dpo.precompute_reference:
             hardware_flops += model_flops / 3
-        share_compute = hardware_flops / (
-            instance.peak_tflops(par.mixed_precision.value) * 1e12 * ASSUMED_MATMUL_EFFICIENCY
-        )
+        share_compute = hardware_flops / (instance.peak_tflops(par.mixed_precision.value) * 1e12 * efficiency)
         data_parallel = _data_parallel_seconds(model, par, instance, layout, share) * _reductions_per_step(par, batch)
         share_exposed = (
             max(0.0, data_parallel - BACKWARD_SHARE * share_compute)
@@ -82,7 +94,31 @@ def throughput(
         mfu=mfu,
         bubble=bubble,
         point_to_point_seconds=point_to_point,
+        matmul_efficiency=efficiency,
+        efficiency_source=source,
     )
+
+
+def matmul_efficiency(
+    model: schema.ModelConfig, instance: InstanceType, tokens_per_micro_batch: int, compiled: bool
+) -> tuple[float, str]:
+    """The share of the dense peak a step's FLOPs reach, and where that figure comes from: the fit of the GPU's
+    family to its published runs, scaled by the GEMMs' size (narrow models and short micro batches keep the
+    tensor cores less busy), or the assumed figure for a GPU no published run covers."""
+    fit = _family_fit(instance.gpu_model)
+    if fit is None:
+        efficiency, source = ASSUMED_MATMUL_EFFICIENCY, "assumed, no published runs of this GPU"
+    else:
+        width = min(1.0, model.hidden / fit.full_width) ** fit.width_exponent
+        tokens = min(1.0, tokens_per_micro_batch / fit.full_tokens) ** fit.tokens_exponent
+        efficiency, source = fit.peak_share * width * tokens, fit.source
+    if compiled:
+        efficiency, source = efficiency * COMPILE_SPEEDUP, f"{source}; × {COMPILE_SPEEDUP:g} for trainer.compile"
+    return efficiency, source
+
+
+def _family_fit(gpu_model: str) -> EfficiencyFit | None:
+    return next((fit for prefix, fit in MATMUL_EFFICIENCY.items() if gpu_model.startswith(prefix)), None)
 
 
 def pipeline_bytes(model: schema.ModelConfig, par: schema.ParallelismConfig, layout: Layout, batch: Batch) -> int:
@@ -115,7 +151,10 @@ def _reductions_per_step(par: schema.ParallelismConfig, batch: Batch) -> int:
 def _data_parallel_seconds(
     model: schema.ModelConfig, par: schema.ParallelismConfig, instance: InstanceType, layout: Layout, share: Share
 ) -> float:
-    """Gradient reduction (and FSDP/ZeRO-3 parameter gathers) per optimizer step over the slowest link."""
+    """Gradient reduction (and FSDP/ZeRO-3 parameter gathers) per optimizer step: inside a node each GPU moves
+    its part over NVLink; across nodes each node's NICs carry about the collective's size (a ring over nodes
+    crosses each node once), shared by its GPUs. With shard groups inside a node (HSDP), only the replicas'
+    all-reduce of each GPU's gradient shard crosses the network, every GPU of the node sending its own."""
     dp, shard = layout.dp, layout.shard_degree
     if dp == 1:
         return 0.0
@@ -123,14 +162,21 @@ def _data_parallel_seconds(
     gradient_bytes = params * (2 if strategy.engine == DEEPSPEED_ENGINE or strategy.shards_parameters else 4)
     gathers = 2 * params * 2 if strategy.shards_parameters else 0  # parameters for forward and backward
     gpu_link = instance.gpu_link_gbps / 8 * 1e9
-    network = instance.network_gbps / layout.processes_per_node / 8 * 1e9
-    if strategy.shard_groups and layout.processes_per_node % shard == 0:
+    node_network = instance.network_gbps / 8 * 1e9
+    per_node = layout.processes_per_node
+    if strategy.shard_groups and per_node % shard == 0:
         within = (gradient_bytes + gathers) * (shard - 1) / shard / gpu_link
         replicas = dp // shard
         across = 2 * gradient_bytes / shard * (replicas - 1) / replicas
-        return within + across / (network if layout.nodes > 1 else gpu_link)
-    traffic = 2 * gradient_bytes * (dp - 1) / dp + gathers * (shard - 1) / shard
-    return traffic / (network if layout.nodes > 1 else gpu_link)
+        if layout.nodes == 1:
+            return within + across / gpu_link
+        return within + across * min(per_node, dp) / node_network
+    reduction = 1 if strategy.shards_gradients else 2  # a reduce-scatter moves half an all-reduce's bytes
+    traffic = reduction * gradient_bytes * (dp - 1) / dp + gathers * (shard - 1) / shard
+    if layout.nodes == 1:
+        return traffic / gpu_link
+    groups = min(layout.tp, per_node)  # each tensor-parallel rank of a node reduces in its own group
+    return max(traffic / gpu_link, traffic * groups / node_network)
 
 
 def _tensor_parallel_seconds(

@@ -1,6 +1,6 @@
 """What `dockyard plan` tells a user: a short summary on the terminal and `report.md` beside plan.json."""
 
-from compiler.planner.assumptions import ASSUMED_MATMUL_EFFICIENCY, ASSUMPTIONS
+from compiler.planner.assumptions import ASSUMPTIONS
 from compiler.planner.estimate import GIB, Memory
 from compiler.planner.pipeline import bubble_fraction
 from compiler.planner.schedule_rules import differences_from_trainer
@@ -45,10 +45,11 @@ def _summary(plan: Plan) -> list[str]:
         memory, speed = plan.estimate.memory, plan.estimate.throughput
         terms = ", ".join(f"{name} {size / GIB:.1f}" for name, size in memory.terms.items())
         lines += [
-            f"memory    {memory.total / GIB:.1f} of {plan.estimate.gpu_memory / GIB:.1f} GiB per GPU: {terms} "
+            f"memory    {memory.total / GIB:.1f} of {plan.estimate.gpu_memory / GIB:.1f} GiB per GPU (reserved "
+            f"peak): {terms} "
             "(context, NCCL buffers and margin assumed)",
             f"speed     {speed.step_seconds:.2f} s/step, {speed.tokens_per_second:,.0f} tokens/s, MFU "
-            f"{speed.mfu:.0%} (predicted from an assumed {ASSUMED_MATMUL_EFFICIENCY:.0%} matmul efficiency)"
+            f"{speed.mfu:.0%} (predicted at {speed.matmul_efficiency:.0%} matmul efficiency: {speed.efficiency_source})"
             f"{_cost_per_billion(plan)}",
             f"total     {_totals(plan)}",
         ]

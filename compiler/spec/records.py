@@ -104,6 +104,10 @@ class Throughput:
     """Share of the step a pipeline rank idles (the schedule's warm-up and drain)."""
     point_to_point_seconds: float = 0.0
     """Sending activations and their gradients between pipeline stages (counted as exposed)."""
+    matmul_efficiency: float = 0.0
+    """The share of the GPU's dense peak the compute was predicted at."""
+    efficiency_source: str = ""
+    """Where that share comes from (the published runs it was fitted to, or an assumption)."""
 
 
 @dataclass(frozen=True, kw_only=True)

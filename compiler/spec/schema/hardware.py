@@ -25,6 +25,9 @@ class HardwareConfig:
     """-1 means one process per GPU; on `cpu` it must be set."""
     price_per_hour: float | None = None
     """Overrides the catalog's on-demand price (a discount, another region)."""
+    network_gbps: float | None = None
+    """The network each node sends and receives at (Gbit/s, all its NICs together), where it is not the
+    catalog's (another cluster's fabric: 8 × 200 Gbit/s InfiniBand is 1600)."""
     memory_check: bool = True
     """Refuse a plan whose predicted peak exceeds GPU memory; false makes that a warning."""
     groups: dict[str, InstanceGroup] = field(default_factory=dict)

@@ -20,8 +20,11 @@ class Strategy(Enum):
 
 class Checkpointing(Enum):
     none = "none"
+    attention = "attention"
+    """Recompute only the attention core, softmax(QKᵀ)V (Korthikanti et al. 2022's selective recomputation)."""
     selective = "selective"
-    """Recompute only the attention core (Korthikanti et al. 2022)."""
+    """Op-level selective recomputation as torchtitan runs it: keep every other matrix product's output and the
+    attention outputs, recompute the rest."""
     full = "full"
 
 
@@ -83,7 +86,8 @@ class ParallelismConfig:
     global_batch: int = -1
     """Sequences per optimizer step over all replicas; -1 derives micro_batch × grad_accum × dp."""
     activation_checkpointing: Checkpointing = Checkpointing.none
-    """Recompute activations in the backward: none, selective (the attention core) or full."""
+    """Recompute activations in the backward: none, attention (the attention core), selective (op-level: every
+    other matrix product and attention kept) or full."""
     mixed_precision: Precision = Precision.auto
     """Compute precision: auto (bf16 on GPUs, fp32 on CPUs), bf16, fp16 (with loss scaling) or fp32."""
     offload: Offload = Offload.none

@@ -10,6 +10,7 @@ the q/k/v projections split over tensor-parallel ranks (each rank then holds hea
 """
 
 import math
+from collections.abc import Callable
 from contextlib import nullcontext
 
 import torch
@@ -23,6 +24,7 @@ from entrypoint.trainer.context_parallel import ContextParallel
 from entrypoint.trainer.models.decoder_hf import DecoderWeights
 from entrypoint.trainer.models.loss import mean_cross_entropy, token_logps
 from entrypoint.trainer.models.packed import document_mask, unpacked
+from entrypoint.trainer.models.recompute import recomputed
 from entrypoint.trainer.models.weights import WeightsFormat
 from entrypoint.trainer.offload import ActivationOffload
 
@@ -146,7 +148,8 @@ class Decoder(nn.Module):
             half = model.hidden // model.heads // 2
             self.register_buffer("rope_cos", torch.empty(model.context, half), persistent=False)
             self.register_buffer("rope_sin", torch.empty(model.context, half), persistent=False)
-        self.full_checkpointing = False
+        self.recompute: Callable[..., torch.Tensor] | None = None
+        """How each block is recomputed in the backward (`models.recompute`); None: it is not."""
         self.context: ContextParallel | None = None
         """parallelism.cp > 1: this rank runs its part of each sequence (`context_parallel`)."""
         self.offload: ActivationOffload | None = None
@@ -154,10 +157,11 @@ class Decoder(nn.Module):
         self.reset_parameters()
 
     def set_checkpointing(self, mode: Checkpointing) -> None:
-        """full: recompute each block in the backward pass; selective: only the attention core."""
-        self.full_checkpointing = mode is Checkpointing.full
+        """full: recompute each block in the backward pass; selective: the op-level policy (`models.recompute`);
+        attention: only the attention core."""
+        self.recompute = recomputed(mode)
         for block in self.blocks:
-            block.attention.checkpoint_core = mode is Checkpointing.selective
+            block.attention.checkpoint_core = mode is Checkpointing.attention
 
     def reset_parameters(self) -> None:
         """Also run after a model built on the meta device is materialised, shard by shard."""
@@ -183,10 +187,7 @@ class Decoder(nn.Module):
         offload = self.offload if self.training else None
         for index, block in enumerate(self.blocks):
             with offload.saving(index) if offload else nullcontext():
-                if self.full_checkpointing and self.training:
-                    x = checkpoint(block, x, rope, mask, use_reentrant=False)
-                else:
-                    x = block(x, rope, mask)
+                x = self.recompute(block, x, rope, mask) if self.recompute and self.training else block(x, rope, mask)
             if offload:
                 x = offload.prefetch_from(x, index)
         x = self.norm(x)
@@ -241,7 +242,7 @@ class Stage(nn.Module):
         if self.rope:
             self.register_buffer("rope_cos", decoder.rope_cos, persistent=False)
             self.register_buffer("rope_sin", decoder.rope_sin, persistent=False)
-        self.full_checkpointing = decoder.full_checkpointing
+        self.recompute = decoder.recompute
 
     def reset_parameters(self) -> None:
         """Initialise a stage materialised from the meta device as the whole decoder initialises its parts."""
@@ -256,10 +257,7 @@ class Stage(nn.Module):
                 x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
         rope = rope_at(self.rope_cos, self.rope_sin, x.shape[1], None) if self.rope else None
         for block in self.blocks.values():
-            if self.full_checkpointing and self.training:
-                x = checkpoint(block, x, rope, use_reentrant=False)
-            else:
-                x = block(x, rope)
+            x = self.recompute(block, x, rope) if self.recompute and self.training else block(x, rope)
         if not self.last:
             return x
         x = self.norm(x)
