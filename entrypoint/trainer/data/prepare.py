@@ -12,12 +12,12 @@ import torch.distributed as dist
 from compiler.spec import Plan
 from compiler.spec.contract import TOKENIZER_CHANNEL
 from compiler.spec.s3 import download_s3
-from compiler.spec.schema import DataFormat
-from compiler.spec.token_cache_key import TOKEN_CACHE_DIR, cache_key
+from compiler.spec.schema import DataFormat, DataSource
+from compiler.spec.token_cache_key import TOKEN_CACHE_DIR, cache_key, keyed_by
 from compiler.spec.tokenizer import TokenizerFacts, tokenizer_location
 from entrypoint.launcher.cluster import Paths
 from entrypoint.trainer.data import cache as token_cache
-from entrypoint.trainer.data import data_format, documents
+from entrypoint.trainer.data import data_format, documents, hub
 from entrypoint.trainer.data.base import CacheMeta
 from entrypoint.trainer.data.windows import ShuffledWindows
 
@@ -56,11 +56,8 @@ def ensure_cache(
     """The cache folder of this data; built here by the node's first rank if missing, which the node's other
     ranks wait for by watching the folder appear (a barrier would time out on a large corpus; torchrun ends
     them if the first rank fails). The key is computed by rank 0 and broadcast, so the data is hashed once."""
-    held_out = plan.data.validation if isinstance(plan.data.validation, str) else None
-    train, validation = documents.split_sources(data_folder, held_out)
-    if not train:
-        raise FileNotFoundError(f"no documents (.jsonl[.gz|.zst], .txt, .parquet, datasets) under {data_folder}")
-    keys = [cache_key(plan, tokenizer, data_folder, train, validation) if dist.get_rank() == 0 else ""]
+    train, validation = _sources(plan, data_folder)
+    keys = [_key(plan, tokenizer, data_folder, train, validation) if dist.get_rank() == 0 else ""]
     dist.broadcast_object_list(keys, src=0)
     folder = root / keys[0]
     if leader and not folder.is_dir():
@@ -77,6 +74,23 @@ def ensure_cache(
         time.sleep(POLL_S)
     dist.barrier()
     return folder
+
+
+def _sources(plan: Plan, data_folder: Path) -> tuple[list, list]:
+    """The training and held-out sources: files under the data folder, or (`data=hf`) datasets."""
+    held_out = plan.data.validation if isinstance(plan.data.validation, str) else None
+    if plan.data.source is DataSource.hf:
+        return hub.hub_sources(plan.data), hub.hub_sources(plan.data, held_out) if held_out else []
+    train, validation = documents.split_sources(data_folder, held_out)
+    if not train:
+        raise FileNotFoundError(f"no documents (.jsonl[.gz|.zst], .txt, .parquet, datasets) under {data_folder}")
+    return train, validation
+
+
+def _key(plan: Plan, tokenizer: Path, data_folder: Path, train: list, validation: list) -> str:
+    if plan.data.source is DataSource.hf:
+        return keyed_by(plan, tokenizer, hub.fingerprint(train), hub.fingerprint(validation))
+    return cache_key(plan, tokenizer, data_folder, train, validation)
 
 
 def open_windows(plan: Plan, folder: Path, eos: int) -> tuple[ShuffledWindows, ShuffledWindows | None, list[str]]:
