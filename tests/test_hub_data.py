@@ -10,9 +10,9 @@ import pytest
 
 from compiler.config.compose import compose_config
 from compiler.spec.errors import ConfigError
+from compiler.spec.schema import DataFormat
 from entrypoint.trainer.data import documents, hub
 from entrypoint.trainer.data.hub import HubSource
-from compiler.spec.schema import DataFormat
 from tests.entrypoint_support import train
 from tests.helpers import plan_for
 from tests.pretrained import save_checkpoint

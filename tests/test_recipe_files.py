@@ -30,7 +30,11 @@ REFUSED = {
     "handbook-smollm2-dpo.yaml": {"dataset_mixture.test_split_size"},
     "axolotl-llama-3-lora-1b.yml": set(),
     "axolotl-llama-3-fft-8b.yaml": set(),
-    "axolotl-llama-3-instruct-dpo-lora-8b.yml": {"datasets[1].field_messages", "load_in_8bit", "special_tokens.eos_token"},
+    "axolotl-llama-3-instruct-dpo-lora-8b.yml": {
+        "datasets[1].field_messages",
+        "load_in_8bit",
+        "special_tokens.eos_token",
+    },
     "axolotl-qwen2-dpo.yaml": {"datasets[1].field_messages"},
     "axolotl-phi-phi3-ft.yml": {"early_stopping_patience"},
     "axolotl-gemma3-gemma-3-1b-qlora.yml": {"load_in_4bit", "adapter", "unfrozen_parameters", "eot_tokens"},

@@ -26,7 +26,9 @@ def check_hub(data: schema.DataConfig) -> list[Path]:
     if data.source is not schema.DataSource.hf:
         if data.name or data.mixture:
             key = "data.name" if data.name else "data.mixture"
-            raise ConfigError(key, f"names Hugging Face datasets, and data={data.source.value} reads none", "use data=hf")
+            raise ConfigError(
+                key, f"names Hugging Face datasets, and data={data.source.value} reads none", "use data=hf"
+            )
         return []
     if bool(data.name) == bool(data.mixture):
         raise ConfigError(
@@ -42,11 +44,15 @@ def _entry(data: schema.DataConfig, entry: object, number: int) -> Path | None:
     key = f"data.mixture[{number}]" if data.mixture else "data.name"
     if not isinstance(entry, dict) or not entry.get("name") or set(entry) - set(MIXTURE_KEYS):
         raise ConfigError(
-            key, f"{grammar.shown(str(entry))} is not a dataset entry", f"give {{{', '.join(MIXTURE_KEYS)}}}, name required"
+            key,
+            f"{grammar.shown(str(entry))} is not a dataset entry",
+            f"give {{{', '.join(MIXTURE_KEYS)}}}, name required",
         )
     weight = entry.get("weight", 1.0)
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight <= 1:
-        raise ConfigError(f"{key}.weight", f"{weight!r} is not a fraction in (0, 1]", "give the share of rows kept, like 0.5")
+        raise ConfigError(
+            f"{key}.weight", f"{weight!r} is not a fraction in (0, 1]", "give the share of rows kept, like 0.5"
+        )
     folder = Path(str(entry["name"]))
     if not folder.is_absolute():
         return None  # a Hub id, or a name in the nodes' datasets cache
