@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from compiler.config.compose import compose_config
+from compiler.planner.summary import summary_lines
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import DataFormat
 from entrypoint.trainer.data import documents, hub
@@ -68,6 +69,8 @@ def refusal(overrides: list[str]) -> ConfigError:
 def test_a_mixture_of_local_folders_plans(folders):
     plan = plan_for(*hf(folders, mixture(folders)))
     assert [entry.get("weight") for entry in plan.data.mixture] == [0.5, None]
+    shown = "\n".join(summary_lines(plan))
+    assert f"hf {folders['alpaca']}[train] x0.5 + {folders['sharegpt']}[train]" in shown
 
 
 def test_plan_refuses_what_the_nodes_could_not_read(folders, tmp_path):
