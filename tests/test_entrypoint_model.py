@@ -33,7 +33,9 @@ if dist.get_rank() == 0:
 
 @pytest.mark.parametrize("model", ["tiny", "gpt2-124m", "llama3.2-1b"])
 def test_parameter_count_matches_the_plan(model):
-    plan = plan_for("experiment=smoke", f"model={model}", "hardware.processes_per_node=2", "hardware.memory_check=false")
+    plan = plan_for(
+        "experiment=smoke", f"model={model}", "hardware.processes_per_node=2", "hardware.memory_check=false"
+    )
     with torch.device("meta"):
         decoder = MODELS["decoder"].build(plan.model)
     assert sum(p.numel() for p in decoder.parameters()) == plan.parameters

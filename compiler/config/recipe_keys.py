@@ -187,10 +187,10 @@ DATA_KEYS = frozenset(
 """The keys that name a recipe's data, as Hub datasets or files."""
 
 DATA_WHY = (
-    "Hub datasets are not read by dockyard yet: save the rows (datasets' save_to_disk, or JSONL; alpaca and "
-    "ShareGPT rows read as chat, pairs with or without a prompt as preference) and give "
-    "data=local data.path=FOLDER data.format=chat (or text, preference) data.tokenizer=FOLDER"
+    "a recipe's own files are not read: give their folder as data=hf data.name=FOLDER (alpaca and ShareGPT rows "
+    "read as chat, pairs with or without a prompt as preference)"
 )
+"""Why `train_file`/`validation_file` are refused (the Hub datasets the other data keys name are ported)."""
 
 
 @dataclass

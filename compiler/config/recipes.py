@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from compiler.config.recipe_data import port_data
 from compiler.config.recipe_keys import (
     ADAMW,
     ADAMW_8BIT,
@@ -67,9 +68,10 @@ def convert(recipe: dict[str, Any]) -> Conversion:
     tool, defaults = source_tool(recipe)
     out = Conversion(overrides=dict(defaults))
     out.notes.append(f"{tool} recipe: its defaults are stated where it leaves a setting out")
-    data = [key for key, value in recipe.items() if key in DATA_KEYS and not _empty(value) and value is not None]
-    if data:
-        out.refuse(", ".join(data), DATA_WHY)
+    files = [key for key in ("train_file", "validation_file") if recipe.get(key)]
+    if files:
+        out.refuse(", ".join(files), DATA_WHY)
+    port_data(out, recipe)
     for key, value in recipe.items():
         handler = HANDLERS.get(key)
         if value is None or value == "":

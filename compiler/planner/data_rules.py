@@ -11,6 +11,7 @@ from pathlib import Path
 from compiler.core import grammar
 from compiler.core.architectures import ARCHITECTURES
 from compiler.core.capabilities import TargetCapabilities
+from compiler.planner import hub_rules
 from compiler.planner.tokenize_job import is_tokenize_job, unshared_cache_warning
 from compiler.spec import Layout, schema
 from compiler.spec.contract import TOKENIZER_CHANNEL
@@ -28,6 +29,7 @@ def check_format(config: schema.Config, targets: TargetCapabilities) -> Iterator
             f"mounts a file system (data=fsx or efs), and data={data.source.value} reads none",
             "remove data.claim, or use data=fsx or efs",
         )
+    folders = hub_rules.check_hub(data)
     if data.tokens is not None and data.tokens < 1:
         raise ConfigError("data.tokens", f"{data.tokens} is not a token count", "give the dataset's token count")
     if data.format is schema.DataFormat.tokens:
@@ -37,6 +39,8 @@ def check_format(config: schema.Config, targets: TargetCapabilities) -> Iterator
                 "tokens: token files are read as they are, there is nothing to tokenize",
                 "set data.format=text, chat or preference for `dockyard tokenize`",
             )
+        if data.source is schema.DataSource.hf:
+            raise ConfigError("data.format", "data=hf reads rows, not token arrays", "set data.format=text or chat")
         if data.validation is not None:
             raise ConfigError(
                 "data.validation",
@@ -64,6 +68,10 @@ def check_format(config: schema.Config, targets: TargetCapabilities) -> Iterator
         yield "data.tokenizer is on S3: its vocabulary and chat template are checked when the job starts"
         return
     check_tokenizer(config, facts)
+    if data.format.rendered and folders:
+        from compiler.planner import chat_templates
+
+        chat_templates.check_first_records(facts, [found for folder in folders for found in sources(folder)])
 
 
 def check_packing_mask(config: schema.Config, layout: Layout) -> None:

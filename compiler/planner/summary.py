@@ -206,6 +206,7 @@ def _data(plan: Plan) -> str:
         "local": data.path,
         "fsx": f"{data.file_system_id}:{data.path}",
         "efs": f"{data.file_system_id}:{data.path}",
+        "hf": _datasets(data),
     }.get(data.source.value)
     line = f"{data.source.value} {where}" if where else data.source.value
     if data.format is not DataFormat.tokens:
@@ -214,6 +215,17 @@ def _data(plan: Plan) -> str:
     if plan.dataset:
         line += f"   {_epochs(plan, plan.dataset)}"
     return line
+
+
+def _datasets(data: DataConfig) -> str:
+    """data=hf: each dataset (its config and split), with the share of its rows a mixture keeps."""
+    entries = data.mixture or [{"name": data.name, "config": data.config, "split": data.split}]
+    shown = []
+    for entry in entries:
+        subset = f"/{entry['config']}" if entry.get("config") else ""
+        weight = f" x{entry['weight']:g}" if entry.get("weight", 1) != 1 else ""
+        shown.append(f"{entry.get('name')}{subset}[{entry.get('split') or data.split}]{weight}")
+    return " + ".join(shown)
 
 
 def _windows(data: DataConfig) -> str:

@@ -76,6 +76,11 @@ def content_hash(paths: list[Path], root: Path) -> str:
 def cache_key(plan: Plan, tokenizer: Path, data_folder: Path, train: list[Path], validation: list[Path]) -> str:
     """What the arrays depend on: the data's names and bytes, the tokenizer's files, and the format options
     (the seed only when it draws the validation documents)."""
+    return keyed_by(plan, tokenizer, content_hash(train, data_folder), content_hash(validation, data_folder))
+
+
+def keyed_by(plan: Plan, tokenizer: Path, train: str, validation: str) -> str:
+    """The cache key of data whose training and held-out documents hash to `train` and `validation`."""
     data = plan.data
     fraction = isinstance(data.validation, float)
     options = {
@@ -86,8 +91,8 @@ def cache_key(plan: Plan, tokenizer: Path, data_folder: Path, train: list[Path],
         "chat_date": plan.chat_date,
         "validation": data.validation,
         "seed": plan.trainer.seed if fraction else None,
-        "train": content_hash(train, data_folder),
-        "validation_data": content_hash(validation, data_folder),
+        "train": train,
+        "validation_data": validation,
         "tokenizer": content_hash(
             [
                 p

@@ -11,6 +11,9 @@ class DataSource(Enum):
     s3 = "s3"
     fsx = "fsx"
     efs = "efs"
+    hf = "hf"
+    """Hugging Face datasets (`data.name` or `data.mixture`), read on the nodes with `datasets.load_dataset`:
+    from the datasets cache, a local folder, or the Hub where the nodes reach it."""
 
 
 class InputMode(Enum):
@@ -60,6 +63,17 @@ class DataConfig:
     """fsx (fs-...) or efs (fs-...) file system id."""
     claim: str | None = None
     """fsx/efs on Kubernetes: the PersistentVolumeClaim that mounts the file system (`path` is inside it)."""
+    name: str | None = None
+    """hf: the dataset, as `load_dataset` takes it: a Hub id (HuggingFaceH4/ultrachat_200k), a folder of
+    JSON/Parquet files, or a folder `save_to_disk` wrote."""
+    config: str | None = None
+    """hf: the dataset's configuration (its subset), if it has several."""
+    split: str = "train"
+    """hf: the split trained on (a `datasets` split expression such as train[:10%] also works)."""
+    mixture: list[Any] = field(default_factory=list)
+    """hf: several datasets trained on together instead of `data.name`, each {name, config, split, weight}:
+    the first `weight` fraction (0 < weight <= 1, default 1) of each split's rows kept, in order, as the
+    alignment-handbook's and TRL's `dataset_mixture` takes them; each in its own row shape."""
     token_dtype: str = "uint16"
     """Element type of the token files: uint16 (vocab < 65,536) or uint32."""
     format: DataFormat = DataFormat.tokens
@@ -86,6 +100,7 @@ class DataConfig:
     """chat: the tokens the loss is computed on: assistant (the replies only) or all."""
     validation: Any = None
     """text/chat: held-out data, a fraction of the documents (0.1, chosen by a seeded draw) or the relative path
-    of a file or folder inside the data folder (held out whole); a number or a path, so typed Any."""
+    of a file or folder inside the data folder (held out whole); a number or a path, so typed Any. With
+    data=hf, a name is the held-out split (test) of each dataset."""
     tokens: int | None = None
     """The dataset's token count, if known: the plan then says how many epochs the steps cover."""

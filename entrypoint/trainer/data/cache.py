@@ -116,7 +116,7 @@ def _progress_line(meta: CacheMeta, seconds: float) -> str:
     return f"tokenizing        {docs:,} documents, {tokens:,} tokens, {seconds:.1f} s ({rate:,.0f} tokens/s)"
 
 
-def batches(splits: dict[str, list[Path]], plan: Plan, fraction: float | None) -> Iterator[tuple[str, list]]:
+def batches(splits: dict[str, list], plan: Plan, fraction: float | None) -> Iterator[tuple[str, list]]:
     """(split, documents) in batches, in order; with a `fraction`, each document drawn into validation with
     that probability from a generator seeded by `trainer.seed` (the same documents on every node)."""
     draw = np.random.default_rng(plan.trainer.seed)

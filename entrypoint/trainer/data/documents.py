@@ -1,6 +1,6 @@
 """Documents and conversations in a data folder, in a fixed order: JSONL (plain, .gz or .zst, streamed
 without unpacking to disk), plain text (one document per file), Parquet, and folders a `datasets` Dataset
-was saved to with `save_to_disk`.
+was saved to with `save_to_disk`; with `data=hf`, the datasets `load_dataset` reads (`hub.HubSource`).
 
 A record is a JSON object, a Parquet row or a dataset row, read by its format (`FORMATS`): `text` its
 `data.field` column, `chat` a conversation, `preference` a pair.
@@ -14,15 +14,15 @@ from typing import TextIO
 
 from compiler.spec.schema import DataFormat
 from compiler.spec.token_cache_key import PARQUET_SUFFIX, TEXT_SUFFIX, kind, sources, split_sources
-from entrypoint.trainer.data import data_format
+from entrypoint.trainer.data import data_format, hub
 
 __all__ = ["records", "sources", "split_sources"]
 
 
-def records(path: Path, fmt: DataFormat, field: str) -> Iterator[str | dict]:
+def records(path: Path | hub.HubSource, fmt: DataFormat, field: str) -> Iterator[str | dict]:
     """Each record, in file order, as its format reads it (`text`: its text; `chat`: a conversation;
     `preference`: a pair)."""
-    if kind(path) == TEXT_SUFFIX:
+    if isinstance(path, Path) and kind(path) == TEXT_SUFFIX:
         if fmt.rendered:
             raise ValueError(f"{path}: a .txt file holds text, not records (data.format={fmt.value})")
         yield path.read_text()
@@ -32,7 +32,10 @@ def records(path: Path, fmt: DataFormat, field: str) -> Iterator[str | dict]:
         yield shape.record(row, field, f"{path}, record {number}")
 
 
-def _rows(path: Path, columns: tuple[str, ...]) -> Iterator[dict]:
+def _rows(path: Path | hub.HubSource, columns: tuple[str, ...]) -> Iterator[dict]:
+    if isinstance(path, hub.HubSource):
+        yield from hub.rows(path, columns)
+        return
     if path.is_dir():
         import datasets
 

@@ -14,12 +14,12 @@ import torch.distributed as dist
 from compiler.spec import Plan
 from compiler.spec.contract import TOKENIZER_CHANNEL
 from compiler.spec.s3 import download_s3
-from compiler.spec.schema import DataFormat
-from compiler.spec.token_cache_key import TOKEN_CACHE_DIR, cache_key
+from compiler.spec.schema import DataFormat, DataSource
+from compiler.spec.token_cache_key import TOKEN_CACHE_DIR, cache_key, keyed_by
 from compiler.spec.tokenizer import TokenizerFacts, tokenizer_location
 from entrypoint.launcher.cluster import Paths
 from entrypoint.trainer.data import cache as token_cache
-from entrypoint.trainer.data import data_format, documents, shards
+from entrypoint.trainer.data import data_format, documents, hub, shards
 from entrypoint.trainer.data.base import CacheMeta
 from entrypoint.trainer.data.windows import ShuffledWindows
 
@@ -57,22 +57,18 @@ def ensure_cache(
 ) -> Path:
     """The cache folder of this data; built here if missing, which the other ranks wait for by watching the folder
     appear (a barrier would time out on a large corpus; torchrun ends them if the first rank fails). Where every
-    node sees the same `data.cache` folder, node k's first rank tokenizes share k of the documents (`shards`) and
-    rank 0 writes the folder once all are there; else each node's first rank tokenizes them all. The key is
-    computed by rank 0 and broadcast, so the data is hashed once."""
-    held_out = plan.data.validation if isinstance(plan.data.validation, str) else None
-    train, validation = documents.split_sources(data_folder, held_out)
-    if not train:
-        raise FileNotFoundError(f"no documents (.jsonl[.gz|.zst], .txt, .parquet, datasets) under {data_folder}")
+    node sees the same `data.cache` folder, node k's first rank tokenizes share k of the documents (`shards`; files
+    only, not `data=hf` datasets) and rank 0 writes the folder once all are there; else each node's first rank
+    tokenizes them all. The key is computed by rank 0 and broadcast, so the data is hashed once."""
+    train, validation = _sources(plan, data_folder)
+    found = [_key(plan, tokenizer, data_folder, train, validation), False] if dist.get_rank() == 0 else ["", False]
     if dist.get_rank() == 0:
-        key = cache_key(plan, tokenizer, data_folder, train, validation)
-        found = [key, (root / key).is_dir()]
-    else:
-        found = ["", False]
+        found[1] = (root / found[0]).is_dir()
     dist.broadcast_object_list(found, src=0)
     folder, built = root / found[0], found[1]
     splits = {"train": train, "validation": validation}
-    if not built and plan.data.cache and plan.layout.nodes > 1 and shared(root):
+    files = plan.data.source is not DataSource.hf
+    if not built and files and plan.data.cache and plan.layout.nodes > 1 and shared(root):
         _build_shared(plan, splits, tokenizer, folder, leader, log)
     elif leader and not folder.is_dir():
         log(f"token cache       building {folder}")
@@ -120,6 +116,23 @@ def shared(root: Path) -> bool:
     if dist.get_rank() == 0:
         (root / probe[0]).unlink()
     return all(seen)
+
+
+def _sources(plan: Plan, data_folder: Path) -> tuple[list, list]:
+    """The training and held-out sources: files under the data folder, or (`data=hf`) datasets."""
+    held_out = plan.data.validation if isinstance(plan.data.validation, str) else None
+    if plan.data.source is DataSource.hf:
+        return hub.hub_sources(plan.data), hub.hub_sources(plan.data, held_out) if held_out else []
+    train, validation = documents.split_sources(data_folder, held_out)
+    if not train:
+        raise FileNotFoundError(f"no documents (.jsonl[.gz|.zst], .txt, .parquet, datasets) under {data_folder}")
+    return train, validation
+
+
+def _key(plan: Plan, tokenizer: Path, data_folder: Path, train: list, validation: list) -> str:
+    if plan.data.source is DataSource.hf:
+        return keyed_by(plan, tokenizer, hub.fingerprint(train), hub.fingerprint(validation))
+    return cache_key(plan, tokenizer, data_folder, train, validation)
 
 
 def open_windows(plan: Plan, folder: Path, eos: int) -> tuple[ShuffledWindows, ShuffledWindows | None, list[str]]:
