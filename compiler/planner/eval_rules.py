@@ -1,5 +1,6 @@
-"""The rules of `eval` (`dockyard eval`, and `trainer.eval_tasks`): a Hugging Face model folder to evaluate, tasks the harness knows,
-and a task folder whose YAML files parse and whose data files are there, all checked before anything is built.
+"""The rules of `eval` (`dockyard eval`, and `trainer.eval_tasks`): a Hugging Face model folder to evaluate,
+tasks the harness knows, and a task folder whose YAML files parse and whose data files are there, all checked
+before anything is built.
 
 A task is known when a YAML file of `eval.include_path` names it (`task:`, `group:` or `tag:`), or when it is one of
 the harness's own and lm-eval is installed where the plan is made (its task folder is read, not imported).

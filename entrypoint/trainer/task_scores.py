@@ -24,7 +24,16 @@ from entrypoint.evaluation import score
 from entrypoint.launcher.cluster import Paths
 from entrypoint.trainer.metrics.base import MetricsSink
 
-TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_", "ROLE_", "MASTER_", "TORCHELASTIC_")
+TORCHRUN_VARIABLES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_",
+    "ROLE_",
+    "MASTER_",
+    "TORCHELASTIC_",
+)
 """What torchrun tells rank 0 about its job (prefixes), left out of the harness's environment: with them, the
 harness (through accelerate) would take itself for one rank of a distributed job and join rank 0's rendezvous."""
 MODEL_COPY = "eval-model"
