@@ -12,6 +12,8 @@ import pytest
 from compiler.images.context import build_context
 from compiler.images.render import render_dockerfile
 from compiler.launch.evaluation import overrides_for_run
+from compiler.launch.runs import final_metrics
+from compiler.launch.summary import time_to_loss
 from compiler.spec import Plan
 from compiler.spec.contract import EVAL_TASKS_DIR
 from compiler.spec.scores import score_rows, scores
@@ -127,6 +129,15 @@ def test_a_training_runs_tasks_are_checked_as_an_evaluations_are(model, tasks, t
         outcome = invoke(args, tmp_path)
         assert outcome.status == 2 and error in outcome.stderr, outcome.stderr
         assert len(outcome.stderr.splitlines()) == 1 and not outcome.created
+
+
+def test_a_runs_final_metrics_are_its_last_steps_record_and_the_task_scores_after_it(tmp_path):
+    lines = [{"step": 5, "loss": 2.0, "elapsed_s": 1.0}, {"step": 6, "loss": 1.5, "elapsed_s": 1.2}]
+    lines.append({"step": 6, "eval/mc/acc": 0.5})
+    (tmp_path / "output/data").mkdir(parents=True)
+    (tmp_path / "output/data/metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert final_metrics(tmp_path) == {"step": 6, "loss": 1.5, "elapsed_s": 1.2, "eval/mc/acc": 0.5}
+    assert time_to_loss(lines, 1.5) == 1.2
 
 
 def test_a_run_without_an_exported_model_is_refused(tmp_path):
