@@ -26,21 +26,21 @@ RESULTS = "results_*.json"
 """The harness's results file, one per run, under a folder named after the model (`<output>/<model>/`)."""
 
 
-def harness_command(plan: Plan, model: Path, output: Path) -> list[str]:
-    """The harness's command line for the plan's evaluation of the model folder `model`."""
+def harness_command(plan: Plan, model: Path, output: Path, tasks: list[str], gpus: int) -> list[str]:
+    """The harness's command line scoring the model folder `model` on `tasks` with the plan's options, on
+    `gpus` GPUs (data parallel when several)."""
     evaluation = plan.eval
     if evaluation is None:
         raise ValueError("the plan has no eval section")
     harness = [sys.executable, "-m", "lm_eval"]
-    if plan.instance.gpus > 1:  # data parallel, one process a GPU, as the harness documents it
-        harness = [sys.executable, "-m", "accelerate.commands.launch", f"--num_processes={plan.instance.gpus}"]
-        harness += ["-m", "lm_eval"]
+    if gpus > 1:  # data parallel, one process a GPU, as the harness documents it
+        harness = [sys.executable, "-m", "accelerate.commands.launch", f"--num_processes={gpus}", "-m", "lm_eval"]
     command = [*harness, "run", "--model", "hf", "--model_args", f"pretrained={model}"]
-    command += ["--tasks", ",".join(evaluation.tasks), "--batch_size", str(evaluation.batch_size)]
+    command += ["--tasks", ",".join(tasks), "--batch_size", str(evaluation.batch_size)]
     command += ["--device", "cuda" if plan.instance.has_gpus else "cpu"]
     command += ["--output_path", str(output), "--log_samples"]
     if evaluation.include_path:
-        command += ["--include_path", EVAL_TASKS_DIR]
+        command += ["--include_path", str(tasks_folder(plan))]
     if evaluation.limit is not None:
         command += ["--limit", f"{evaluation.limit:g}"]
     if evaluation.num_fewshot is not None:
@@ -48,6 +48,26 @@ def harness_command(plan: Plan, model: Path, output: Path) -> list[str]:
     if evaluation.seed is not None:
         command += ["--seed", str(evaluation.seed)]
     return command
+
+
+def tasks_folder(plan: Plan) -> Path:
+    """The plan's own tasks (`eval.include_path`): the image's copy, or, for a trainer started by hand on the
+    machine that made the plan (no image), the folder the planner checked."""
+    image_copy = Path(EVAL_TASKS_DIR)
+    return image_copy if image_copy.is_dir() or plan.eval is None else Path(plan.eval.include_path)
+
+
+def score(
+    plan: Plan, model: Path, output: Path, tasks: list[str], gpus: int, env: dict[str, str] | None = None
+) -> dict[str, float]:
+    """Run the harness (in the task folder, so data files named relative to it resolve, and in `env`, else this
+    process's environment); its scores as metrics (`eval/<task>/<metric>`). A failed harness raises, its own
+    output above."""
+    command = harness_command(plan, model, output, tasks, gpus)
+    print("evaluating: " + " ".join(command), flush=True)
+    workdir = tasks_folder(plan) if plan.eval and plan.eval.include_path else None
+    subprocess.run(command, cwd=workdir, env=env, check=True)
+    return scores(newest_results(output)["results"])
 
 
 def newest_results(output: Path) -> dict:
@@ -66,14 +86,12 @@ def main(argv: list[str] | None = None) -> None:
     model, fetched = checkpoint_folder(plan.model.path, paths)
     if fetched:
         fetch(plan.model.path, model)
-    output = paths.output / EVAL_DIR
-    command = harness_command(plan, model, output)
-    print("evaluating: " + " ".join(command), flush=True)
-    workdir = EVAL_TASKS_DIR if plan.eval and plan.eval.include_path else None
-    status = subprocess.run(command, cwd=workdir).returncode
-    if status:
-        sys.exit(status)
-    line = json.dumps({"step": 0, **scores(newest_results(output)["results"])}, separators=METRICS_SEPARATORS)
+    tasks = plan.eval.tasks if plan.eval else []
+    try:
+        found = score(plan, model, paths.output / EVAL_DIR, tasks, plan.instance.gpus)
+    except subprocess.CalledProcessError as error:
+        sys.exit(error.returncode)
+    line = json.dumps({"step": 0, **found}, separators=METRICS_SEPARATORS)
     with (paths.output / METRICS_FILE).open("a") as metrics:
         metrics.write(line + "\n")
     print(line, flush=True)

@@ -12,6 +12,8 @@ import pytest
 from compiler.images.context import build_context
 from compiler.images.render import render_dockerfile
 from compiler.launch.evaluation import overrides_for_run
+from compiler.launch.runs import final_metrics
+from compiler.launch.summary import time_to_loss
 from compiler.spec import Plan
 from compiler.spec.contract import EVAL_TASKS_DIR
 from compiler.spec.scores import score_rows, scores
@@ -59,18 +61,18 @@ def test_the_image_installs_the_harness_and_carries_the_task_folder(model, tasks
 
 def test_the_node_runs_the_harness_as_a_user_would(model, tasks):
     plan = plan_for(*evaluation(model, tasks, "eval.limit=4", "eval.num_fewshot=0", "eval.seed=7", "hardware.nodes=1"))
-    command = harness_command(plan, Path("/m"), Path("/out"))
+    command = harness_command(plan, Path("/m"), Path("/out"), TASKS, plan.instance.gpus)
     assert command[1:] == [
         "-m", "lm_eval", "run", "--model", "hf", "--model_args", "pretrained=/m", "--tasks", "dockyard_mc,dockyard_gen",
         "--batch_size", "1", "--device", "cpu", "--output_path", "/out", "--log_samples",
-        "--include_path", EVAL_TASKS_DIR, "--limit", "4", "--num_fewshot", "0", "--seed", "7",
+        "--include_path", str(tasks), "--limit", "4", "--num_fewshot", "0", "--seed", "7",
     ]  # fmt: skip
 
 
 def test_several_gpus_evaluate_in_data_parallel_under_accelerate(model, tasks):
     gpus = ("target=sagemaker", "hardware=ml.g5.12xlarge", "target.role_arn=arn:aws:iam::123456789012:role/r")
     plan = plan_for(*evaluation(model, tasks, "hardware.nodes=1"), *gpus)
-    command = harness_command(plan, Path("/m"), Path("/out"))
+    command = harness_command(plan, Path("/m"), Path("/out"), TASKS, plan.instance.gpus)
     assert command[1:7] == ["-m", "accelerate.commands.launch", "--num_processes=4", "-m", "lm_eval", "run"]
     assert command[command.index("--device") + 1] == "cuda"
 
@@ -104,6 +106,38 @@ def test_a_model_that_is_no_hugging_face_folder_or_no_tasks_or_a_launch_with_tas
         outcome = invoke(args, tmp_path)
         assert outcome.status == 2 and error in outcome.stderr, outcome.stderr
         assert not outcome.created
+
+
+def test_a_training_run_scoring_tasks_carries_the_harness_and_its_tasks_and_still_trains(model, tasks):
+    training = ["model=hf", f"model.path={model}", f"trainer.eval_tasks=[{TASKS[0]}]", f"eval.include_path={tasks}"]
+    plan = plan_for(*training, "trainer.eval_tasks_interval=5")
+    assert plan.eval is not None and plan.eval.include_path == str(tasks) and not plan.evaluates_only
+    assert Plan.from_json(plan.to_json()) == plan and plan.trainer.eval_tasks_interval == 5
+    dockerfile = render_dockerfile(plan)
+    assert "'lm_eval[hf]==0.4.13'" in dockerfile and f"COPY eval_tasks/ {EVAL_TASKS_DIR}/" in dockerfile
+
+
+def test_a_training_runs_tasks_are_checked_as_an_evaluations_are(model, tasks, tmp_path):
+    launch = ["launch", "--dry-run", "model=hf", f"model.path={model}", f"eval.include_path={tasks}"]
+    cases = [
+        ([*launch, "trainer.eval_tasks=[dockyard_mcq]"], "trainer.eval_tasks: unknown task 'dockyard_mcq'"),
+        ([*launch, "trainer.eval_tasks=[dockyard_mc]", "model.lora.rank=4"], "model.lora.rank: trainer.eval_tasks"),
+        ([*launch, "trainer.eval_tasks_interval=-1"], "trainer.eval_tasks_interval: is -1"),
+        (["launch", "--dry-run", "trainer.eval_tasks=[hellaswag]"], "model: an evaluation reads a Hugging Face"),
+    ]
+    for args, error in cases:
+        outcome = invoke(args, tmp_path)
+        assert outcome.status == 2 and error in outcome.stderr, outcome.stderr
+        assert len(outcome.stderr.splitlines()) == 1 and not outcome.created
+
+
+def test_a_runs_final_metrics_are_its_last_steps_record_and_the_task_scores_after_it(tmp_path):
+    lines = [{"step": 5, "loss": 2.0, "elapsed_s": 1.0}, {"step": 6, "loss": 1.5, "elapsed_s": 1.2}]
+    lines.append({"step": 6, "eval/mc/acc": 0.5})
+    (tmp_path / "output/data").mkdir(parents=True)
+    (tmp_path / "output/data/metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert final_metrics(tmp_path) == {"step": 6, "loss": 1.5, "elapsed_s": 1.2, "eval/mc/acc": 0.5}
+    assert time_to_loss(lines, 1.5) == 1.2
 
 
 def test_a_run_without_an_exported_model_is_refused(tmp_path):

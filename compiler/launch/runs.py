@@ -219,8 +219,14 @@ def plot_run(run_dir: Path, run_id: str) -> Path | None:
 
 
 def final_metrics(run_dir: Path) -> dict:
+    """The last step's values: its record and the lines written at the same step after it (the task scores of
+    `trainer.eval_tasks` follow the last step's record)."""
     curve = loss_curve(run_dir)
-    return curve[-1] if curve else {}
+    last: dict = {}
+    for line in curve:
+        if line["step"] == curve[-1]["step"]:
+            last |= line
+    return last
 
 
 def result_paths(run_dir: Path) -> dict[str, Path]:

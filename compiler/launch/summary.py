@@ -87,7 +87,8 @@ def time_to_loss(curve: list[dict], target: float | None) -> float | None:
     """Seconds of training (`elapsed_s`) until the first record at or below `target`."""
     if target is None:
         return None
-    return next((m["elapsed_s"] for m in curve if m["loss"] <= target and m.get("elapsed_s") is not None), None)
+    timed = [m for m in curve if m.get("loss") is not None and m.get("elapsed_s") is not None]  # not task scores
+    return next((m["elapsed_s"] for m in timed if m["loss"] <= target), None)
 
 
 def common_loss(records: list[RunRecord]) -> float | None:

@@ -110,7 +110,7 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
         image=config.image,
         target=config.target,
         trainer=schedule_rules.with_floor(config.trainer),
-        eval=config.eval if config.eval.tasks else None,
+        eval=config.eval if config.eval.tasks or config.trainer.eval_tasks else None,
         layout=layout,
         batch=batch,
         parameters=estimate.parameter_count(config.model),

@@ -1,5 +1,6 @@
-"""The rules of `eval` (`dockyard eval`): a Hugging Face model folder to evaluate, tasks the harness knows,
-and a task folder whose YAML files parse and whose data files are there, all checked before anything is built.
+"""The rules of `eval` (`dockyard eval`, and `trainer.eval_tasks`): a Hugging Face model folder to evaluate,
+tasks the harness knows, and a task folder whose YAML files parse and whose data files are there, all checked
+before anything is built.
 
 A task is known when a YAML file of `eval.include_path` names it (`task:`, `group:` or `tag:`), or when it is one of
 the harness's own and lm-eval is installed where the plan is made (its task folder is read, not imported).
@@ -29,17 +30,22 @@ NAMING_KEYS = ("task", "group", "tag")
 def check_eval(
     config: schema.Config, instance: InstanceType, layout: Layout, targets: TargetCapabilities
 ) -> Iterator[str]:
-    evaluation, model = config.eval, config.model
-    if not evaluation.tasks:
+    """`eval.tasks` (`dockyard eval`) or `trainer.eval_tasks` (a training run scoring its model as it goes):
+    the same model, options and task checks, each error naming the key the tasks came from."""
+    evaluation, model, trainer = config.eval, config.model, config.trainer
+    key, tasks = ("eval.tasks", evaluation.tasks) if evaluation.tasks else ("trainer.eval_tasks", trainer.eval_tasks)
+    if trainer.eval_tasks_interval < 0:
+        raise ConfigError("trainer.eval_tasks_interval", f"is {trainer.eval_tasks_interval}", "give 0 or more steps")
+    if not tasks:
         return
     if model.family != "hf":
         raise ConfigError(
-            "model.path",
+            "model.path" if evaluation.tasks else "model",
             "an evaluation reads a Hugging Face model folder",
             "give a run (dockyard eval RUN) whose model/ was exported, or model=hf model.path=FOLDER",
         )
     if model.lora.rank:
-        raise ConfigError("model.lora.rank", "an evaluation reads a whole model", "set model.lora.rank=0")
+        raise ConfigError("model.lora.rank", f"{key} evaluates a whole model", "set model.lora.rank=0")
     grammar.check_release("eval.lm_eval", evaluation.lm_eval)
     if evaluation.batch_size < 1:
         raise ConfigError("eval.batch_size", f"is {evaluation.batch_size}", "give 1 or more")
@@ -49,12 +55,12 @@ def check_eval(
         raise ConfigError("eval.num_fewshot", f"is {evaluation.num_fewshot}", "give 0 or more")
     own = task_names(Path(evaluation.include_path)) if evaluation.include_path else set()
     harness = harness_task_names()
-    unchecked = [name for name in evaluation.tasks if name not in own and (harness is None or name not in harness)]
+    unchecked = [name for name in tasks if name not in own and (harness is None or name not in harness)]
     if unchecked and harness is not None:
-        raise UnknownNameError("eval.tasks", "task", unchecked[0], own | harness)
+        raise UnknownNameError(key, "task", unchecked[0], own | harness)
     if unchecked:
         yield (
-            f"eval.tasks: {', '.join(unchecked)} not in eval.include_path and not checked (lm-eval is not "
+            f"{key}: {', '.join(unchecked)} not in eval.include_path and not checked (lm-eval is not "
             "installed here): the job fails if the harness does not know them"
         )
 

@@ -1,9 +1,10 @@
 """The built-in trainer, one process per rank under torchrun: `python -m entrypoint.trainer --plan plan.json`.
 
 It reads top to bottom: process group, model, strategy, data, resume, the derived numbers, the loop,
-the final model. The entrypoint sets DOCKYARD_BACKEND, DOCKYARD_ROOT and DOCKYARD_TIMEOUT; torchrun sets
-RANK, LOCAL_RANK and WORLD_SIZE. DOCKYARD_STOP_AT_STEP=N ends the run cleanly after step N (a long job
-split into parts; the next part resumes from the checkpoint at N when N is a checkpoint step).
+the final model and its task scores (`trainer.eval_tasks`). The entrypoint sets DOCKYARD_BACKEND,
+DOCKYARD_ROOT and DOCKYARD_TIMEOUT; torchrun sets RANK, LOCAL_RANK and WORLD_SIZE. DOCKYARD_STOP_AT_STEP=N
+ends the run cleanly after step N (a long job split into parts; the next part resumes from the checkpoint at N
+when N is a checkpoint step).
 """
 
 import argparse
@@ -43,6 +44,7 @@ from entrypoint.trainer.models.weights import copy_tokenizer
 from entrypoint.trainer.objective import Preference
 from entrypoint.trainer.optim import lr_at
 from entrypoint.trainer.resilience import Guards, named_hangs
+from entrypoint.trainer.task_scores import MODEL_COPY, score_model, scores_tasks
 from entrypoint.trainer.teardown import leave
 
 
@@ -179,12 +181,17 @@ def derived_lines(plan: Plan, backend: str, start_step: int) -> list[str]:
 
 
 def save_final_model(engine: Engine, plan: Plan, paths: Paths, tokenizer: Path | None = None) -> None:
+    export_model(engine, plan, paths.model, tokenizer)
+
+
+def export_model(engine: Engine, plan: Plan, folder: Path, tokenizer: Path | None = None) -> Path:
     """The whole model, in its family's weights format, from rank 0, with the tokenizer it was trained with."""
     state = engine.full_state_dict()
     if dist.get_rank() == 0:
-        model_spec(plan.model).weights.save(paths.model, state, plan.to_dict()["model"])
+        model_spec(plan.model).weights.save(folder, state, plan.to_dict()["model"])
         if tokenizer is not None:
-            copy_tokenizer(tokenizer, paths.model)
+            copy_tokenizer(tokenizer, folder)
+    return folder
 
 
 def global_mean(value: torch.Tensor, holders: int) -> float:
@@ -311,6 +318,9 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
                         sink.write(record | trained | held_out | {"elapsed_s": round(now - started, 3)})
                 last_time, last_step = time.perf_counter(), done_steps  # a step's time leaves validation out
                 window_loss.zero_()
+            if done_steps < trainer.steps and scores_tasks(trainer, done_steps):
+                copy = export_model(engine, plan, paths.checkpoints / MODEL_COPY, data.tokenizer)
+                score_model(plan, paths, copy, done_steps, sinks)
             if rank == 0 and trainer.restarts:
                 restarts.note_reached(paths.checkpoints, done_steps)
             saver.poll()
@@ -325,6 +335,8 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         else:
             saver.close()
             save_final_model(engine, plan, paths, data.tokenizer)
+            if scores_tasks(trainer, trainer.steps):
+                score_model(plan, paths, paths.model, trainer.steps, sinks)
         saver.close()
         guards.close()
         end = RunEnd.finished

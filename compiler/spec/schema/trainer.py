@@ -196,6 +196,12 @@ class TrainerConfig:
     """Steps between validation losses (needs `data.validation`); 0 evaluates only at the end."""
     eval_batches: int = 4
     """Micro batches per data-parallel rank in each validation."""
+    eval_tasks: list[str] = field(default_factory=list)
+    """lm-evaluation-harness tasks scored on the model as it stands at the end of training (and every
+    `eval_tasks_interval` steps), as `dockyard eval` scores them: the harness's options (`eval.include_path`,
+    `eval.limit`, ...) come from the `eval` section; the scores go to metrics.jsonl and the trackers."""
+    eval_tasks_interval: int = 0
+    """Steps between task evaluations (`eval_tasks`); 0 evaluates only at the end."""
     trackers: list[str] = field(default_factory=lambda: ["jsonl"])
     """Where the built-in trainer's metrics go (`compiler.spec.contract.TRACKERS`); jsonl, one JSON object per
     line to the job's log and to output/data/metrics.jsonl, is always on. tensorboard (event files in

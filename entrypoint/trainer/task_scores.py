@@ -1,0 +1,61 @@
+"""`trainer.eval_tasks`: the model as it stands scored by lm-evaluation-harness, as `dockyard eval` scores an
+export, after the last step (on the exported model) and every `trainer.eval_tasks_interval` steps (on a copy
+exported for it); the scores go to the run's metrics sinks (metrics.jsonl and the trackers) at that step.
+
+Rank 0 runs the harness as a child process on the exported folder, one GPU (or the CPUs), while the other
+ranks wait at a barrier. This is the simplest correct way: the whole model is in one folder only after a
+collective export, the harness loads it as any Hugging Face folder (no second model code path in the
+trainer), and the barrier keeps every rank in step for the next training step or the run's end. The other
+ranks wait no longer than the process group's timeout (DOCKYARD_TIMEOUT, 600 s unless the target sets it), so
+an evaluation must fit in it: `eval.limit` keeps it short, as comparing a sweep's points needs.
+"""
+
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch.distributed as dist
+
+from compiler.spec import Plan
+from compiler.spec.contract import EVAL_DIR
+from compiler.spec.schema import TrainerConfig
+from entrypoint.evaluation import score
+from entrypoint.launcher.cluster import Paths
+from entrypoint.trainer.metrics.base import MetricsSink
+
+TORCHRUN_VARIABLES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_",
+    "ROLE_",
+    "MASTER_",
+    "TORCHELASTIC_",
+)
+"""What torchrun tells rank 0 about its job (prefixes), left out of the harness's environment: with them, the
+harness (through accelerate) would take itself for one rank of a distributed job and join rank 0's rendezvous."""
+MODEL_COPY = "eval-model"
+"""The folder (under the checkpoints) that an evaluation before the last step exports the model into."""
+
+
+def scores_tasks(trainer: TrainerConfig, done_steps: int) -> bool:
+    """Tasks scored every `eval_tasks_interval` steps and after the last step, when `eval_tasks` names any."""
+    interval = trainer.eval_tasks_interval
+    due = done_steps == trainer.steps or bool(interval and done_steps % interval == 0)
+    return bool(trainer.eval_tasks) and due
+
+
+def score_model(plan: Plan, paths: Paths, model: Path, step: int, sinks: Sequence[MetricsSink]) -> None:
+    """Rank 0 scores the exported `model` and writes the scores at `step` to its sinks; every rank calls it and
+    leaves together (a failed harness fails the run on rank 0, which the others' barrier then reports)."""
+    if dist.get_rank() == 0:
+        output = paths.output / EVAL_DIR / f"step-{step:08d}"
+        alone = {name: value for name, value in os.environ.items() if not name.startswith(TORCHRUN_VARIABLES)}
+        found = score(plan, model, output, plan.trainer.eval_tasks, min(plan.instance.gpus, 1), alone)
+        for sink in sinks:
+            sink.write({"step": step, **found})
+        if model.name == MODEL_COPY:
+            shutil.rmtree(model, ignore_errors=True)
+    dist.barrier()
