@@ -289,9 +289,11 @@ class PretrainedFamily(DecoderFamily):
             return model.heads * head_dim + model.kv_heads * head_dim
         return 2 * head_dim if arch.qk_norm else 0
 
-    def _lora_parameters(self, model: schema.ModelConfig) -> int:
+    @staticmethod
+    def _lora_parameters(model: schema.ModelConfig) -> int:
         """The adapters' parameters: rank × (inputs + outputs) of every adapted projection of every layer."""
-        return model.layers * model.lora.rank * sum(inputs + outputs for inputs, outputs in self._adapted_shapes(model))
+        shapes = PretrainedFamily._adapted_shapes(model)
+        return model.layers * model.lora.rank * sum(inputs + outputs for inputs, outputs in shapes)
 
     @staticmethod
     def _adapted_shapes(model: schema.ModelConfig) -> list[tuple[int, int]]:
