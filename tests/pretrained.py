@@ -56,26 +56,35 @@ VOCAB = 256
 CONTEXT = 128
 
 
-def hf_config(architecture: str, vocab: int = VOCAB):
+def hf_config(architecture: str, vocab: int = VOCAB, **shape):
+    """`TINY`'s config of `architecture`, its fields `shape` names changed (a wider model, say)."""
     from transformers import AutoConfig
 
     extra = {} if architecture == "gpt2" else {"max_position_embeddings": CONTEXT}
-    config = AutoConfig.for_model(architecture, vocab_size=vocab, **(TINY | TINY_MOE)[architecture], **extra)
+    fields = (TINY | TINY_MOE)[architecture] | extra | shape
+    config = AutoConfig.for_model(architecture, vocab_size=vocab, **fields)
     config.bos_token_id = config.eos_token_id = config.pad_token_id = None
     return config
 
 
 def save_checkpoint(
-    folder: Path, architecture: str, seed: int = 0, readable: bool = True, vocab: int = VOCAB, fused: bool = False
+    folder: Path,
+    architecture: str,
+    seed: int = 0,
+    readable: bool = True,
+    vocab: int = VOCAB,
+    fused: bool = False,
+    **shape,
 ) -> Path:
     """A tiny random `architecture` model saved into `folder` (created); returns the folder. safetensors
     writes its files 0600: `readable` opens them to the containers' user, as the plan's error tells users to.
-    An MoE's experts are saved one by one, as on the Hub, or `fused` as transformers holds them."""
+    An MoE's experts are saved one by one, as on the Hub, or `fused` as transformers holds them. `shape`
+    changes config fields of `TINY`'s (hidden_size=256 for a model wide enough for a large LoRA rank)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(hf_config(architecture, vocab))
+    model = AutoModelForCausalLM.from_config(hf_config(architecture, vocab, **shape))
     model.save_pretrained(folder, save_original_format=not fused)
     if readable:
         for file in folder.iterdir():

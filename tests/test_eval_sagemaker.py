@@ -14,12 +14,15 @@ from tests.hostile import invoke
 
 ROLE = "target.role_arn=arn:aws:iam::123456789012:role/dockyard-training"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/dockyard/eval@sha256:" + "0" * 64
+OUTPUT = "target.output_uri=s3://dockyard-jobs/eval"
+"""A bucket the `aws` fixture makes: the account's default one, created at submit, would stay on moto's server
+(shared by the worker's tests) where test_sagemaker_account proves that submit creates it."""
 
 
 def test_the_dry_run_shows_the_evaluation_job_and_sagemaker_takes_it(aws, tmp_path, hf_tokenizer):
     model = tiny_model(tmp_path / "model", hf_tokenizer)
     tasks = write_tasks(tmp_path / "tasks")
-    overrides = ["target=sagemaker", "hardware=ml.m5.xlarge", ROLE, "hardware.nodes=1", "model=hf"]
+    overrides = ["target=sagemaker", "hardware=ml.m5.xlarge", ROLE, "hardware.nodes=1", "model=hf", OUTPUT]
     overrides += [f"model.path={model}", f"eval.tasks=[{','.join(TASKS)}]", f"eval.include_path={tasks}"]
     outcome = invoke(["eval", "--dry-run", *overrides], tmp_path)
     assert outcome.status == 0, outcome.stderr

@@ -46,6 +46,7 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 
 def hf(folders: dict[str, Path], *overrides: str) -> list[str]:
     return [
+        "model=hf",
         f"model.path={folders['llama']}",
         "model.seq_len=64",
         "data=hf",

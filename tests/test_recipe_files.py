@@ -190,8 +190,15 @@ def test_a_transformers_4_trainer_json_ports_its_defaults_as_neutral(tmp_path):
     ]
 
 
-ARCHITECTURE = {"axolotl-qwen2-dpo.yaml": "qwen2", "axolotl-phi-phi3-ft.yml": "phi3"}
-"""The recipes' models in the fixtures' architectures (llama for the Llama, Mistral and SmolLM ones)."""
+ARCHITECTURE = {
+    "axolotl-qwen2-dpo.yaml": "qwen2",
+    "axolotl-phi-phi3-ft.yml": "phi3",
+    "handbook-zephyr-7b-beta-dpo_qlora.yaml": "llama-wide",
+}
+"""The recipes' models in the fixtures' architectures (llama for the Llama, Mistral and SmolLM ones; llama-wide
+where the recipe's LoRA rank, 128, exceeds the tiny llama's narrowest projection, its 32-wide k_proj)."""
+WIDE = dict(hidden_size=256, intermediate_size=256)
+"""The llama-wide fixture's shape: 4 heads of 64 and 2 KV heads, so that k_proj and v_proj are 128 wide."""
 
 
 DATA = {
@@ -212,6 +219,7 @@ def fixtures(tmp_path_factory) -> dict[str, Path]:
     """Tiny checkpoints, a chat tokenizer, and a folder of rows of each shape."""
     root = tmp_path_factory.mktemp("recipe-fixtures")
     found = {arch: save_checkpoint(root / arch, arch, vocab=512) for arch in ("llama", "qwen2", "phi3")}
+    found["llama-wide"] = save_checkpoint(root / "llama-wide", "llama", vocab=512, **WIDE)
     found["tokenizer"] = train_tokenizer(root / "tokenizer")
     said = sentences(240, seed=3)
     talks = conversations(60)
