@@ -95,6 +95,9 @@ class Row:
             f"hardware.processes_per_node={min(gpus, GPUS_PER_NODE)}",
             "hardware.memory_check=false",
             f"trainer.compile={'model' if f['compile'] == 'True' else 'false'}",
+            # the published runs compute the whole logits (torchtitan's and llm-foundry's cross-entropy, no
+            # streamed loss), so their plans do too: the default one chunk's logits would undercount their peak
+            "trainer.loss_chunk=0",
             "image=cuda",
             "data=synthetic",
         ]

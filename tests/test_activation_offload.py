@@ -84,7 +84,8 @@ def test_offloaded_optimizer_state_is_host_memory_too():
 
 def test_a_plan_that_needs_offload_is_told_so():
     with pytest.raises(ConfigError) as error:
-        plan_for("experiment=llama3-8b-p5x4", "parallelism.activation_checkpointing=none")
+        # micro batch 2 without recomputation: 92 GiB of activations (micro batch 1 fits with the streamed loss)
+        plan_for("experiment=llama3-8b-p5x4", "parallelism.activation_checkpointing=none", "parallelism.micro_batch=2")
     assert "parallelism.activation_offload=true (" in error.value.one_line()
 
 

@@ -6,7 +6,8 @@
 - `compiler/planner/assumptions.py`: `CUDA_CONTEXT_BYTES` (the median memory the GPU holds outside PyTorch's
   allocator over the accuracy rows), `ALLOCATOR_MARGIN` (the median of max_memory_reserved over
   max_memory_allocated, less one) and `ASSUMED_MATMUL_EFFICIENCY` (the median MFU of the eager MFU rows, whose
-  plans recompute nothing), each `Assumption`'s source then naming the run;
+  plans recompute nothing: the efficiency of GPUs that no published run's fit covers), each `Assumption`'s
+  source then naming the run;
 - `README.md`: the same figures where it states them ("the CUDA context (600 MiB)", ...).
 
 A figure without passing rows behind it is left as it was, and said so. Then review the diff, regenerate the
@@ -65,7 +66,8 @@ def updated_assumptions(text: str, found: dict, source: str) -> str:
         text, count = re.subn(rf"^{re.escape(prefix)}.*$", prefix + form.format(value), text, count=1, flags=re.M)
         if not count:
             raise SystemExit(f"{ASSUMPTIONS_FILE}: no line starting '{prefix}' to update")
-        entry = rf'(Assumption\(\s*"{re.escape(name)}",\s*f"[^"]*",)((?:\s*"[^"]*")+)(,?\s*\))'
+        # the value: one f-string, or several literals concatenated (the matmul efficiency's is two)
+        entry = rf'(Assumption\(\s*"{re.escape(name)}",\s*f"[^"]*"(?:\s*f?"[^"]*")*,)((?:\s*"[^"]*")+)(,?\s*\))'
         text = re.sub(entry, lambda m: f'{m[1]}\n        "{source}"{m[3]}', text, count=1)
     return text
 
