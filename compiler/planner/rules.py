@@ -174,6 +174,12 @@ def _check_activation_offload(par: schema.ParallelismConfig, instance: InstanceT
     for degree, name in ((layout.pp, "pp"), (layout.tp, "tp")):
         if degree > 1:
             raise ConfigError(key, f"is not supported with parallelism.{name} > 1", f"set parallelism.{name}=1")
+    if par.activation_checkpointing is schema.Checkpointing.selective:
+        raise ConfigError(
+            key,
+            "moves only each block's input under the op-level selective policy, whose kept tensors stay on the GPU",
+            "use parallelism.activation_checkpointing=full, attention or none with activation_offload",
+        )
     if par.activation_offload_horizon < 0:
         raise ConfigError(
             "parallelism.activation_offload_horizon",
