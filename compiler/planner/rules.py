@@ -25,13 +25,14 @@ from compiler.planner.data_rules import check_format, check_packing_mask
 from compiler.planner.eval_rules import check_eval
 from compiler.planner.image_rules import check_image
 from compiler.planner.objective_rules import check_objective
+from compiler.planner.offload_rules import check_offload
 from compiler.planner.schedule_rules import check_schedule
 from compiler.planner.target_rules import SECRET_NAME, check_target
 from compiler.planner.tracker_rules import check_trackers
 from compiler.spec import InstanceType, schema
 from compiler.spec.contract import PLAN_CHANNEL
 from compiler.spec.errors import ConfigError, UnsupportedError
-from compiler.spec.strategies import DEEPSPEED_ENGINE, STRATEGIES, facts
+from compiler.spec.strategies import DEEPSPEED_ENGINE, facts
 
 if TYPE_CHECKING:
     from compiler.spec import Layout
@@ -113,33 +114,7 @@ def check_strategy(
             )
         if layout.tp > 1:
             raise ConfigError("parallelism.tp", "smddp is data-parallel only", "set parallelism.tp=1")
-    if par.offload is not schema.Offload.none:
-        if not instance.has_gpus:
-            raise ConfigError(
-                "parallelism.offload",
-                "offloading to the host needs GPUs to offload from",
-                "set parallelism.offload=none on hardware=cpu",
-            )
-        if not known.offloads_optimizer:
-            raise ConfigError(
-                "parallelism.offload",
-                f"{strategy.value} keeps full model state on every GPU",
-                "use a sharded strategy (zero1-3, fsdp) to offload",
-            )
-        if par.offload is schema.Offload.parameters and not known.offloads_parameters:
-            raise ConfigError(
-                "parallelism.offload",
-                f"{strategy.value} does not shard parameters",
-                "use zero3 or fsdp to offload parameters, or offload=optimizer",
-            )
-    if par.activation_offload:
-        yield from _check_activation_offload(par, instance, layout)
-    elif par.activation_offload_horizon < 0:  # checked whether or not it is used, so no mistake waits
-        raise ConfigError(
-            "parallelism.activation_offload_horizon",
-            f"{par.activation_offload_horizon} blocks is negative",
-            "use 0 or more",
-        )
+    yield from check_offload(par, instance, layout)
     if par.pp_microbatches < 1 and par.pp_microbatches != -1:
         raise ConfigError(
             "parallelism.pp_microbatches", f"must be at least 1, or -1 for the default (got {par.pp_microbatches})"
@@ -158,36 +133,6 @@ def check_strategy(
         yield "bf16 autocast on CPU is slow; parallelism.mixed_precision=fp32 is faster there"
     if layout.shard_degree == 1 and not known.replicated:
         yield f"{strategy.value} with a shard group of 1 shards nothing; ddp does the same with less overhead"
-
-
-def _check_activation_offload(par: schema.ParallelismConfig, instance: InstanceType, layout: Layout) -> Iterator[str]:
-    """The built-in engines of the PyTorch strategies offload each decoder block's saved tensors; DeepSpeed
-    runs its own engine, and the pipeline and tensor-parallel blocks are not wired for it."""
-    key = "parallelism.activation_offload"
-    if not facts(par.strategy).activation_offload:
-        offloading = ", ".join(strategy.value for strategy, known in STRATEGIES.items() if known.activation_offload)
-        raise ConfigError(
-            key,
-            f"runs with the PyTorch strategies ({offloading}), not {par.strategy.value}",
-            "use parallelism.strategy=fsdp, or DeepSpeed's parallelism.offload",
-        )
-    for degree, name in ((layout.pp, "pp"), (layout.tp, "tp")):
-        if degree > 1:
-            raise ConfigError(key, f"is not supported with parallelism.{name} > 1", f"set parallelism.{name}=1")
-    if par.activation_checkpointing is schema.Checkpointing.selective:
-        raise ConfigError(
-            key,
-            "moves only each block's input under the op-level selective policy, whose kept tensors stay on the GPU",
-            "use parallelism.activation_checkpointing=full, attention or none with activation_offload",
-        )
-    if par.activation_offload_horizon < 0:
-        raise ConfigError(
-            "parallelism.activation_offload_horizon",
-            f"{par.activation_offload_horizon} blocks is negative",
-            "use 0 (fetch each block as its backward starts) or more, 2 by default",
-        )
-    if not instance.has_gpus:
-        yield "activation_offload on CPU copies activations within the same memory: it only costs time"
 
 
 def check_data(
