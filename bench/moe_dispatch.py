@@ -90,7 +90,7 @@ def worker(plan_path: Path, steps: int) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from compiler.spec import Plan
-    from entrypoint.trainer.data import Batches, make_source
+    from entrypoint.trainer.data.batches import Batches, make_source
     from entrypoint.trainer.engines import make_engine
 
     dist.init_process_group("gloo")

@@ -36,7 +36,7 @@ import torch, torch.distributed as dist
 from transformers import AutoModelForCausalLM
 from compiler.spec import Plan
 from entrypoint.trainer import checkpoint
-from entrypoint.trainer.data import Batches, make_source
+from entrypoint.trainer.data.batches import Batches, make_source
 from entrypoint.trainer.engines import make_engine
 from entrypoint.trainer.models import model_spec
 from entrypoint.trainer.models.experts import expert_lines

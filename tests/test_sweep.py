@@ -135,6 +135,7 @@ def test_sagemaker_sweep_without_waiting_then_status_collects_the_states(
     moto_env,
     engine,
     registry,  # noqa: F811  (the fixture imported above)
+    monkeypatch,
 ):
     """Submits for real (to moto over HTTP) with wait=false, then `dockyard status SWEEP_DIR`. The CUDA
     image cannot be built here, so a small stand-in is tagged with the reference the build would make:
@@ -158,6 +159,7 @@ def test_sagemaker_sweep_without_waiting_then_status_collects_the_states(
     stand_in = io.BytesIO()
     with tarfile.open(fileobj=stand_in, mode="w") as tar:
         tar.addfile(tarfile.TarInfo("stand-in"), io.BytesIO(b""))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_env["AWS_ENDPOINT_URL"])  # a loopback registry is moto's to pull from
     base = plan_for(*point).image.base  # the DLC base cannot be pulled here either: a stand-in, for the tag
     engine.api.import_image_from_data(stand_in.getvalue(), *base.rsplit(":", 1))
     reference = planned_reference(plan_for(*point), cwd=tmp_path)
