@@ -23,12 +23,16 @@ from compiler.spec import schema
 from compiler.spec.errors import ConfigError
 from compiler.spec.records import Batch, DatasetTokens, Derived, Estimate, InstanceType, Layout
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """2: the runtime's values resolved into `derived`; the hash leaves out `estimate` and `warnings`.
 3: `model.family` and `trainer.metrics` name the model and the metrics sinks from the trainer's registries.
 4: `trainer.metrics` is `trainer.trackers`, with `trainer.mlflow` and `trainer.wandb`; `model.path`, `init`,
    `lora`, `architecture` and `head_dim` (model=hf); `data.format` and the document fields; the image's
-   Hugging Face, document and tracker pins."""
+   Hugging Face, document and tracker pins.
+6: `active_parameters` and `model.moe`, `model.mla`, `model.quantization` (mixtures of experts); the `ep`, `cp`
+   and `cp_method` degrees (and the layout's); `trainer.loss_chunk` (the streamed loss), `trainer.eval_tasks`
+   and the `eval` section; `data=hf` and `data.mixture`; `hardware.network_gbps`; `activation_checkpointing`'s
+   `selective` is the op-level policy (the old mode is `attention`)."""
 PREDICTIONS = ("estimate", "warnings", "dataset")
 ONLY_WHEN_SET = ("eval",)
 """Sections a plan holds only when they are set: a training plan's JSON and hash stay as they were."""
