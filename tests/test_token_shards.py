@@ -63,10 +63,9 @@ def test_two_workers_get_about_half_the_documents_of_one_file(tmp_path, hf_token
 def one_worker_cache(plan, data, tokenizer, root, held):
     train, validation = split_sources(data, held)
     key = "one"
-    fraction = plan.data.validation if isinstance(plan.data.validation, float) else None
     splits = {"train": train, "validation": validation}
     encoder = token_cache.Encoder(tokenizer, plan.data.format, plan.data.loss_on)
-    token_cache.build(root, key, encoder, lambda: token_cache.batches(splits, plan, fraction), lambda line: None)
+    token_cache.build(root, key, encoder, lambda: token_cache.batches(splits, plan), lambda line: None)
     return root / key
 
 
@@ -86,8 +85,9 @@ def sharded_cache(plan, data, tokenizer, root, held, workers):
         (("data.validation=0.2",), None),
         (("data.validation=held",), "held"),
         (("data.validation=0.1", "data.packing=false"), None),
+        (("data.validation=7",), None),
     ],
-    ids=["no-validation", "drawn", "held-out-folder", "drawn-unpacked"],
+    ids=["no-validation", "drawn", "held-out-folder", "drawn-unpacked", "rows"],
 )
 def test_the_sharded_cache_reads_as_the_one_worker_cache(tmp_path, hf_tokenizer, overrides, held):
     data = corpus(tmp_path / "data")

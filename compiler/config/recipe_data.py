@@ -9,20 +9,16 @@ from typing import Any
 from compiler.config.recipe_keys import Conversion
 
 READ_AS_ROWS = ("type", "field_messages", "message_property_mappings", "field_chosen", "field_rejected", "roles")
-"""axolotl's per-dataset keys that say how to read a row, which dockyard tells from the row itself."""
-ROW_KEYS = {
-    "field_messages": ("messages", "conversations"),
-    "field_chosen": ("chosen",),
-    "field_rejected": ("rejected",),
-    "message_property_mappings": ({"role": "role", "content": "content"}, {"role": "from", "content": "value"}),
-}
-"""The values of axolotl's row keys that name the columns and fields the row shapes read."""
+"""axolotl's per-dataset keys that say how to read a row: ported as the entry's renames where they differ from
+what the row shapes read."""
+SHAREGPT = ("conversations", {"role": "from", "content": "value"})
+"""ShareGPT's column and message keys, which the row shapes read as they are."""
 
 
 def port_data(out: Conversion, recipe: dict[str, Any]) -> None:
     """The recipe's datasets as `data=hf` overrides; a refusal for what `data.mixture` cannot say."""
     try:
-        entries, held_out = _entries(out, recipe)
+        entries, held = _entries(out, recipe)
     except (TypeError, ValueError, AttributeError, KeyError):
         return out.refuse(_keys(recipe), "is not a dataset list dockyard can read")
     if not entries:
@@ -35,10 +31,13 @@ def port_data(out: Conversion, recipe: dict[str, Any]) -> None:
             out.set("data.config", only["config"])
         if only.get("split", "train") != "train":
             out.set("data.split", only["split"])
+        for rename in ("columns", "message_keys", "roles"):
+            if rename in only:
+                out.set(f"data.{rename}", _value(only[rename]))
     else:
         out.set("data.mixture", "[" + ", ".join(_entry(entry) for entry in entries) + "]")
-    if held_out is not None:
-        out.set("data.validation", held_out)
+    if held is not None:
+        out.set("data.validation", held)
 
 
 def _keys(recipe: dict[str, Any]) -> str:
@@ -48,7 +47,16 @@ def _keys(recipe: dict[str, Any]) -> str:
 
 def _entry(entry: dict[str, Any]) -> str:
     """A mixture entry as a Hydra override writes it: {name: 'org/set', split: 'train', weight: 0.5}."""
-    return "{" + ", ".join(f"{key}: {value!r}" for key, value in entry.items()) + "}"
+    return _value(entry)
+
+
+def _value(value: Any) -> str:
+    """A value in Hydra's override grammar: mappings with bare keys, lists, and quoted texts."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key}: {_value(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(item) for item in value) + "]"
+    return repr(value)
 
 
 def _entries(out: Conversion, recipe: dict[str, Any]) -> tuple[list[dict], Any]:
@@ -81,33 +89,36 @@ def _handbook_mixture(out: Conversion, mixture: dict[str, Any]) -> tuple[list[di
         for d in mixture["datasets"]
     ]
     size = mixture.get("test_split_size")
-    if size is None:
-        return entries, None
-    if not 0 < float(size) < 1:
-        out.refuse("dataset_mixture.test_split_size", f"{size} rows: dockyard holds out a fraction (data.validation)")
-        return entries, None
-    return entries, float(size)
+    return entries, None if size is None else held_out(size)
+
+
+def held_out(size: Any) -> float | int:
+    """A held-out size as `train_test_split(test_size=...)` reads it: below 1 a fraction, else a number of rows."""
+    if isinstance(size, bool) or float(size) <= 0:
+        raise ValueError(size)
+    return float(size) if float(size) < 1 else int(size)
 
 
 def _axolotl(out: Conversion, dataset: dict[str, Any], number: int) -> dict:
-    """An axolotl dataset: `path` (a Hub id or a folder), `name` its config, `split`; its row keys refused where
-    they name columns or roles other than those of the row shapes dockyard reads."""
+    """An axolotl dataset: `path` (a Hub id or a folder), `name` its config, `split`; its row keys as renames where
+    they name columns, message keys or roles otherwise than the row shapes read them (its `field_messages` is
+    the conversation of an SFT row, the prompt of a DPO row)."""
     unread = sorted(set(dataset) - {"path", "name", "split", *READ_AS_ROWS})
     if unread:
         raise ValueError(unread)
-    for key, read in ROW_KEYS.items():
-        if key in dataset and dataset[key] not in read:
-            out.refuse(
-                f"datasets[{number}].{key}",
-                f"{dataset[key]!r} is not read: dockyard reads rows of its shapes ({' or '.join(map(str, read))}); "
-                "rename the columns in the dataset",
-            )
-    roles = dataset.get("roles") or {}
-    if any(not isinstance(names, list) or role not in names for role, names in roles.items()):
-        out.refuse(f"datasets[{number}].roles", "maps roles dockyard does not: rename them in the dataset")
-    return _clean({"name": str(dataset["path"]), "config": dataset.get("name"), "split": dataset.get("split")})
+    entry = {"name": str(dataset["path"]), "config": dataset.get("name"), "split": dataset.get("split")}
+    keys = dict(dataset.get("message_property_mappings") or {"role": "role", "content": "content"})
+    messages = dataset.get("field_messages")
+    if (messages, keys) != SHAREGPT:  # otherwise read as ShareGPT, `from` and `value` with its roles
+        prompt = "prompt" if out.overrides.get("trainer.objective") == "dpo" else "messages"
+        columns = {prompt: messages, "chosen": dataset.get("field_chosen"), "rejected": dataset.get("field_rejected")}
+        entry["columns"] = {ours: str(theirs) for ours, theirs in columns.items() if theirs not in (None, ours)}
+        entry["message_keys"] = {ours: str(theirs) for ours, theirs in keys.items() if theirs != ours}
+    roles = dict(dataset.get("roles") or {})
+    entry["roles"] = {role: [str(n) for n in names] for role, names in roles.items() if list(names) != [role]}
+    return _clean(entry)
 
 
 def _clean(entry: dict[str, Any]) -> dict:
-    """The entry without unset keys, a weight of 1 (all rows) or the default split."""
-    return {k: v for k, v in entry.items() if v is not None and not (k == "weight" and float(v) == 1.0)}
+    """The entry without unset or empty keys, a weight of 1 (all rows) or the default split."""
+    return {k: v for k, v in entry.items() if v not in (None, {}) and not (k == "weight" and float(v) == 1.0)}

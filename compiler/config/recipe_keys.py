@@ -3,6 +3,7 @@ where the recipe is silent, and the keys that change nothing dockyard trains (`N
 honour (`REFUSED`). Facts from transformers' `TrainingArguments`, TRL's `SFTConfig`/`DPOConfig`/`ModelConfig`
 and axolotl's config schema; and the `Conversion` a port collects."""
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -158,14 +159,12 @@ REFUSED: dict[str, str] = {
     "parallelism_config": "set parallelism.tp / parallelism.pp instead",
     "resume_from_checkpoint": "resume with dockyard launch --resume RUN",
     "load_best_model_at_end": "dockyard keeps the final model",
-    "early_stopping_patience": "dockyard trains its steps to the end",
     "ignore_data_skip": "a resumed dockyard run always continues its data where it stopped",
     "restore_callback_states_from_checkpoint": "dockyard's trainer has no callbacks",
     "group_by_length": "dockyard's batches follow the data's seeded order, not its lengths",
     "load_in_4bit": "dockyard trains on the checkpoint's weights unquantized (no QLoRA): remove it to train "
     "the same adapters on full-precision weights, with more memory",
     "load_in_8bit": "dockyard trains on the checkpoint's weights unquantized: remove it, with more memory",
-    "eos_token": "the end-of-sequence token is data.tokenizer's: set eos_token in its tokenizer_config.json",
     "unfrozen_parameters": "dockyard trains the whole model or its LoRA adapters (model.lora)",
 }
 """Keys that change what is trained in a way dockyard does not, unless left empty: why, and what to do."""
@@ -216,8 +215,25 @@ class Conversion:
 Handler = Callable[[Conversion, str, Any, dict], None]
 
 
+class Text(str):
+    """A value that is any text (a chat template: braces, quotes, lines), written as Hydra's quoted string."""
+
+
+def quoted(text: str) -> str:
+    """`text` in Hydra's single quotes, read back unchanged by Hydra and OmegaConf: a quote and the backslashes
+    before it escaped, as are trailing backslashes and `${` (which OmegaConf would read as an interpolation).
+    Lines stay lines: Hydra reads a quoted value across them."""
+    text = re.sub(r"(\\*)'", lambda found: found.group(1) * 2 + "\\'", text)
+    text = re.sub(r"(\\*)\Z", lambda found: found.group(1) * 2, text)
+    text = re.sub(r"(\\*)\$\{", lambda found: found.group(1) * 2 + "\\${", text)
+    return f"'{text}'"
+
+
 def shown(value: object) -> str:
-    """A value as an override writes it (Hydra's true, false, [a,b], and floats without trailing zeros)."""
+    """A value as an override writes it (Hydra's true, false, [a,b], floats without trailing zeros, and `Text`
+    quoted)."""
+    if isinstance(value, Text):
+        return quoted(value)
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, list):

@@ -4,7 +4,7 @@
 
 from typing import Any
 
-from compiler.config.recipe_keys import REFUSED, Conversion
+from compiler.config.recipe_keys import REFUSED, Conversion, Text
 from compiler.spec.schema.model import ALL_LINEAR
 
 DPO_LOSSES = ("sigmoid", "ipo", "hinge", "robust")
@@ -82,20 +82,20 @@ def label_smoothing(out: Conversion, key: str, value: Any, recipe: dict) -> None
 
 
 def special_tokens(out: Conversion, key: str, value: Any, recipe: dict) -> None:
-    """axolotl's `special_tokens`: a pad token changes nothing trained (padding is masked out of the loss);
-    an end-of-sequence token is the tokenizer's."""
-    for name in dict(value):
-        if name != "pad_token":
-            out.refuse(
-                f"{key}.{name}",
-                REFUSED["eos_token"] if name == "eos_token" else "dockyard adds no tokens to the tokenizer",
-            )
+    """axolotl's `special_tokens`: a pad token changes nothing trained (padding is masked out of the loss); an
+    end-of-sequence token replaces the tokenizer's (`data.eos_token`); other tokens would be added to it."""
+    for name, token in dict(value).items():
+        if name == "eos_token" and token:
+            out.set("data.eos_token", Text(token))
+        elif name != "pad_token" and token:
+            out.refuse(f"{key}.{name}", "dockyard adds no tokens to the tokenizer")
 
 
 def chat_template(out: Conversion, key: str, value: Any, recipe: dict) -> None:
-    """A name (axolotl's `llama3`, `qwen_25`) is read as the model's own, which its tokenizer carries; an
-    inline Jinja template is the tokenizer's to carry too."""
-    if "{%" in str(value) or "{{" in str(value):
-        out.refuse(key, "dockyard renders with data.tokenizer's own template: save this one as its chat_template")
-    else:
+    """An inline Jinja template (TRL's and the handbook's `chat_template`, axolotl's `chat_template_jinja`, which its
+    `chat_template: jinja` selects) is `data.chat_template`; a name (axolotl's `llama3`, `qwen_25`) is read as the
+    model's own, which its tokenizer carries."""
+    if key == "chat_template_jinja" or "{%" in str(value) or "{{" in str(value):
+        out.set("data.chat_template", Text(value))
+    elif value != "jinja":
         out.notes.append(f"{key}: {value} is read as the model's own template, the one data.tokenizer carries")

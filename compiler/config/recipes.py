@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from compiler.config.recipe_data import port_data
+from compiler.config.recipe_data import held_out, port_data
 from compiler.config.recipe_keys import (
     ADAMW,
     ADAMW_8BIT,
@@ -234,10 +234,9 @@ def _trackers(out: Conversion, key: str, value: Any, recipe: dict) -> None:
 
 
 def _validation(out: Conversion, key: str, value: Any, recipe: dict) -> None:
-    if value and not 0 < float(value) < 1:
-        return out.refuse(key, f"{value} rows: dockyard holds out a fraction (data.validation)")
+    """axolotl's `val_set_size`: a fraction of the rows, or (1 and more) a number of rows; 0 holds out none."""
     if float(value):
-        out.set("data.validation", float(value))
+        out.set("data.validation", held_out(value))
 
 
 def _sample_packing(out: Conversion, key: str, value: Any, recipe: dict) -> None:
@@ -331,6 +330,7 @@ HANDLERS: dict[str, Handler] = {
     "lora_target_modules": _nothing,
     "lora_target_linear": _nothing,
     "val_set_size": _validation,
+    "early_stopping_patience": _to("trainer.early_stopping_patience", int),
     "save_strategy": _nothing,
     "eval_strategy": _nothing,
     "rl": rl,
@@ -342,6 +342,7 @@ HANDLERS: dict[str, Handler] = {
     "precompute_ref_log_probs": _flag("trainer.dpo.precompute_reference", True, False),
     "special_tokens": special_tokens,
     "chat_template": chat_template,
+    "chat_template_jinja": chat_template,
     "dataset_kwargs": _dataset_kwargs,
     "fsdp_config": _fsdp_config,
     "past_index": _past_index,

@@ -108,18 +108,22 @@ def render_limited(template: jinja2.Template, **context) -> str:
 
 
 def check_templates(facts: TokenizerFacts, key: str) -> None:
+    for name, template in facts.chat_templates.items():
+        check_template(key, f"its chat template {name!r}", template)
+
+
+def check_template(key: str, what: str, template: str) -> None:
+    """The template compiles in transformers' environment."""
     environment = ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlock, jinja2.ext.loopcontrols]
     )
-    for name, template in facts.chat_templates.items():
-        try:
-            environment.parse(template)
-        except jinja2.TemplateSyntaxError as error:
-            raise ConfigError(
-                key,
-                f"its chat template {name!r} does not compile: {error.message} (line {error.lineno})",
-                "fix the template in chat_template.jinja or tokenizer_config.json",
-            ) from None
+    try:
+        environment.parse(template)
+    except jinja2.TemplateSyntaxError as error:
+        where = "data.chat_template" if key == "data.chat_template" else "chat_template.jinja or tokenizer_config.json"
+        raise ConfigError(
+            key, f"{what} does not compile: {error.message} (line {error.lineno})", f"fix the template in {where}"
+        ) from None
 
 
 def check_first_records(facts: TokenizerFacts, sources: list[Path]) -> None:

@@ -47,6 +47,9 @@ def check_format(config: schema.Config, targets: TargetCapabilities) -> Iterator
                 "holds out documents, which token arrays do not have",
                 "set data.format=text or chat, or remove data.validation",
             )
+        if data.eos_token is not None or data.chat_template is not None:
+            key = "data.eos_token" if data.eos_token is not None else "data.chat_template"
+            raise ConfigError(key, "replaces the tokenizer's, and token arrays are read as they are", f"remove {key}")
         return
     if data.source is schema.DataSource.synthetic:
         raise ConfigError(
@@ -60,6 +63,7 @@ def check_format(config: schema.Config, targets: TargetCapabilities) -> Iterator
         )
     if not data.field:
         raise ConfigError("data.field", "is empty", "name the column holding the text, like data.field=text")
+    _check_replaced_tokens(data)
     _check_cache(data.cache)
     _check_validation(data)
     yield from unshared_cache_warning(config)
@@ -113,6 +117,12 @@ def check_tokenizer(config: schema.Config, facts: TokenizerFacts) -> None:
             f"its {facts.vocab:,} token ids exceed model.vocab={config.model.vocab:,}",
             f"set model.vocab={facts.vocab} or more, or use the model's own tokenizer",
         )
+    if facts.eos_id is None and config.data.eos_token is not None:
+        raise ConfigError(
+            "data.eos_token",
+            f"{grammar.shown(config.data.eos_token)} is not a token of the tokenizer",
+            "give one of its special tokens, or remove data.eos_token to use its own",
+        )
     if facts.eos_id is None:
         raise ConfigError(
             "data.tokenizer",
@@ -159,7 +169,27 @@ def _tokenizer_facts(config: schema.Config, targets: TargetCapabilities) -> Toke
             f"a host folder cannot reach target={config.target.kind.value}",
             "upload it to S3 and give its s3:// prefix",
         )
-    return TokenizerFacts.read(folder)
+    return TokenizerFacts.read(folder, data=config.data)
+
+
+def _check_replaced_tokens(data: schema.DataConfig) -> None:
+    """`data.chat_template` renders conversations, and compiles (checked here even where the tokenizer is read on
+    the nodes only); `data.eos_token` is one token's text."""
+    if data.eos_token is not None and (not data.eos_token or not data.eos_token.isprintable()):
+        raise ConfigError(
+            "data.eos_token", f"{grammar.shown(data.eos_token)} is no token's text", "give a token like </s>"
+        )
+    if data.chat_template is None:
+        return
+    if not data.format.rendered:
+        raise ConfigError(
+            "data.chat_template",
+            f"renders conversations, and data.format={data.format.value} reads documents",
+            "set data.format=chat (or preference), or remove data.chat_template",
+        )
+    from compiler.planner import chat_templates
+
+    chat_templates.check_template("data.chat_template", "the template", data.chat_template)
 
 
 SYSTEM_FOLDERS = frozenset({"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "proc", "run", "sbin", "sys", "usr"})
@@ -184,8 +214,8 @@ def _check_validation(data: schema.DataConfig) -> None:
     if isinstance(held_out, bool) or not isinstance(held_out, (int, float, str)):
         raise ConfigError(
             "data.validation",
-            f"{held_out!r} is neither a fraction nor a path",
-            "give a fraction like 0.1 or a path inside the data folder",
+            f"{held_out!r} is neither a fraction, a row count nor a path",
+            "give a fraction like 0.1, a row count like 2000, or a path inside the data folder",
         )
     if isinstance(held_out, str):
         path = Path(held_out)
@@ -195,11 +225,17 @@ def _check_validation(data: schema.DataConfig) -> None:
         folder = Path(data.path) if data.source is schema.DataSource.local and data.path else None
         if folder is not None and folder.is_dir() and not (folder / path).exists():
             raise ConfigError("data.validation", f"{grammar.shown(held_out)} is not in {folder}", fix)
-    elif not 0 < held_out < 1:
+    elif isinstance(held_out, int) and held_out < 1:
+        raise ConfigError(
+            "data.validation",
+            f"{held_out} is not a row count",
+            "hold out 1 row or more (datasets' test_size=n), or a fraction like 0.1",
+        )
+    elif isinstance(held_out, float) and not 0 < held_out < 1:
         raise ConfigError(
             "data.validation",
             f"{held_out} is not a fraction between 0 and 1",
-            "hold out a fraction of the documents, like data.validation=0.1",
+            "hold out a fraction of the documents, like data.validation=0.1, or a whole number of rows",
         )
 
 
@@ -215,3 +251,10 @@ def _check_evaluation(config: schema.Config) -> None:
         raise ConfigError("trainer.eval_batches", f"{trainer.eval_batches} is not a batch count", "use 1 or more")
     if trainer.eval_interval and config.data.validation is None:
         raise ConfigError("trainer.eval_interval", "needs held-out data", "set data.validation=0.1 (or a path)")
+    patience = trainer.early_stopping_patience
+    if patience < 0 or (patience and not trainer.eval_interval):
+        raise ConfigError(
+            "trainer.early_stopping_patience",
+            f"{patience} is negative" if patience < 0 else "counts validations, and only the last step validates",
+            "set trainer.eval_interval (and data.validation) with a patience of 1 or more, or 0 not to stop early",
+        )

@@ -13,7 +13,12 @@ from compiler.spec import schema
 from compiler.spec.errors import ConfigError
 from compiler.spec.token_cache_key import sources
 
-MIXTURE_KEYS = ("name", "config", "split", "weight")
+RENAMES = ("columns", "message_keys", "roles")
+"""The keys that name a dataset's columns, message keys and roles otherwise than the row shapes do."""
+MIXTURE_KEYS = ("name", "config", "split", "weight", *RENAMES)
+ROW_COLUMNS = ("messages", "tools", "prompt", "completion", "chosen", "rejected", "conversations", "instruction")
+MESSAGE_KEYS = ("role", "content")
+ROLES = ("system", "user", "assistant", "tool")
 SHAPES = {
     schema.DataFormat.chat: (("messages",), ("prompt", "completion"), ("conversations",), ("instruction", "output")),
     schema.DataFormat.preference: (("chosen", "rejected"),),
@@ -24,8 +29,8 @@ SHAPES = {
 def check_hub(data: schema.DataConfig) -> list[Path]:
     """The local folders the datasets are in (each checked), after the names and the mixture."""
     if data.source is not schema.DataSource.hf:
-        if data.name or data.mixture:
-            key = "data.name" if data.name else "data.mixture"
+        if data.name or data.mixture or any(getattr(data, rename) for rename in RENAMES):
+            key = "data.name" if data.name else "data.mixture" if data.mixture else "data.columns"
             raise ConfigError(
                 key, f"names Hugging Face datasets, and data={data.source.value} reads none", "use data=hf"
             )
@@ -36,7 +41,10 @@ def check_hub(data: schema.DataConfig) -> list[Path]:
             "data=hf reads one dataset (data.name) or a mixture (data.mixture)" + (", not both" if data.name else ""),
             "set data.name=HuggingFaceH4/ultrachat_200k (or a folder), or data.mixture=[{name: ..., weight: 0.5}]",
         )
-    entries = data.mixture or [{"name": data.name, "config": data.config, "split": data.split}]
+    entries = data.mixture or [
+        {"name": data.name, "config": data.config, "split": data.split}
+        | {rename: getattr(data, rename) for rename in RENAMES if getattr(data, rename)}
+    ]
     return [folder for number, entry in enumerate(entries, 1) if (folder := _entry(data, entry, number)) is not None]
 
 
@@ -53,6 +61,8 @@ def _entry(data: schema.DataConfig, entry: object, number: int) -> Path | None:
         raise ConfigError(
             f"{key}.weight", f"{weight!r} is not a fraction in (0, 1]", "give the share of rows kept, like 0.5"
         )
+    for rename, allowed in zip(RENAMES, (ROW_COLUMNS, MESSAGE_KEYS, ROLES), strict=True):
+        _check_rename(f"{key if data.mixture else 'data'}.{rename}", entry.get(rename) or {}, allowed)
     folder = Path(str(entry["name"]))
     if not folder.is_absolute():
         return None  # a Hub id, or a name in the nodes' datasets cache
@@ -61,11 +71,25 @@ def _entry(data: schema.DataConfig, entry: object, number: int) -> Path | None:
         raise ConfigError(
             key, f"{folder} is not a folder of datasets or JSON/Parquet files", "give a folder load_dataset reads"
         )
-    _check_first_record(data, key, found)
+    _check_first_record(data, key, found, dict(entry.get("columns") or {}))
     return folder
 
 
-def _check_first_record(data: schema.DataConfig, key: str, found: list[Path]) -> None:
+def _check_rename(key: str, mapping: object, allowed: tuple[str, ...]) -> None:
+    """Each renamed name is one the row shapes read, given a name (roles: a list of names) in the data."""
+    named = mapping if isinstance(mapping, dict) else {None: None}
+    for ours, theirs in named.items():
+        names = theirs if key.endswith("roles") and isinstance(theirs, list) else [theirs]
+        if ours not in allowed or not names or not all(isinstance(name, str) and name for name in names):
+            example = "[human]" if key.endswith("roles") else "a column or key name"
+            raise ConfigError(
+                key,
+                f"{grammar.shown(str(mapping))} does not map {', '.join(allowed)} to the data's names",
+                f"give {{{allowed[0]}: {example}}}, keys among {', '.join(allowed)}",
+            )
+
+
+def _check_first_record(data: schema.DataConfig, key: str, found: list[Path], columns: dict) -> None:
     first = next((p for p in found if p.name.endswith((".jsonl", ".jsonl.gz", ".json"))), None)
     if first is None:
         return  # Parquet and saved datasets are read on the nodes only
@@ -76,6 +100,9 @@ def _check_first_record(data: schema.DataConfig, key: str, found: list[Path]) ->
         row = json.loads(line)
     except ValueError:
         return  # a JSON array, not lines: the node reads it
+    if isinstance(row, dict):
+        ours = {theirs: mine for mine, theirs in columns.items()}
+        row = {ours.get(column, column): value for column, value in row.items()}
     shapes = SHAPES.get(data.format, ((data.field,),))
     if not isinstance(row, dict) or not any(all(column in row for column in shape) for shape in shapes):
         names = " | ".join("+".join(shape) for shape in shapes)

@@ -210,7 +210,8 @@ def _data(plan: Plan) -> str:
     }.get(data.source.value)
     line = f"{data.source.value} {where}" if where else data.source.value
     if data.format is not DataFormat.tokens:
-        held_out = f", validation {data.validation}" if data.validation is not None else ""
+        rows = " rows" if isinstance(data.validation, int) and not isinstance(data.validation, bool) else ""
+        held_out = f", validation {data.validation}{rows}" if data.validation is not None else ""
         line += f"   {data.format.value}, tokenizer {tokenizer_location(data, plan.model)}{held_out}, {_windows(data)}"
     if plan.dataset:
         line += f"   {_epochs(plan, plan.dataset)}"

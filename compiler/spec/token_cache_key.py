@@ -82,7 +82,7 @@ def cache_key(plan: Plan, tokenizer: Path, data_folder: Path, train: list[Path],
 def keyed_by(plan: Plan, tokenizer: Path, train: str, validation: str) -> str:
     """The cache key of data whose training and held-out documents hash to `train` and `validation`."""
     data = plan.data
-    fraction = isinstance(data.validation, float)
+    drawn = isinstance(data.validation, int | float) and not isinstance(data.validation, bool)  # a fraction, rows
     options = {
         "version": CACHE_VERSION,
         "format": data.format.value,
@@ -90,7 +90,7 @@ def keyed_by(plan: Plan, tokenizer: Path, train: str, validation: str) -> str:
         "loss_on": data.loss_on.value if data.format is DataFormat.chat else None,
         "chat_date": plan.chat_date,
         "validation": data.validation,
-        "seed": plan.trainer.seed if fraction else None,
+        "seed": plan.trainer.seed if drawn else None,
         "train": train,
         "validation_data": validation,
         "tokenizer": content_hash(
@@ -102,6 +102,8 @@ def keyed_by(plan: Plan, tokenizer: Path, train: str, validation: str) -> str:
             tokenizer,
         ),
     }
+    replaced = {"chat_template": data.chat_template, "eos_token": data.eos_token}
+    options |= {name: value for name, value in replaced.items() if value is not None}  # the tokenizer's, replaced
     return hashlib.blake2b(json.dumps(options, sort_keys=True).encode(), digest_size=12).hexdigest()
 
 

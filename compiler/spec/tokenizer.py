@@ -8,6 +8,7 @@ list of named templates; newer ones write it to `chat_template.jinja` and the ot
 `additional_chat_templates/<name>.jinja`).
 """
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,8 @@ TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
 TEMPLATE_FILE = "chat_template.jinja"
 TEMPLATES_DIR = "additional_chat_templates"
+SPECIAL_TOKENS_FILE = "special_tokens_map.json"
+"""Older saves' special tokens, which transformers reads beside tokenizer_config.json's."""
 DEFAULT_TEMPLATE = "default"
 MAX_RENDERED = 2**24
 """The most characters a chat template may write for one record (16 Mi: a conversation of millions of tokens),
@@ -49,20 +52,51 @@ class TokenizerFacts:
         return self.chat_templates.get(DEFAULT_TEMPLATE)
 
     @classmethod
-    def read(cls, folder: Path, key: str = "data.tokenizer") -> "TokenizerFacts":
-        """The facts of the tokenizer in `folder`; a file that is not a tokenizer's is a FileError naming `key`."""
+    def read(cls, folder: Path, key: str = "data.tokenizer", data: DataConfig | None = None) -> "TokenizerFacts":
+        """The facts of the tokenizer in `folder`, with `data.chat_template` and `data.eos_token` in place of its
+        own where they are set; a file that is not a tokenizer's is a FileError naming `key`."""
         tokenizer_path, config_path = folder / TOKENIZER_FILE, folder / CONFIG_FILE
         tokenizer = files.read_json_object(tokenizer_path, key, files.LARGE_FILE)
         config = files.read_json_object(config_path, key) if _present(config_path) else {}
         ids = _vocabulary_ids(tokenizer, key, tokenizer_path)
         eos, bos = _token_name(config.get("eos_token")), _token_name(config.get("bos_token"))
+        templates = _chat_templates(folder, config.get("chat_template"), key)
+        if data is not None and data.eos_token is not None:
+            eos = data.eos_token
+        if data is not None and data.chat_template is not None:
+            templates[DEFAULT_TEMPLATE] = data.chat_template
         return cls(
             vocab=max(ids.values(), default=-1) + 1,
             eos_token=eos,
             eos_id=ids.get(eos) if eos else None,
-            chat_templates=_chat_templates(folder, config.get("chat_template"), key),
+            chat_templates=templates,
             bos_token=bos,
         )
+
+
+def replace_tokens(folder: Path, data: DataConfig) -> None:
+    """Writes `data.chat_template` and `data.eos_token` into the tokenizer files of `folder` (a copy: the node's
+    tokenizer, the exported model's), so that transformers loads them as the tokenizer's own: the template as
+    `chat_template.jinja` (tokenizer_config.json's templates moved beside it), the token as `eos_token`."""
+    if data.chat_template is None and data.eos_token is None:
+        return
+    config_path = folder / CONFIG_FILE
+    config = files.read_json_object(config_path, "data.tokenizer") if _present(config_path) else {}
+    if data.chat_template is not None:
+        named = _chat_templates(folder, config.pop("chat_template", None), "data.tokenizer")
+        named.pop(DEFAULT_TEMPLATE, None)
+        if named:
+            (folder / TEMPLATES_DIR).mkdir(exist_ok=True)
+        for name, text in named.items():
+            (folder / TEMPLATES_DIR / f"{name}.jinja").write_text(text)
+        (folder / TEMPLATE_FILE).write_text(data.chat_template)
+    if data.eos_token is not None:
+        config["eos_token"] = data.eos_token
+        special_path = folder / SPECIAL_TOKENS_FILE
+        if special_path.is_file():
+            special = files.read_json_object(special_path, "data.tokenizer")
+            special_path.write_text(json.dumps(special | {"eos_token": data.eos_token}, indent=2))
+    config_path.write_text(json.dumps(config, indent=2))
 
 
 def _chat_templates(folder: Path, configured: object, key: str) -> dict[str, str]:

@@ -24,7 +24,7 @@ from compiler.spec import Plan
 from compiler.spec.contract import JOB_VARIABLE, TOKENIZE_JOB
 from compiler.spec.s3 import download_s3
 from compiler.spec.schema import Compile, DataFormat, DataSource, Objective, TrainerConfig
-from compiler.spec.tokenizer import TokenizerFacts
+from compiler.spec.tokenizer import TokenizerFacts, replace_tokens
 from entrypoint.launcher.cluster import Paths
 from entrypoint.launcher.main import DEFAULT_TIMEOUT_S
 from entrypoint.trainer import checkpoint, restarts
@@ -91,7 +91,8 @@ def prepare_data(plan: Plan, paths: Paths, leader: bool) -> Data:
     log = (lambda line: print(line, flush=True)) if leader else (lambda line: None)
     tokenizer = prepare.tokenizer_folder(plan, paths, leader)
     cache = prepare.ensure_cache(plan, folder, tokenizer, prepare.cache_root(plan, paths), leader, log)
-    train, validation, lines = prepare.open_windows(plan, cache, TokenizerFacts.read(tokenizer).eos_id)
+    eos = TokenizerFacts.read(tokenizer, data=plan.data).eos_id
+    train, validation, lines = prepare.open_windows(plan, cache, eos)
     held_out = None if validation is None else Batches(validation, plan, dp_rank)
     return Data(Batches(train, plan, dp_rank), held_out, lines, tokenizer, cache)
 
@@ -191,6 +192,7 @@ def export_model(engine: Engine, plan: Plan, folder: Path, tokenizer: Path | Non
         model_spec(plan.model).weights.save(folder, state, plan.to_dict()["model"])
         if tokenizer is not None:
             copy_tokenizer(tokenizer, folder)
+            replace_tokens(folder, plan.data)
     return folder
 
 
@@ -251,6 +253,11 @@ def step_record(
     }
 
 
+def plateaued(losses: list[float], patience: int) -> bool:
+    """Whether the last `patience` validation losses are none lower than the best before them."""
+    return bool(patience) and len(losses) > patience and min(losses[-patience:]) >= min(losses[:-patience])
+
+
 def evaluates(trainer: TrainerConfig, done_steps: int) -> bool:
     """Validation every `eval_interval` steps, and after the last step."""
     interval = trainer.eval_interval
@@ -297,6 +304,8 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
     try:
         started = last_time = time.perf_counter()
         last_step, window_loss = start, torch.zeros((), device=device)  # the losses' sum since the last record
+        val_losses: list[float] = []
+        completed = False
         for step in range(start, trainer.steps):
             guards.before_step(step)
             loss = engine.forward_backward([data.train.micro_batch(step, micro) for micro in range(accum)])
@@ -318,6 +327,13 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
                         sink.write(record | trained | held_out | {"elapsed_s": round(now - started, 3)})
                 last_time, last_step = time.perf_counter(), done_steps  # a step's time leaves validation out
                 window_loss.zero_()
+                val_losses += [held_out["val_loss"]] if held_out else []
+                if plateaued(val_losses, trainer.early_stopping_patience):
+                    completed = True
+                    if rank == 0:
+                        print(f"early stop        after step {done_steps}: {trainer.early_stopping_patience} "
+                              "validations without a lower loss", flush=True)
+                    break
             if done_steps < trainer.steps and scores_tasks(trainer, done_steps):
                 copy = export_model(engine, plan, paths.checkpoints / MODEL_COPY, data.tokenizer)
                 score_model(plan, paths, copy, done_steps, sinks)
@@ -333,10 +349,12 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
             if stop_at is not None and done_steps >= stop_at:
                 break
         else:
+            completed = True
+        if completed:
             saver.close()
             save_final_model(engine, plan, paths, data.tokenizer)
             if scores_tasks(trainer, trainer.steps):
-                score_model(plan, paths, paths.model, trainer.steps, sinks)
+                score_model(plan, paths, paths.model, last_step, sinks)
         saver.close()
         guards.close()
         end = RunEnd.finished

@@ -71,9 +71,18 @@ class DataConfig:
     split: str = "train"
     """hf: the split trained on (a `datasets` split expression such as train[:10%] also works)."""
     mixture: list[Any] = field(default_factory=list)
-    """hf: several datasets trained on together instead of `data.name`, each {name, config, split, weight}:
-    the first `weight` fraction (0 < weight <= 1, default 1) of each split's rows kept, in order, as the
+    """hf: several datasets trained on together instead of `data.name`, each {name, config, split, weight} (and its
+    own columns, message_keys, roles): the first `weight` fraction (0 < weight <= 1, default 1) of each split's rows kept, in order, as the
     alignment-handbook's and TRL's `dataset_mixture` takes them; each in its own row shape."""
+    columns: dict[str, Any] = field(default_factory=dict)
+    """hf: the dataset's column for each column a row shape reads that it names otherwise, like {prompt:
+    conversation} (axolotl's `field_messages`, `field_chosen`, `field_rejected`); a mixture entry may give its own."""
+    message_keys: dict[str, Any] = field(default_factory=dict)
+    """hf: the keys of a message that hold its role and content, if not `role` and `content`, like {role: from,
+    content: value} (axolotl's `message_property_mappings`); a mixture entry may give its own."""
+    roles: dict[str, Any] = field(default_factory=dict)
+    """hf: the names the data gives each role, if not the role's own, like {user: [human], assistant: [gpt]}
+    (axolotl's `roles`); a mixture entry may give its own."""
     token_dtype: str = "uint16"
     """Element type of the token files: uint16 (vocab < 65,536) or uint32."""
     format: DataFormat = DataFormat.tokens
@@ -96,11 +105,19 @@ class DataConfig:
     max_prompt_length: int | None = None
     """preference: a pair's prompt cut to its last this many tokens (from the left, as TRL's DPO truncates it);
     None keeps the whole prompt."""
+    chat_template: str | None = None
+    """chat/preference: a chat template's Jinja text, rendered instead of data.tokenizer's own (TRL's and the
+    alignment-handbook's inline `chat_template`, axolotl's `chat_template_jinja`); written into the nodes' copy
+    of the tokenizer, so the exported model carries it too."""
+    eos_token: str | None = None
+    """The end-of-sequence token instead of data.tokenizer's own (axolotl's `special_tokens.eos_token`): a token of
+    its vocabulary, put after each document and given to chat templates as `eos_token`."""
     loss_on: LossOn = LossOn.assistant
     """chat: the tokens the loss is computed on: assistant (the replies only) or all."""
     validation: Any = None
-    """text/chat: held-out data, a fraction of the documents (0.1, chosen by a seeded draw) or the relative path
-    of a file or folder inside the data folder (held out whole); a number or a path, so typed Any. With
-    data=hf, a name is the held-out split (test) of each dataset."""
+    """text/chat: held-out data, a fraction of the documents (0.1, chosen by a seeded draw), a number of them (2000:
+    that many rows drawn, as datasets' `train_test_split(test_size=2000)`), or the relative path of a file or
+    folder inside the data folder (held out whole); a number or a path, so typed Any. With data=hf, a name is the
+    held-out split (test) of each dataset."""
     tokens: int | None = None
     """The dataset's token count, if known: the plan then says how many epochs the steps cover."""

@@ -196,6 +196,9 @@ class TrainerConfig:
     """Steps between validation losses (needs `data.validation`); 0 evaluates only at the end."""
     eval_batches: int = 4
     """Micro batches per data-parallel rank in each validation."""
+    early_stopping_patience: int = 0
+    """Stop, keeping the model as it stands, once this many validations in a row find no lower loss than the best
+    before them (the Trainer's `EarlyStoppingCallback`, axolotl's `early_stopping_patience`); 0 never stops early."""
     eval_tasks: list[str] = field(default_factory=list)
     """lm-evaluation-harness tasks scored on the model as it stands at the end of training (and every
     `eval_tasks_interval` steps), as `dockyard eval` scores them: the harness's options (`eval.include_path`,

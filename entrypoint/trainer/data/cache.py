@@ -12,6 +12,7 @@ Each format encodes a batch of documents at once (text: the `tokenizers` library
 all the node's cores).
 """
 
+import itertools
 import json
 import shutil
 import time
@@ -116,26 +117,52 @@ def _progress_line(meta: CacheMeta, seconds: float) -> str:
     return f"tokenizing        {docs:,} documents, {tokens:,} tokens, {seconds:.1f} s ({rate:,.0f} tokens/s)"
 
 
-def batches(splits: dict[str, list], plan: Plan, fraction: float | None) -> Iterator[tuple[str, list]]:
-    """(split, documents) in batches, in order; with a `fraction`, each document drawn into validation with
-    that probability from a generator seeded by `trainer.seed` (the same documents on every node)."""
-    draw = np.random.default_rng(plan.trainer.seed)
+def batches(splits: dict[str, list], plan: Plan) -> Iterator[tuple[str, list]]:
+    """(split, documents) in batches, in order, the training documents `held_out` moved to validation."""
+    flags = _held_flags(splits, plan)
     for split, paths in splits.items():
         batch: list = []
         for path in paths:
             for number, record in enumerate(documents.records(path, plan.data.format, plan.data.field), 1):
                 batch.append((f"{path}, record {number}", record))
                 if len(batch) == BATCH_DOCUMENTS:
-                    yield from _drawn(split, batch, draw, fraction)
+                    yield from _drawn(split, batch, flags)
                     batch = []
         if batch:
-            yield from _drawn(split, batch, draw, fraction)
+            yield from _drawn(split, batch, flags)
 
 
-def _drawn(split: str, batch: list, draw: np.random.Generator, fraction: float | None) -> Iterator[tuple[str, list]]:
-    if fraction is None or split != "train":
+def held_out(plan: Plan, count: int) -> np.ndarray | None:
+    """Which of `count` training documents the validation split draws, seeded by `trainer.seed` (the same on every
+    node): each with the probability `data.validation` (a fraction), or `data.validation` of them (a row count, as
+    datasets' `train_test_split(test_size=n)` takes one) drawn without replacement; None when none are drawn."""
+    held, draw = plan.data.validation, np.random.default_rng(plan.trainer.seed)
+    if isinstance(held, float):
+        return draw.random(count) < held
+    if not isinstance(held, int) or isinstance(held, bool):
+        return None
+    if held >= count:
+        raise ValueError(f"data.validation={held} rows: the training split has {count:,}; hold out fewer rows")
+    mask = np.zeros(count, dtype=bool)
+    mask[draw.choice(count, held, replace=False)] = True
+    return mask
+
+
+def _held_flags(splits: dict[str, list], plan: Plan) -> Iterator[bool] | None:
+    """`held_out`'s flags, one per training document in order: a fraction's drawn as the documents stream (the
+    same draws), a row count's once the training documents are counted."""
+    if isinstance(plan.data.validation, float):
+        draw, fraction = np.random.default_rng(plan.trainer.seed), plan.data.validation
+        return (bool(flag) for _ in itertools.count() for flag in draw.random(BATCH_DOCUMENTS) < fraction)
+    count = sum(1 for path in splits["train"] for _ in documents.records(path, plan.data.format, plan.data.field))
+    mask = held_out(plan, count)
+    return None if mask is None else (bool(flag) for flag in mask)
+
+
+def _drawn(split: str, batch: list, flags: Iterator[bool] | None) -> Iterator[tuple[str, list]]:
+    if flags is None or split != "train":
         yield split, batch
         return
-    held = draw.random(len(batch)) < fraction
+    held = list(itertools.islice(flags, len(batch)))
     yield "train", [doc for doc, out in zip(batch, held, strict=True) if not out]
     yield "validation", [doc for doc, out in zip(batch, held, strict=True) if out]

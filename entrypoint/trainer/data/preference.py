@@ -64,6 +64,8 @@ class PreferenceFormat(TextFormat):
     def record(self, row: dict, field: str, where: str) -> dict:
         """The record's prompt, chosen and rejected completions (and tools), all text or all message lists."""
         found = {name: row[name] for name in PAIR_COLUMNS if row.get(name) is not None}
+        if isinstance(found.get("prompt"), list):
+            found |= {name: shapes.reply(found[name]) for name in PAIR_COLUMNS[1:3] if name in found}
         prompt, chosen, rejected = (found.get(name) for name in PAIR_COLUMNS[:3])
         if isinstance(prompt, str | list) and type(prompt) is type(chosen) is type(rejected):
             return found

@@ -2,7 +2,9 @@
 when it is missing, reused otherwise) and the windows every rank reads from it, with the lines the run reports.
 """
 
+import hashlib
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -16,7 +18,7 @@ from compiler.spec.contract import TOKENIZER_CHANNEL
 from compiler.spec.s3 import download_s3
 from compiler.spec.schema import DataFormat, DataSource
 from compiler.spec.token_cache_key import TOKEN_CACHE_DIR, cache_key, keyed_by
-from compiler.spec.tokenizer import TokenizerFacts, tokenizer_location
+from compiler.spec.tokenizer import TokenizerFacts, replace_tokens, tokenizer_location
 from entrypoint.launcher.cluster import Paths
 from entrypoint.trainer.data import cache as token_cache
 from entrypoint.trainer.data import data_format, documents, hub, shards
@@ -40,7 +42,7 @@ def tokenizer_folder(plan: Plan, paths: Paths, leader: bool) -> Path:
     if leader and not folder.is_dir():
         download_s3(location, folder)
     dist.barrier()
-    facts = TokenizerFacts.read(folder)
+    facts = TokenizerFacts.read(folder, data=plan.data)
     if facts.vocab > plan.model.vocab:
         raise ValueError(f"data.tokenizer: its {facts.vocab} token ids exceed model.vocab={plan.model.vocab}")
     if facts.eos_id is None or (plan.data.format is DataFormat.chat and not facts.chat_template):
@@ -72,9 +74,8 @@ def ensure_cache(
         _build_shared(plan, splits, tokenizer, folder, leader, log)
     elif leader and not folder.is_dir():
         log(f"token cache       building {folder}")
-        fraction = plan.data.validation if isinstance(plan.data.validation, float) else None
-        encoder = _encoder(plan, tokenizer)
-        token_cache.build(root, folder.name, encoder, lambda: token_cache.batches(splits, plan, fraction), log)
+        encoder = _encoder(plan, tokenizer, root)
+        token_cache.build(root, folder.name, encoder, lambda: token_cache.batches(splits, plan), log)
     elif leader:
         log(f"token cache       reused {folder} (no tokenization)")
     while not folder.is_dir():  # the node's first rank is tokenizing: longer than a collective's timeout may allow
@@ -92,14 +93,38 @@ def _build_shared(
     if leader:
         log(f"token cache       building {folder}: this node tokenizes share {node + 1} of {nodes}")
         share = shards.shares(splits, nodes)[node]
-        shards.write_shard(folder.parent, folder.name, node, nodes, _encoder(plan, tokenizer), share, plan, log)
+        encoder = _encoder(plan, tokenizer, folder.parent)
+        shards.write_shard(folder.parent, folder.name, node, nodes, encoder, share, plan, log)
     if dist.get_rank() == 0:
         shards.assemble(folder.parent, folder.name, nodes, plan, log)
 
 
-def _encoder(plan: Plan, tokenizer: Path) -> token_cache.Encoder:
+def _encoder(plan: Plan, tokenizer: Path, root: Path) -> token_cache.Encoder:
     today = date.fromisoformat(plan.chat_date) if plan.chat_date else None
-    return token_cache.Encoder(tokenizer, plan.data.format, plan.data.loss_on, today)
+    folder = recipe_tokenizer(plan, tokenizer, root)
+    return token_cache.Encoder(folder, plan.data.format, plan.data.loss_on, today)
+
+
+def recipe_tokenizer(plan: Plan, tokenizer: Path, root: Path) -> Path:
+    """The tokenizer with `data.chat_template` and `data.eos_token` written in (a copy under `root`, named by what
+    it holds and moved into place whole), or `tokenizer` itself where neither is set. The token cache's key
+    hashes the tokenizer's own files and these two settings, as the host computes it."""
+    if plan.data.chat_template is None and plan.data.eos_token is None:
+        return tokenizer
+    digest = hashlib.blake2b(digest_size=8)
+    for part in (str(tokenizer), plan.data.chat_template or "", plan.data.eos_token or ""):
+        digest.update(part.encode() + b"\0")
+    copy = root / f"tokenizer-{digest.hexdigest()}"
+    if not copy.is_dir():
+        root.mkdir(parents=True, exist_ok=True)
+        partial = root / f".{copy.name}.{uuid.uuid4().hex}.partial"
+        shutil.copytree(tokenizer, partial)
+        replace_tokens(partial, plan.data)
+        try:
+            partial.rename(copy)
+        except OSError:
+            shutil.rmtree(partial)  # another rank's copy is in place, with the same contents
+    return copy
 
 
 def shared(root: Path) -> bool:

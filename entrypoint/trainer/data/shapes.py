@@ -7,6 +7,8 @@ for `data.format=preference`.
   loss on the output, as axolotl trains it.
 - ShareGPT (`conversations`: a list of {from, value}; axolotl's `chat_template` type with `role: from` and
   `content: value`): a conversation, the roles named as FastChat names them mapped to the template's.
+- a pair whose prompt is a conversation and whose completions are one reply each, a message or its text (axolotl's
+  `chat_template.default` DPO rows): each completion a one-message list.
 - a pair with an implicit prompt (`chosen` and `rejected` conversations that start alike, as UltraFeedback's
   rows): the messages they share first are the prompt, the rest of each its completion (TRL's rule).
 """
@@ -68,3 +70,10 @@ def implicit_prompt(chosen: list, rejected: list, where: str) -> dict:
             "and each go on with its own reply"
         )
     return {"prompt": chosen[:shared], "chosen": chosen[shared:], "rejected": rejected[shared:]}
+
+
+def reply(completion: object) -> object:
+    """A completion after a conversation's prompt as a message list: one message, or a text as the assistant's."""
+    if isinstance(completion, dict):
+        return [completion]
+    return [{"role": "assistant", "content": completion}] if isinstance(completion, str) else completion

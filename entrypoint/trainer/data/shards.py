@@ -130,13 +130,12 @@ def assemble(root: Path, key: str, workers: int, plan: Plan, log: Callable[[str]
     while not all((folder / name).is_dir() for name in names):
         time.sleep(POLL_S)
     metas = [CacheMeta.read(folder / name) for name in names]
-    fraction = plan.data.validation if isinstance(plan.data.validation, float) else None
-    held = held_out(plan, sum(m.splits.get("train", SplitCounts()).documents for m in metas), fraction)
+    held = cache.held_out(plan, sum(m.splits.get("train", SplitCounts()).documents for m in metas))
     parts = {split: [stored(folder / name / split) for name in names] for split in cache.SPLITS}
     meta = CacheMeta(key, tokenize_s=max(m.tokenize_s for m in metas))
     for split in cache.SPLITS[: 2 if plan.data.validation is not None else 1]:
-        keep = _kept(split, held, fraction)
-        source = parts["train"] if fraction is not None else parts[split]
+        keep = _kept(split, held)
+        source = parts["train"] if held is not None else parts[split]
         meta.splits[split] = _counts(Documents(source, keep))
     record = asdict(meta) | {"shards": [f"../{folder.name}/{name}" for name in names]}
     partial = root / f".{key}.{workers}.partial"
@@ -151,15 +150,9 @@ def assemble(root: Path, key: str, workers: int, plan: Plan, log: Callable[[str]
     return root / key
 
 
-def held_out(plan: Plan, documents_count: int, fraction: float | None) -> np.ndarray | None:
-    """Which training documents the validation split draws: the one-worker cache's draw (`cache.batches`)."""
-    if fraction is None:
-        return None
-    return np.random.default_rng(plan.trainer.seed).random(documents_count) < fraction
-
-
-def _kept(split: str, held: np.ndarray | None, fraction: float | None) -> np.ndarray | None:
-    if fraction is None:
+def _kept(split: str, held: np.ndarray | None) -> np.ndarray | None:
+    """The documents of `split` among the training ones, after the validation draw (`cache.held_out`)."""
+    if held is None:
         return None
     return ~held if split == "train" else held
 
@@ -190,9 +183,8 @@ def open_split(folder: Path, split: str, plan: Plan) -> Documents:
     shards = sharded(folder)
     if shards is None:
         return stored(folder / split)
-    fraction = plan.data.validation if isinstance(plan.data.validation, float) else None
-    if fraction is None:
-        return Documents([stored(shard / split) for shard in shards], None)
     train = [stored(shard / "train") for shard in shards]
-    held = held_out(plan, sum(len(part.starts) - 1 for part in train), fraction)
-    return Documents(train, _kept(split, held, fraction))
+    held = cache.held_out(plan, sum(len(part.starts) - 1 for part in train))
+    if held is None:
+        return Documents([stored(shard / split) for shard in shards], None)
+    return Documents(train, _kept(split, held))
