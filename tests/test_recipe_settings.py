@@ -170,11 +170,11 @@ def test_early_stopping_counts_validations_without_a_lower_loss():
 
 @pytest.mark.torchrun
 def test_a_run_whose_validation_loss_stops_falling_ends_early_with_its_model(tmp_path, hf_tokenizer):
-    """At lr 0 every validation loss is the first one: with patience 1 the run ends after its second validation
+    """At lr 1e-30 (no fp32 weight moves) every validation loss is the first one: with patience 1 the run ends after its second validation
     (step 2 of 6), and saves the model as it stands."""
     folder = write_jsonl(tmp_path / "d" / "train.jsonl", [{"messages": talk} for talk in conversations(40)]).parent
     overrides = chat_overrides(folder, hf_tokenizer, "data.validation=0.2", "trainer.eval_interval=1")
-    overrides += ["trainer.early_stopping_patience=1", "trainer.lr=0", "trainer.steps=6"]
+    overrides += ["trainer.early_stopping_patience=1", "trainer.lr=1e-30", "trainer.steps=6"]
     records = train(tiny_plan(*overrides), tmp_path)
     validations = [row for row in records if "val_loss" in row]
     assert [row["step"] for row in validations] == [1, 2]
