@@ -12,6 +12,7 @@ from compiler.config.recipe_keys import Text, shown
 from compiler.config.recipes import convert, read_recipe
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import DataFormat
+from compiler.targets.local import translate as local
 from entrypoint.trainer.data import cache as token_cache
 from entrypoint.trainer.data import documents, prepare
 from entrypoint.trainer.data.base import CacheMeta
@@ -180,3 +181,17 @@ def test_a_run_whose_validation_loss_stops_falling_ends_early_with_its_model(tmp
     assert [row["step"] for row in validations] == [1, 2]
     assert validations[0]["val_loss"] == validations[1]["val_loss"]
     assert (tmp_path / "model").is_dir() and any((tmp_path / "model").iterdir())
+
+
+def test_local_dataset_folders_are_mounted_where_the_plan_names_them(tmp_path, hf_tokenizer):
+    """A mixture of two folders on this machine: each mounted read-only at its own path in every container, where
+    the nodes' `load_dataset` reads the names the plan gives."""
+    talks = [{"messages": talk} for talk in conversations(8)]
+    first, second = (write_jsonl(tmp_path / name / "train.jsonl", talks).parent for name in ("one", "two"))
+    mixture = f"data.mixture=[{{name: '{first}'}}, {{name: '{second}', weight: 0.5}}, {{name: '{first}'}}]"
+    plan = tiny_plan("data=hf", mixture, "data.format=chat", f"data.tokenizer={hf_tokenizer}", "model.vocab=512")
+    request = local.to_request(plan, "img", run_id="r", run_dir=tmp_path / "run")
+    for container in request.containers:
+        mounted = [(m.source, m.target, m.read_only) for m in container.mounts if m.source in (str(first), str(second))]
+        assert mounted == [(str(first), str(first), True), (str(second), str(second), True)]
+    assert local.dataset_mounts(tiny_plan()) == []  # synthetic data: nothing of this machine's to mount

@@ -3,10 +3,12 @@
 from pathlib import Path
 
 from compiler.spec import DataSource, Plan
-from compiler.spec.contract import NODES_PER_HOST
+from compiler.planner.data_rules import SYSTEM_FOLDERS
+from compiler.spec.contract import CONTAINER_ROOT, NODES_PER_HOST
 from compiler.spec.errors import ConfigError
 from compiler.targets.channels import check_checkpoint_readable
 from compiler.targets.host_user import invoking_user
+from compiler.targets.local.translate import dataset_mounts
 
 MAX_CONTAINERS = 64
 """The most nodes (containers) one local job starts. They all run on this machine, and each is given the
@@ -62,4 +64,12 @@ def _check_data(plan: Plan) -> None:
         if not Path(data.path).is_dir():
             raise ConfigError(
                 "data.path", f"'{data.path}' is not a folder on this machine", "give the token files' folder"
+            )
+    for mount in dataset_mounts(plan):
+        parts = Path(mount.source).parts
+        if len(parts) < 2 or parts[1] in SYSTEM_FOLDERS or mount.source.startswith(CONTAINER_ROOT):
+            raise ConfigError(
+                "data.mixture" if data.mixture else "data.name",
+                f"{mount.source} is mounted at its own path in the containers, where it would hide the image's files",
+                "move the dataset's folder elsewhere, like under /data or your home folder",
             )

@@ -133,6 +133,7 @@ def to_request(plan: Plan, image: str, *, run_id: str, run_dir: Path, runs_as: H
         Mount(str(run_dir / "model"), f"{CONTAINER_ROOT}/model", read_only=False),
         Mount(str(run_dir / "checkpoints"), f"{CONTAINER_ROOT}/checkpoints", read_only=False),
         *token_cache_mount(plan),
+        *dataset_mounts(plan),
     ]
     tracker_uri, loopback_ports = mlflow_from_containers(plan)
     environment = {
@@ -189,6 +190,16 @@ def token_cache_mount(plan: Plan) -> list[Mount]:
     if plan.data.cache is None or plan.data.format is DataFormat.tokens:
         return []
     return [Mount(plan.data.cache, plan.data.cache, read_only=False)]
+
+
+def dataset_mounts(plan: Plan) -> list[Mount]:
+    """`data=hf`'s datasets in folders of this machine (`data.name`, `data.mixture`), each mounted read-only at the
+    same path in every node, where `load_dataset` on the node finds them under the plan's names."""
+    if plan.data.source is not DataSource.hf:
+        return []
+    names = [entry["name"] for entry in plan.data.mixture] if plan.data.mixture else [plan.data.name]
+    folders = dict.fromkeys(str(name) for name in names if Path(str(name)).is_absolute())
+    return [Mount(folder, folder, read_only=True) for folder in folders]
 
 
 def alongside(request: LocalRequest, runs: int) -> LocalRequest:
