@@ -26,12 +26,12 @@ WAITING = {
     "handbook-zephyr-7b-beta-sft_qlora.yaml": {"load_in_4bit"},
     "handbook-zephyr-7b-beta-dpo_qlora.yaml": {"load_in_4bit"},
     "axolotl-llama-3-instruct-dpo-lora-8b.yml": {"load_in_8bit"},
-    "axolotl-gemma3-gemma-3-1b-qlora.yml": {"load_in_4bit", "adapter", "unfrozen_parameters", "eot_tokens"},
+    "axolotl-gemma3-gemma-3-1b-qlora.yml": {"load_in_4bit", "adapter", "unfrozen_parameters"},
 }
 """The recipes that still cannot port, by their own keys: each trains adapters on quantized base weights
 (`load_in_4bit`, `load_in_8bit`, `adapter: qlora`: QLoRA, which dockyard does not train yet); Gemma-3's also
-trains only the parameters its `unfrozen_parameters` patterns match and names its end-of-turn token
-(`eot_tokens`). Every other kept recipe converts with exit status 0."""
+trains only the parameters its `unfrozen_parameters` patterns match (dockyard trains the whole model or its
+adapters). Every other kept recipe converts with exit status 0."""
 REFUSED = {name: WAITING.get(name, set()) for name in KEPT}
 
 DATASETS = {

@@ -99,3 +99,13 @@ def chat_template(out: Conversion, key: str, value: Any, recipe: dict) -> None:
         out.set("data.chat_template", Text(value))
     elif value != "jinja":
         out.notes.append(f"{key}: {value} is read as the model's own template, the one data.tokenizer carries")
+
+
+def eot_tokens(out: Conversion, key: str, value: Any, recipe: dict) -> None:
+    """axolotl's `eot_tokens`, the end-of-turn tokens trained after each reply: dockyard trains the first special
+    token the template writes after a reply, which is its end-of-turn marker."""
+    tokens = [value] if isinstance(value, str) else [str(token) for token in value]
+    out.notes.append(
+        f"{key}: {', '.join(tokens)}: dockyard trains the first special token the chat template writes after each "
+        "reply, its end-of-turn marker (these, where the tokenizer holds them as special tokens)"
+    )
