@@ -33,7 +33,14 @@ a line end and the text's end."""
 
 
 def chat_overrides(folder, tokenizer, *more: str) -> list[str]:
-    return ["data=local", f"data.path={folder}", "data.format=chat", f"data.tokenizer={tokenizer}", "model.vocab=512", *more]
+    return [
+        "data=local",
+        f"data.path={folder}",
+        "data.format=chat",
+        f"data.tokenizer={tokenizer}",
+        "model.vocab=512",
+        *more,
+    ]
 
 
 @pytest.mark.parametrize("template", [*TEMPLATES.values(), HOSTILE], ids=[*TEMPLATES, "hostile"])
@@ -171,8 +178,8 @@ def test_early_stopping_counts_validations_without_a_lower_loss():
 
 @pytest.mark.torchrun
 def test_a_run_whose_validation_loss_stops_falling_ends_early_with_its_model(tmp_path, hf_tokenizer):
-    """At lr 1e-30 (no fp32 weight moves) every validation loss is the first one: with patience 1 the run ends after its second validation
-    (step 2 of 6), and saves the model as it stands."""
+    """At lr 1e-30 (no fp32 weight moves) every validation loss is the first one: with patience 1 the run ends
+    after its second validation (step 2 of 6), and saves the model as it stands."""
     folder = write_jsonl(tmp_path / "d" / "train.jsonl", [{"messages": talk} for talk in conversations(40)]).parent
     overrides = chat_overrides(folder, hf_tokenizer, "data.validation=0.2", "trainer.eval_interval=1")
     overrides += ["trainer.early_stopping_patience=1", "trainer.lr=1e-30", "trainer.steps=6"]

@@ -14,7 +14,7 @@ from compiler.core.capabilities import TargetCapabilities
 from compiler.planner import hub_rules
 from compiler.planner.tokenize_job import is_tokenize_job, unshared_cache_warning
 from compiler.spec import Layout, schema
-from compiler.spec.contract import TOKENIZER_CHANNEL
+from compiler.spec.contract import SYSTEM_FOLDERS, TOKENIZER_CHANNEL
 from compiler.spec.errors import ConfigError
 from compiler.spec.token_cache_key import sources
 from compiler.spec.tokenizer import TOKENIZER_FILE, TokenizerFacts, tokenizer_location
@@ -190,10 +190,6 @@ def _check_replaced_tokens(data: schema.DataConfig) -> None:
     from compiler.planner import chat_templates
 
     chat_templates.check_template("data.chat_template", "the template", data.chat_template)
-
-
-SYSTEM_FOLDERS = frozenset({"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "proc", "run", "sbin", "sys", "usr"})
-"""The top folders of the image's system, where a token cache would overwrite or hide the system's files."""
 
 
 def _check_cache(cache: str | None) -> None:

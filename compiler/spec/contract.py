@@ -98,3 +98,7 @@ JOB_VARIABLE = "DOCKYARD_JOB"
 """In `target.environment`: what the job does on its nodes; `tokenize` (`dockyard tokenize`) fills the token cache
 and ends, the nodes splitting the documents among them; unset, it trains."""
 TOKENIZE_JOB = "tokenize"
+
+SYSTEM_FOLDERS = frozenset({"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "proc", "run", "sbin", "sys", "usr"})
+"""The top folders of the image's system, where a folder mounted at its own path (a token cache, a dataset) would
+overwrite or hide the system's files."""

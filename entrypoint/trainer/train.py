@@ -331,8 +331,11 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
                 if plateaued(val_losses, trainer.early_stopping_patience):
                     completed = True
                     if rank == 0:
-                        print(f"early stop        after step {done_steps}: {trainer.early_stopping_patience} "
-                              "validations without a lower loss", flush=True)
+                        print(
+                            f"early stop        after step {done_steps}: {trainer.early_stopping_patience} "
+                            "validations without a lower loss",
+                            flush=True,
+                        )
                     break
             if done_steps < trainer.steps and scores_tasks(trainer, done_steps):
                 copy = export_model(engine, plan, paths.checkpoints / MODEL_COPY, data.tokenizer)

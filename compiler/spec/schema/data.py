@@ -72,8 +72,9 @@ class DataConfig:
     """hf: the split trained on (a `datasets` split expression such as train[:10%] also works)."""
     mixture: list[Any] = field(default_factory=list)
     """hf: several datasets trained on together instead of `data.name`, each {name, config, split, weight} (and its
-    own columns, message_keys, roles): the first `weight` fraction (0 < weight <= 1, default 1) of each split's rows kept, in order, as the
-    alignment-handbook's and TRL's `dataset_mixture` takes them; each in its own row shape."""
+    own columns, message_keys, roles): the first `weight` fraction (0 < weight <= 1, default 1) of each split's
+    rows kept, in order, as the alignment-handbook's and TRL's `dataset_mixture` takes them; each in its own row
+    shape."""
     columns: dict[str, Any] = field(default_factory=dict)
     """hf: the dataset's column for each column a row shape reads that it names otherwise, like {prompt:
     conversation} (axolotl's `field_messages`, `field_chosen`, `field_rejected`); a mixture entry may give its own."""

@@ -3,8 +3,7 @@
 from pathlib import Path
 
 from compiler.spec import DataSource, Plan
-from compiler.planner.data_rules import SYSTEM_FOLDERS
-from compiler.spec.contract import CONTAINER_ROOT, NODES_PER_HOST
+from compiler.spec.contract import CONTAINER_ROOT, NODES_PER_HOST, SYSTEM_FOLDERS
 from compiler.spec.errors import ConfigError
 from compiler.targets.channels import check_checkpoint_readable
 from compiler.targets.host_user import invoking_user

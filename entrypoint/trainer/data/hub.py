@@ -12,7 +12,6 @@ from pathlib import Path
 from compiler.spec.schema import DataConfig
 from compiler.spec.token_cache_key import DATASET_MARKER, content_hash
 
-
 Pairs = tuple[tuple[str, str], ...]
 
 
@@ -36,7 +35,11 @@ class HubSource:
     @property
     def renames(self) -> str:
         """What the renames are, for the fingerprint (empty without any)."""
-        return repr((self.columns, self.message_keys, self.roles)) if self.columns or self.message_keys or self.roles else ""
+        return (
+            repr((self.columns, self.message_keys, self.roles))
+            if self.columns or self.message_keys or self.roles
+            else ""
+        )
 
 
 def hub_sources(data: DataConfig, split: str | None = None) -> list[HubSource]:
