@@ -179,15 +179,23 @@ def test_early_stopping_counts_validations_without_a_lower_loss():
 @pytest.mark.torchrun
 def test_a_run_whose_validation_loss_stops_falling_ends_early_with_its_model(tmp_path, hf_tokenizer):
     """At lr 1e-30 (no fp32 weight moves) every validation loss is the first one: with patience 1 the run ends
-    after its second validation (step 2 of 6), and saves the model as it stands."""
+    after its second validation (step 2 of 6), and saves the model as it stands. It trains on conversations
+    rendered by the Zephyr recipe's template with another eos token, 5 of them held out: the node's token cache
+    holds 5 validation documents, and the exported tokenizer carries the template and the token."""
+    template = TEMPLATES["handbook-zephyr-7b-beta-sft_full.yaml"]
     folder = write_jsonl(tmp_path / "d" / "train.jsonl", [{"messages": talk} for talk in conversations(40)]).parent
-    overrides = chat_overrides(folder, hf_tokenizer, "data.validation=0.2", "trainer.eval_interval=1")
+    recipe = [f"data.chat_template={shown(Text(template))}", "data.eos_token='<|end|>'", "data.validation=5"]
+    overrides = chat_overrides(folder, hf_tokenizer, *recipe, "trainer.eval_interval=1")
     overrides += ["trainer.early_stopping_patience=1", "trainer.lr=1e-30", "trainer.steps=6"]
     records = train(tiny_plan(*overrides), tmp_path)
     validations = [row for row in records if "val_loss" in row]
     assert [row["step"] for row in validations] == [1, 2]
     assert validations[0]["val_loss"] == validations[1]["val_loss"]
-    assert (tmp_path / "model").is_dir() and any((tmp_path / "model").iterdir())
+    (meta,) = (path for path in tmp_path.rglob("meta.json") if "tokenizer-" not in str(path))
+    assert json.loads(meta.read_text())["splits"]["validation"]["documents"] == 5
+    model = tmp_path / "model"
+    assert (model / "chat_template.jinja").read_text() == template
+    assert json.loads((model / "tokenizer_config.json").read_text())["eos_token"] == "<|end|>"
 
 
 def test_local_dataset_folders_are_mounted_where_the_plan_names_them(tmp_path, hf_tokenizer):
