@@ -3,6 +3,7 @@ chat template and an end-of-sequence token (through Hydra's quoting, the plan, t
 tokenizer), a held-out size in rows, axolotl's column and role names, and early stopping."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -92,6 +93,9 @@ def test_the_nodes_render_with_the_recipes_template_and_token(tmp_path, hf_token
     plan = tiny_plan(*chat_overrides(folder, hf_tokenizer, line, "data.eos_token='<|end|>'", "data.loss_on=all"))
     copy = prepare.recipe_tokenizer(plan, hf_tokenizer, tmp_path / "copies")
     assert prepare.recipe_tokenizer(plan, hf_tokenizer, tmp_path / "copies") == copy  # made once
+    changed = shutil.copytree(hf_tokenizer, tmp_path / "changed")
+    (changed / "tokenizer_config.json").write_text((changed / "tokenizer_config.json").read_text() + " ")
+    assert prepare.recipe_tokenizer(plan, changed, tmp_path / "copies") != copy  # other files: another copy
     theirs = AutoTokenizer.from_pretrained(str(hf_tokenizer))
     theirs.chat_template, theirs.eos_token = template, "<|end|>"
     encoder = token_cache.Encoder(copy, plan.data.format, plan.data.loss_on)

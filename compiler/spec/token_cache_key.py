@@ -93,18 +93,17 @@ def keyed_by(plan: Plan, tokenizer: Path, train: str, validation: str) -> str:
         "seed": plan.trainer.seed if drawn else None,
         "train": train,
         "validation_data": validation,
-        "tokenizer": content_hash(
-            [
-                p
-                for p in (tokenizer / n for n in (TOKENIZER_FILE, CONFIG_FILE, TEMPLATE_FILE, TEMPLATES_DIR))
-                if p.exists()
-            ],
-            tokenizer,
-        ),
+        "tokenizer": tokenizer_hash(tokenizer),
     }
     replaced = {"chat_template": data.chat_template, "eos_token": data.eos_token}
     options |= {name: value for name, value in replaced.items() if value is not None}  # the tokenizer's, replaced
     return hashlib.blake2b(json.dumps(options, sort_keys=True).encode(), digest_size=12).hexdigest()
+
+
+def tokenizer_hash(tokenizer: Path) -> str:
+    """What the tokenizer's files hold: its vocabulary and pipeline, its settings and its chat templates."""
+    names = (TOKENIZER_FILE, CONFIG_FILE, TEMPLATE_FILE, TEMPLATES_DIR)
+    return content_hash([p for p in (tokenizer / n for n in names) if p.exists()], tokenizer)
 
 
 def training_tokens(folder: Path) -> int:

@@ -17,7 +17,7 @@ from compiler.spec import Plan
 from compiler.spec.contract import TOKENIZER_CHANNEL
 from compiler.spec.s3 import download_s3
 from compiler.spec.schema import DataFormat, DataSource
-from compiler.spec.token_cache_key import TOKEN_CACHE_DIR, cache_key, keyed_by
+from compiler.spec.token_cache_key import TOKEN_CACHE_DIR, cache_key, keyed_by, tokenizer_hash
 from compiler.spec.tokenizer import TokenizerFacts, replace_tokens, tokenizer_location
 from entrypoint.launcher.cluster import Paths
 from entrypoint.trainer.data import cache as token_cache
@@ -107,12 +107,12 @@ def _encoder(plan: Plan, tokenizer: Path, root: Path) -> token_cache.Encoder:
 
 def recipe_tokenizer(plan: Plan, tokenizer: Path, root: Path) -> Path:
     """The tokenizer with `data.chat_template` and `data.eos_token` written in (a copy under `root`, named by what
-    it holds and moved into place whole), or `tokenizer` itself where neither is set. The token cache's key
-    hashes the tokenizer's own files and these two settings, as the host computes it."""
+    its files and these settings hold, and moved into place whole), or `tokenizer` itself where neither is set.
+    The token cache's key hashes the tokenizer's own files and these two settings, as the host computes it."""
     if plan.data.chat_template is None and plan.data.eos_token is None:
         return tokenizer
     digest = hashlib.blake2b(digest_size=8)
-    for part in (str(tokenizer), plan.data.chat_template or "", plan.data.eos_token or ""):
+    for part in (tokenizer_hash(tokenizer), plan.data.chat_template or "", plan.data.eos_token or ""):
         digest.update(part.encode() + b"\0")
     copy = root / f"tokenizer-{digest.hexdigest()}"
     if not copy.is_dir():
