@@ -7,12 +7,15 @@ import shutil
 
 import numpy as np
 import pytest
+import yaml
 
 from compiler.config.compose import compose_config
 from compiler.config.recipe_keys import Text, shown
 from compiler.config.recipes import convert, read_recipe
+from compiler.spec import Plan
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import DataFormat
+from compiler.targets.kubernetes import translate as kubernetes
 from compiler.targets.local import translate as local
 from entrypoint.trainer.data import cache as token_cache
 from entrypoint.trainer.data import documents, prepare
@@ -20,6 +23,7 @@ from entrypoint.trainer.data.base import CacheMeta
 from entrypoint.trainer.data.hub import hub_sources
 from entrypoint.trainer.train import plateaued
 from tests.entrypoint_support import tiny_plan, train
+from tests.helpers import plan_for
 from tests.test_recipe_files import RECIPES
 from tests.text_corpus import conversations, write_jsonl
 
@@ -50,6 +54,17 @@ def test_an_inline_template_reaches_the_config_unchanged(template):
     line = f"data.chat_template={shown(Text(template))}"
     composed = compose_config([line, "data=local", "data.path=/d", "data.format=chat"])
     assert composed.data.chat_template == template
+
+
+def test_an_inline_template_travels_in_the_plan_unchanged():
+    """Through plan.json (as every target ships it) and a Kubernetes ConfigMap's YAML."""
+    template = TEMPLATES["handbook-zephyr-7b-beta-sft_full.yaml"] + HOSTILE
+    overrides = ["target=kubernetes", "data=hf", "data.name=HuggingFaceH4/ultrachat_200k", "data.format=chat"]
+    plan = plan_for(*overrides, "data.tokenizer=s3://bucket/tok", f"data.chat_template={shown(Text(template))}")
+    assert Plan.from_json(plan.to_json()).data.chat_template == template
+    manifests = yaml.safe_load_all(str(kubernetes.to_request(plan, "img:1", run_id="r-1")))
+    (config_map,) = (manifest for manifest in manifests if manifest["kind"] == "ConfigMap")
+    assert json.loads(config_map["data"]["plan.json"])["data"]["chat_template"] == template
 
 
 def test_a_recipes_template_is_its_port(tmp_path):
