@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     paths = Paths(Path(os.environ.get("DOCKYARD_ROOT", str(SAGEMAKER_ROOT))))
     model, fetched = checkpoint_folder(plan.model.path, paths)
     if fetched:
-        fetch(plan.model.path, model)
+        fetch(plan.model.path, model, plan.model.revision)
     tasks = plan.eval.tasks if plan.eval else []
     try:
         found = score(plan, model, paths.output / EVAL_DIR, tasks, plan.instance.gpus)

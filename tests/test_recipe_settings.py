@@ -2,8 +2,10 @@
 chat template and an end-of-sequence token (through Hydra's quoting, the plan, the token cache and the exported
 tokenizer), a held-out size in rows, axolotl's column and role names, and early stopping."""
 
+import http.server
 import json
 import shutil
+import threading
 
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ from entrypoint.trainer.data import cache as token_cache
 from entrypoint.trainer.data import documents, prepare
 from entrypoint.trainer.data.base import CacheMeta
 from entrypoint.trainer.data.hub import hub_sources
+from entrypoint.trainer.models.source import fetch
 from entrypoint.trainer.train import plateaued
 from tests.entrypoint_support import tiny_plan, train
 from tests.helpers import plan_for
@@ -229,3 +232,50 @@ def test_local_dataset_folders_are_mounted_where_the_plan_names_them(tmp_path, h
         mounted = [(m.source, m.target, m.read_only) for m in container.mounts if m.source in (str(first), str(second))]
         assert mounted == [(str(first), str(first), True), (str(second), str(second), True)]
     assert local.dataset_mounts(tiny_plan()) == []  # synthetic data: nothing of this machine's to mount
+
+
+@pytest.fixture
+def hub_revision(hf_checkpoints, monkeypatch):
+    """A Hub stand-in on loopback (HF_ENDPOINT) that serves config.json at the revision v1.0 only."""
+    asked: list[str] = []
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802  (http.server's name)
+            asked.append(self.path)
+            if self.path != "/acme/tiny-qwen2/resolve/v1.0/config.json":
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write((hf_checkpoints["qwen2"] / "config.json").read_bytes())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+    yield asked
+    server.shutdown()
+
+
+def test_a_model_revision_is_read_by_the_planner_and_fetched_by_the_nodes(hub_revision, tmp_path, monkeypatch):
+    """The plan reads config.json at the recipe's revision; a node fetches the checkpoint at it (snapshot_download,
+    the one call that needs the Hub, records what it is asked)."""
+    import huggingface_hub
+
+    assert convert({"model_name_or_path": "acme/tiny-qwen2", "model_revision": "v1.0"}).overrides["model.revision"] == (
+        "v1.0"
+    )
+    plan = plan_for("model=hf", "model.path=acme/tiny-qwen2", "model.revision=v1.0")
+    assert (plan.model.revision, plan.model.architecture) == ("v1.0", "qwen2")
+    assert hub_revision == ["/acme/tiny-qwen2/resolve/v1.0/config.json"]
+    with pytest.raises(ConfigError, match="Not Found"):
+        plan_for("model=hf", "model.path=acme/tiny-qwen2")  # main has none here
+    with pytest.raises(ConfigError) as caught:
+        plan_for("model=hf", f"model.path={tmp_path}", "model.revision=v1.0")
+    assert caught.value.key == "model.revision"
+    asked: list[dict] = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo, **options: asked.append(options))
+    fetch(plan.model.path, tmp_path / "fetched", plan.model.revision)
+    assert asked[0]["revision"] == "v1.0" and asked[0]["local_dir"] == tmp_path / "fetched"

@@ -22,6 +22,8 @@ from compiler.spec.errors import ConfigError, shown
 from compiler.spec.files import SMALL_FILE, decoded, json_object, read_json_object
 
 CONFIG_FILE = "config.json"
+REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./-]{0,199}")
+"""A Hub branch, tag or commit hash."""
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?")
 SHIPPED = Path(__file__).resolve().parents[2] / "conf" / "model" / "hub"
 """config.json of the Hub checkpoints the example experiments name, as the Hub serves them (`<id>/config.json`)."""
@@ -41,7 +43,16 @@ def fill_from_checkpoint(model: DictConfig) -> None:
         raise ConfigError(
             "model.path", "is empty", "set model.path to a checkpoint folder, an s3:// prefix or a Hub id"
         )
-    fields = model_fields(read_config(path), f"{path}/{CONFIG_FILE}")
+    revision = str(model.get("revision") or "main")
+    if revision != "main" and (path.startswith("s3://") or Path(path).is_dir()):
+        raise ConfigError(
+            "model.revision",
+            f"{shown(revision)} names a Hub revision, and {shown(path)} is not a Hub id",
+            "remove model.revision: a folder or an s3:// prefix holds one revision",
+        )
+    if not REVISION.fullmatch(revision):
+        raise ConfigError("model.revision", f"{shown(revision)} is not a branch, tag or commit", "like main or v1.0")
+    fields = model_fields(read_config(path, revision), f"{path}/{CONFIG_FILE}")
     if Path(path).is_dir():  # the targets mount it, from wherever the command ran
         check_folder(Path(path))
         model.path = str(Path(path).resolve())
@@ -61,8 +72,8 @@ def fill_from_checkpoint(model: DictConfig) -> None:
         model.seq_len = min(fields["context"], SHAPE_DEFAULT_SEQ_LEN)
 
 
-def read_config(path: str) -> dict[str, Any]:
-    """The checkpoint's config.json, from a folder, an s3:// prefix or the Hub."""
+def read_config(path: str, revision: str = "main") -> dict[str, Any]:
+    """The checkpoint's config.json, from a folder, an s3:// prefix or the Hub (at `revision`)."""
     where = f"{path}/{CONFIG_FILE}"
     if path.startswith("s3://"):
         grammar.check_s3_uri("model.path", path)  # before the network: S3 would refuse it slower
@@ -74,9 +85,9 @@ def read_config(path: str) -> dict[str, Any]:
         return read_json_object(file, "model.path")
     if HUB_ID.fullmatch(path) and not path.startswith((".", "/")):
         shipped = SHIPPED / path / CONFIG_FILE
-        if shipped.is_file():  # an example experiment's checkpoint: planned without the network
+        if shipped.is_file() and revision == "main":  # an example experiment's checkpoint: planned offline
             return read_json_object(shipped, "model.path")
-        return json_object(decoded(_read_hub(path), "model.path", where), "model.path", where)
+        return json_object(decoded(_read_hub(path, revision), "model.path", where), "model.path", where)
     raise ConfigError("model.path", f"{shown(path)} is not a folder, an s3:// prefix or a Hub id", "check the path")
 
 
@@ -92,12 +103,14 @@ def _read_s3(uri: str) -> bytes:
         raise ConfigError("model.path", f"cannot read s3://{bucket}/{key} ({exc})", "check the prefix") from None
 
 
-def _read_hub(model_id: str) -> bytes:
+def _read_hub(model_id: str, revision: str) -> bytes:
     import urllib.error  # only here: every command imports this module, few read the Hub
+    import urllib.parse
     import urllib.request
 
     endpoint = os.environ.get("HF_ENDPOINT", HUB).rstrip("/")
-    request = urllib.request.Request(f"{endpoint}/{model_id}/resolve/main/{CONFIG_FILE}")
+    at = urllib.parse.quote(revision, safe="")
+    request = urllib.request.Request(f"{endpoint}/{model_id}/resolve/{at}/{CONFIG_FILE}")
     token = os.environ.get("HF_TOKEN")
     if token:
         request.add_header("Authorization", f"Bearer {token}")

@@ -203,9 +203,7 @@ def _model(out: Conversion, key: str, value: Any, recipe: dict) -> None:
 
 def _revision(out: Conversion, key: str, value: Any, recipe: dict) -> None:
     if str(value) != "main":  # the Hub's default branch, which every load reads anyway
-        out.refuse(
-            key, f"{value}: dockyard loads a Hub model's main branch; download that revision and give the folder"
-        )
+        out.set("model.revision", str(value))
 
 
 def _interval(target: str, strategy: str, off: str = "no") -> Handler:

@@ -97,6 +97,9 @@ class ModelConfig:
     shape the planner reads from its config.json."""
     path: str = ""
     """hf only: the checkpoint, a folder holding config.json (and *.safetensors), an s3:// prefix, or a Hub id."""
+    revision: str = "main"
+    """hf with a Hub id: the branch, tag or commit read, by the planner (config.json) and by the nodes (weights and
+    tokenizer), as `from_pretrained(revision=...)` reads it (a recipe's `model_revision`)."""
     init: Init = Init.pretrained
     """hf only: start from the checkpoint's weights (pretrained) or from its architecture alone (random)."""
     lora: LoraConfig = field(default_factory=LoraConfig)

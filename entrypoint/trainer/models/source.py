@@ -27,7 +27,7 @@ def with_local_checkpoint(plan: Plan, paths: Paths) -> Plan:
     folder, fetched = checkpoint_folder(model.path, paths)
     if fetched:
         if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-            fetch(model.path, folder)
+            fetch(model.path, folder, model.revision)
         dist.barrier()
     return dataclasses.replace(plan, model=dataclasses.replace(model, path=str(folder)))
 
@@ -43,11 +43,13 @@ def checkpoint_folder(path: str, paths: Paths) -> tuple[Path, bool]:
     return channel, True
 
 
-def fetch(source: str, folder: Path) -> None:
+def fetch(source: str, folder: Path, revision: str = "main") -> None:
+    """The checkpoint into `folder`: an S3 prefix's objects, or a Hub id's files at `revision`."""
     folder.mkdir(parents=True, exist_ok=True)
     if source.startswith("s3://"):
         download_s3(source, folder)
         return
     from huggingface_hub import snapshot_download
 
-    snapshot_download(source, local_dir=folder, allow_patterns=list(FETCHED), token=os.environ.get("HF_TOKEN"))
+    token = os.environ.get("HF_TOKEN")
+    snapshot_download(source, revision=revision, local_dir=folder, allow_patterns=list(FETCHED), token=token)
