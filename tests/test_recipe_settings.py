@@ -2,6 +2,7 @@
 chat template and an end-of-sequence token (through Hydra's quoting, the plan, the token cache and the exported
 tokenizer), a held-out size in rows, axolotl's column and role names, and early stopping."""
 
+import functools
 import http.server
 import json
 import shutil
@@ -235,27 +236,21 @@ def test_local_dataset_folders_are_mounted_where_the_plan_names_them(tmp_path, h
 
 
 @pytest.fixture
-def hub_revision(hf_checkpoints, monkeypatch):
-    """A Hub stand-in on loopback (HF_ENDPOINT) that serves config.json at the revision v1.0 only."""
-    asked: list[str] = []
+def hub_revision(hf_checkpoints, tmp_path, monkeypatch):
+    """A Hub stand-in on loopback (HF_ENDPOINT): a folder served over HTTP that holds config.json at the revision
+    v1.0 only, where the Hub resolves a file."""
+    served = tmp_path / "hub"
+    (served / "acme/tiny-qwen2/resolve/v1.0").mkdir(parents=True)
+    shutil.copy(hf_checkpoints["qwen2"] / "config.json", served / "acme/tiny-qwen2/resolve/v1.0")
 
-    class Hub(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802  (http.server's name)
-            asked.append(self.path)
-            if self.path != "/acme/tiny-qwen2/resolve/v1.0/config.json":
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write((hf_checkpoints["qwen2"] / "config.json").read_bytes())
-
+    class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(served)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
-    yield asked
+    yield
     server.shutdown()
 
 
@@ -269,8 +264,7 @@ def test_a_model_revision_is_read_by_the_planner_and_fetched_by_the_nodes(hub_re
     )
     plan = plan_for("model=hf", "model.path=acme/tiny-qwen2", "model.revision=v1.0")
     assert (plan.model.revision, plan.model.architecture) == ("v1.0", "qwen2")
-    assert hub_revision == ["/acme/tiny-qwen2/resolve/v1.0/config.json"]
-    with pytest.raises(ConfigError, match="Not Found"):
+    with pytest.raises(ConfigError, match="cannot read acme/tiny-qwen2.s config.json"):
         plan_for("model=hf", "model.path=acme/tiny-qwen2")  # main has none here
     with pytest.raises(ConfigError) as caught:
         plan_for("model=hf", f"model.path={tmp_path}", "model.revision=v1.0")
