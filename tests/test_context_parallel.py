@@ -9,6 +9,7 @@ from compiler.spec.errors import ConfigError
 from entrypoint.trainer.context_parallel import balanced_indices
 from tests.entrypoint_support import LLAMA_STYLE, losses, run_on_two_ranks, tiny_plan, train
 from tests.helpers import plan_for
+from tests.pretrained import save_checkpoint
 
 CP_TOLERANCE = 2e-5
 """cp=2 against cp=1: the same arithmetic in another order (attention's sums over the gathered sequence, the
@@ -65,6 +66,16 @@ def test_context_parallel_mistakes_name_their_key(overrides, key, message):
     assert message in error.value.one_line()
 
 
+def test_model_hf_splits_sequences_of_the_architectures_tested_split_and_refuses_others(hf_checkpoints):
+    common = ("experiment=smoke", "hardware.nodes=1", "hardware.processes_per_node=2", "parallelism=fsdp")
+    common += ("parallelism.cp=2", "model.seq_len=64", "model=hf")
+    assert plan_for(*common, f"model.path={hf_checkpoints['qwen3']}").layout.cp == 2
+    with pytest.raises(ConfigError) as error:
+        plan_for(*common, f"model.path={hf_checkpoints['phi3']}")
+    assert error.value.key == "parallelism.cp"
+    assert "splits sequences for llama, mistral, qwen2, qwen3, not phi3" in error.value.one_line()
+
+
 EXACTNESS = """
 import sys
 import torch
@@ -75,23 +86,26 @@ from entrypoint.trainer.context_parallel import context_groups
 from entrypoint.trainer.models import MODELS
 from entrypoint.trainer.models.loss import IGNORE_INDEX
 from entrypoint.trainer.models.packed import packed
+from entrypoint.trainer.objective import logits
 
 dist.init_process_group("gloo")
 plan = Plan.from_json(Path(sys.argv[1]).read_text())
-spec, config = MODELS["decoder"], plan.model
+spec, config = MODELS[plan.model.family], plan.model
 torch.manual_seed(0)
 whole = spec.build(config)
 split = spec.build(config)
 split.load_state_dict(whole.state_dict())
 spec.set_context_parallel(split, context_groups(2, 2))
+whole_logps = lambda inputs: logits(whole(inputs, targets=targets, loss_chunk=16))
+split_logps = lambda inputs: logits(split(inputs, targets=targets, loss_chunk=16))
 seq = config.seq_len
 tokens = torch.randint(config.vocab, (2, seq + 1), generator=torch.Generator().manual_seed(1))
 positions = torch.cat([torch.arange(20), torch.arange(seq - 20)]).expand(2, -1)  # two documents per window
 targets = tokens[:, 1:].clone()
 targets[:, :5] = IGNORE_INDEX
 for name, inputs in (("plain", tokens[:, :-1]), ("packed", packed(tokens[:, :-1], positions))):
-    expected = whole(inputs, targets=targets, loss_chunk=16)
-    got = split(inputs, targets=targets, loss_chunk=16)
+    expected = whole_logps(inputs)
+    got = split_logps(inputs)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     expected.sum().backward()
     got.sum().backward()
@@ -105,38 +119,46 @@ for name, inputs in (("plain", tokens[:, :-1]), ("packed", packed(tokens[:, :-1]
 # the second document's log-probabilities do not see the first document's tokens
 changed = tokens[:, :-1].clone()
 changed[:, :20] = (changed[:, :20] + 1) % config.vocab
-before = split(packed(tokens[:, :-1], positions), targets=targets, loss_chunk=16)
-after = split(packed(changed, positions), targets=targets, loss_chunk=16)
+before = split_logps(packed(tokens[:, :-1], positions))
+after = split_logps(packed(changed, positions))
 torch.testing.assert_close(after[:, 20:], before[:, 20:], rtol=0, atol=1e-6)
 assert not torch.allclose(after[:, :20], before[:, :20])
 print("documents-apart")
 """
 
 
+SHAPES = {"gpt2": (), "llama": LLAMA_STYLE}
+"""The built-in decoder's shapes; `model=hf` architectures are the other cases (tiny checkpoints)."""
+
+
 @pytest.mark.torchrun
-@pytest.mark.parametrize("shape", ["gpt2", "llama"])
-def test_the_split_model_computes_what_the_whole_model_computes(tmp_path, shape):
-    plan = tiny_plan(
-        "parallelism=fsdp", "parallelism.cp=2", "model.layers=2", *(LLAMA_STYLE if shape == "llama" else ())
-    )
+@pytest.mark.parametrize("shape", ["gpt2", "llama", "hf-llama", "hf-qwen3"])
+def test_the_split_model_computes_what_the_whole_model_computes(tmp_path, shape, hf_checkpoints):
+    family, _, architecture = shape.rpartition("-")
+    model = ("model=hf", f"model.path={hf_checkpoints[architecture]}") if family else ("model.layers=2", *SHAPES[shape])
+    plan = tiny_plan("parallelism=fsdp", "parallelism.cp=2", *model)
     output = run_on_two_ranks(EXACTNESS, plan, tmp_path)
     assert output.count("plain-exact") == 2 and output.count("packed-exact") == 2
     assert output.count("documents-apart") == 2
 
 
 @pytest.mark.torchrun
-def test_cp2_trains_to_the_losses_of_cp1_at_seq_len_1024(tmp_path):
+@pytest.mark.parametrize("family", ["decoder", "hf"])
+def test_cp2_trains_to_the_losses_of_cp1_at_seq_len_1024(tmp_path, family):
+    if family == "hf":  # a tiny Llama checkpoint whose context holds 1024 tokens
+        checkpoint = save_checkpoint(tmp_path / "llama", "llama", max_position_embeddings=1024)
+        model: tuple[str, ...] = ("model=hf", f"model.path={checkpoint}")
+    else:
+        model = ("model.context=1024", "model.layers=2", *LLAMA_STYLE)
     common = (
+        *model,
         "parallelism=fsdp",
         "model.seq_len=1024",
-        "model.context=1024",
-        "model.layers=2",
         "trainer.steps=2",
         "trainer.checkpoint_interval=0",
         "parallelism.micro_batch=1",
         "parallelism.grad_accum=2",
         "parallelism.global_batch=-1",
-        *LLAMA_STYLE,
     )
     whole = train(tiny_plan(*common, "hardware.processes_per_node=1"), tmp_path / "cp1")
     split = train(tiny_plan(*common, "parallelism.cp=2"), tmp_path / "cp2")
