@@ -46,7 +46,8 @@ def test_dropped_documents_get_no_window_and_the_run_counts_them(tmp_path):
     dropped = text.windows(split, plan, 0)
     assert dropped.windows == 2
     assert sorted(every_row(dropped)) == [[5, 6, 0, 0], [13, 14, 15, 0]]
-    assert "off: 2 windows of 5, efficiency 50.0%, 1 dropped (data.overlong=drop)" in text.report(plan, meta, split, 2)[1]
+    line = text.report(plan, meta, split, 2)[1]
+    assert "off: 2 windows of 5, efficiency 50.0%, 1 dropped (data.overlong=drop)" in line
 
 
 def test_a_pair_with_an_overlong_completion_is_dropped_whole(tmp_path):
