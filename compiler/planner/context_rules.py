@@ -7,9 +7,9 @@ from compiler.core.capabilities import TargetCapabilities
 from compiler.spec import InstanceType, Layout, schema
 from compiler.spec.errors import ConfigError
 
-PRETRAINED = ("llama", "mistral", "qwen2", "qwen3")
-"""`model=hf` architectures whose attention runs split (tested against cp=1): rotary positions from
-`position_ids`, plain SDPA attention with no sinks, latents or learned position table."""
+PRETRAINED = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gpt2")
+"""`model=hf` architectures whose attention runs split (each tested against the whole model): positions from
+`position_ids` (rotary, or GPT-2's table) and transformers' SDPA attention, without sinks or latents."""
 
 STRATEGIES = (schema.Strategy.ddp, schema.Strategy.fsdp, schema.Strategy.fsdp_hybrid)
 """The engines whose trainer splits sequences (torch's native DDP and FSDP2)."""
