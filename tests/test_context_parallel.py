@@ -2,12 +2,15 @@
 load-balanced split, the exactness of the split model against the whole one on two gloo ranks (plain and packed
 windows, values and gradients), and two torchrun runs, cp=2 against cp=1, that train to the same losses."""
 
+import json
+
 import pytest
 import torch
 
+from compiler.planner.context_rules import PRETRAINED
 from compiler.spec.errors import ConfigError
 from entrypoint.trainer.context_parallel import balanced_indices
-from tests.entrypoint_support import LLAMA_STYLE, losses, run_on_two_ranks, tiny_plan, train
+from tests.entrypoint_support import LLAMA_STYLE, losses, run_on_two_ranks, tiny_plan, train, write_plan
 from tests.helpers import plan_for
 
 CP_TOLERANCE = 2e-5
@@ -65,7 +68,18 @@ def test_context_parallel_mistakes_name_their_key(overrides, key, message):
     assert message in error.value.one_line()
 
 
+def test_model_hf_splits_sequences_of_the_architectures_tested_split_and_refuses_others(hf_checkpoints):
+    common = ("experiment=smoke", "hardware.nodes=1", "hardware.processes_per_node=2", "parallelism=fsdp")
+    common += ("parallelism.cp=2", "model.seq_len=64", "model=hf")
+    assert plan_for(*common, f"model.path={hf_checkpoints['qwen3']}").layout.cp == 2
+    with pytest.raises(ConfigError) as error:
+        plan_for(*common, f"model.path={hf_checkpoints['gemma']}")
+    assert error.value.key == "parallelism.cp"
+    assert "splits sequences for llama, mistral, qwen2, qwen3, phi3, gpt2, not gemma" in error.value.one_line()
+
+
 EXACTNESS = """
+import json
 import sys
 import torch
 import torch.distributed as dist
@@ -75,53 +89,71 @@ from entrypoint.trainer.context_parallel import context_groups
 from entrypoint.trainer.models import MODELS
 from entrypoint.trainer.models.loss import IGNORE_INDEX
 from entrypoint.trainer.models.packed import packed
+from entrypoint.trainer.objective import logits
+
+
+def check(plan, label):
+    spec, config = MODELS[plan.model.family], plan.model
+    torch.manual_seed(0)
+    whole = spec.build(config)
+    split = spec.build(config)
+    split.load_state_dict(whole.state_dict())
+    spec.set_context_parallel(split, context_groups(2, 2))
+    seq = config.seq_len
+    tokens = torch.randint(config.vocab, (2, seq + 1), generator=torch.Generator().manual_seed(1))
+    positions = torch.cat([torch.arange(20), torch.arange(seq - 20)]).expand(2, -1)  # two documents per window
+    targets = tokens[:, 1:].clone()
+    targets[:, :5] = IGNORE_INDEX
+    whole_logps = lambda inputs: logits(whole(inputs, targets=targets, loss_chunk=16))
+    split_logps = lambda inputs: logits(split(inputs, targets=targets, loss_chunk=16))
+    for name, inputs in (("plain", tokens[:, :-1]), ("packed", packed(tokens[:, :-1], positions))):
+        expected = whole_logps(inputs)
+        got = split_logps(inputs)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        expected.sum().backward()
+        got.sum().backward()
+        for (key, a), b in zip(whole.named_parameters(), split.parameters()):
+            # the all-reduce's backward hands each rank cp x its tokens' gradient: the two ranks' halves sum to 2x
+            summed = b.grad.clone()
+            dist.all_reduce(summed)
+            torch.testing.assert_close(summed, 2 * a.grad, rtol=1e-4, atol=1e-6, msg=key)
+            a.grad, b.grad = None, None
+        print(f"{label} {name}-exact")
+    # the second document's log-probabilities do not see the first document's tokens
+    changed = tokens[:, :-1].clone()
+    changed[:, :20] = (changed[:, :20] + 1) % config.vocab
+    before = split_logps(packed(tokens[:, :-1], positions))
+    after = split_logps(packed(changed, positions))
+    torch.testing.assert_close(after[:, 20:], before[:, 20:], rtol=0, atol=1e-6)
+    assert not torch.allclose(after[:, :20], before[:, :20])
+    print(f"{label} documents-apart")
+
 
 dist.init_process_group("gloo")
-plan = Plan.from_json(Path(sys.argv[1]).read_text())
-spec, config = MODELS["decoder"], plan.model
-torch.manual_seed(0)
-whole = spec.build(config)
-split = spec.build(config)
-split.load_state_dict(whole.state_dict())
-spec.set_context_parallel(split, context_groups(2, 2))
-seq = config.seq_len
-tokens = torch.randint(config.vocab, (2, seq + 1), generator=torch.Generator().manual_seed(1))
-positions = torch.cat([torch.arange(20), torch.arange(seq - 20)]).expand(2, -1)  # two documents per window
-targets = tokens[:, 1:].clone()
-targets[:, :5] = IGNORE_INDEX
-for name, inputs in (("plain", tokens[:, :-1]), ("packed", packed(tokens[:, :-1], positions))):
-    expected = whole(inputs, targets=targets, loss_chunk=16)
-    got = split(inputs, targets=targets, loss_chunk=16)
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
-    expected.sum().backward()
-    got.sum().backward()
-    for (key, a), b in zip(whole.named_parameters(), split.parameters()):
-        # the all-reduce's backward hands each rank cp x its tokens' gradient: the two ranks' halves sum to 2x
-        summed = b.grad.clone()
-        dist.all_reduce(summed)
-        torch.testing.assert_close(summed, 2 * a.grad, rtol=1e-4, atol=1e-6, msg=key)
-        a.grad, b.grad = None, None
-    print(f"{name}-exact")
-# the second document's log-probabilities do not see the first document's tokens
-changed = tokens[:, :-1].clone()
-changed[:, :20] = (changed[:, :20] + 1) % config.vocab
-before = split(packed(tokens[:, :-1], positions), targets=targets, loss_chunk=16)
-after = split(packed(changed, positions), targets=targets, loss_chunk=16)
-torch.testing.assert_close(after[:, 20:], before[:, 20:], rtol=0, atol=1e-6)
-assert not torch.allclose(after[:, :20], before[:, :20])
-print("documents-apart")
+for label, path in json.loads(Path(sys.argv[1]).with_name("models.json").read_text()).items():
+    check(Plan.from_json(Path(path).read_text()), label)
 """
 
 
+SHAPES = {"gpt2": (), "llama": LLAMA_STYLE}
+"""The built-in decoder's shapes."""
+
+
 @pytest.mark.torchrun
-@pytest.mark.parametrize("shape", ["gpt2", "llama"])
-def test_the_split_model_computes_what_the_whole_model_computes(tmp_path, shape):
-    plan = tiny_plan(
-        "parallelism=fsdp", "parallelism.cp=2", "model.layers=2", *(LLAMA_STYLE if shape == "llama" else ())
-    )
-    output = run_on_two_ranks(EXACTNESS, plan, tmp_path)
-    assert output.count("plain-exact") == 2 and output.count("packed-exact") == 2
-    assert output.count("documents-apart") == 2
+def test_the_split_model_computes_what_the_whole_model_computes(tmp_path, hf_checkpoints):
+    """The built-in decoder's shapes and every `model=hf` architecture cp accepts, one after the other in one
+    torchrun launch: values and gradients, plain and packed windows, documents kept apart."""
+    models = {f"decoder-{shape}": ("model.layers=2", *overrides) for shape, overrides in SHAPES.items()}
+    models |= {f"hf-{arch}": ("model=hf", f"model.path={hf_checkpoints[arch]}") for arch in PRETRAINED}
+    paths = {
+        label: str(write_plan(tiny_plan("parallelism=fsdp", "parallelism.cp=2", *model), tmp_path / label))
+        for label, model in models.items()
+    }
+    (tmp_path / "models.json").write_text(json.dumps(paths))
+    output = run_on_two_ranks(EXACTNESS, tiny_plan("parallelism=fsdp", "parallelism.cp=2"), tmp_path)
+    for label in models:
+        for claim in ("plain-exact", "packed-exact", "documents-apart"):
+            assert output.count(f"{label} {claim}") == 2, (label, claim)
 
 
 @pytest.mark.torchrun

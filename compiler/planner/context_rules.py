@@ -1,10 +1,15 @@
 """The rules of context parallelism (`parallelism.cp`, `parallelism.cp_method`): each sequence is split over cp
 ranks borrowed from the data-parallel ones, and attention sees the whole sequence through an all-to-all over heads
-(Ulysses). What the runtime does is in `entrypoint/trainer/context_parallel.py`."""
+(Ulysses). What the runtime does is in `entrypoint/trainer/context_parallel.py` (and, for `model=hf`, through
+transformers' attention interface, `entrypoint/trainer/models/pretrained_context.py`)."""
 
 from compiler.core.capabilities import TargetCapabilities
 from compiler.spec import InstanceType, Layout, schema
 from compiler.spec.errors import ConfigError
+
+PRETRAINED = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gpt2")
+"""`model=hf` architectures whose attention runs split (each tested against the whole model): positions from
+`position_ids` (rotary, or GPT-2's table) and transformers' SDPA attention, without sinks or latents."""
 
 STRATEGIES = (schema.Strategy.ddp, schema.Strategy.fsdp, schema.Strategy.fsdp_hybrid)
 """The engines whose trainer splits sequences (torch's native DDP and FSDP2)."""
@@ -31,8 +36,12 @@ def check_context_parallel(
         raise ConfigError(
             "parallelism.cp", f"cp={cp} runs with strategy {names}, not {par.strategy.value}", "change the strategy"
         )
-    if model.family != "decoder":
-        raise ConfigError("parallelism.cp", f"model={model.family} runs without cp so far", "use the built-in decoder")
+    if model.family == "hf" and model.architecture not in PRETRAINED:
+        raise ConfigError(
+            "parallelism.cp",
+            f"model=hf splits sequences for {', '.join(PRETRAINED)}, not {model.architecture}",
+            "remove parallelism.cp, or use one of those architectures",
+        )
     if layout.tp > 1 or layout.pp > 1:
         raise ConfigError("parallelism.cp", f"cp={cp} runs with tp=1 and pp=1", "use cp or tp/pp, not both")
     if model.seq_len % (2 * cp):

@@ -23,6 +23,7 @@ from compiler.spec.tokenizer import TOKENIZER_FILE, TokenizerFacts, tokenizer_lo
 def check_format(config: schema.Config, targets: TargetCapabilities) -> Iterator[str]:
     data = config.data
     _check_evaluation(config)
+    _check_overlong(data)
     if data.claim is not None and data.source not in (schema.DataSource.fsx, schema.DataSource.efs):
         raise ConfigError(  # an option no target reads here would otherwise pass without a word
             "data.claim",
@@ -190,6 +191,21 @@ def _check_replaced_tokens(data: schema.DataConfig) -> None:
     from compiler.planner import chat_templates
 
     chat_templates.check_template("data.chat_template", "the template", data.chat_template)
+
+
+def _check_overlong(data: schema.DataConfig) -> None:
+    """data.overlong=drop leaves out records that have a window each (unpacked documents, preference pairs)."""
+    if data.overlong is not schema.Overlong.drop:
+        return
+    if data.format is schema.DataFormat.tokens:
+        raise ConfigError("data.overlong", "drop leaves out records, and token arrays have none", "remove it")
+    if data.packing and data.format is not schema.DataFormat.preference:
+        raise ConfigError(
+            "data.overlong",
+            "drop leaves out records longer than their own window, and packed windows carry a document on into "
+            "the next window instead",
+            "set data.packing=false, or data.overlong=truncate",
+        )
 
 
 def _check_cache(cache: str | None) -> None:

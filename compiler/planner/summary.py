@@ -8,7 +8,7 @@ from compiler.planner.tokenize_job import is_tokenize_job, tokenize_lines
 from compiler.spec import Layout, Plan
 from compiler.spec.errors import printable
 from compiler.spec.records import DatasetTokens
-from compiler.spec.schema import Compile, DataConfig, DataFormat, Entry, LossOn, LrScaling, Objective
+from compiler.spec.schema import Compile, DataConfig, DataFormat, Entry, LossOn, LrScaling, Objective, Overlong
 from compiler.spec.strategies import facts
 from compiler.spec.tokenizer import tokenizer_location
 
@@ -231,10 +231,11 @@ def _datasets(data: DataConfig) -> str:
 
 def _windows(data: DataConfig) -> str:
     """How documents become training windows, and which tokens the loss counts."""
+    longer = f"longer ones {'dropped' if data.overlong is Overlong.drop else 'truncated'}"
     if data.format is DataFormat.preference:
         cut = "" if data.max_prompt_length is None else f", prompts cut to their last {data.max_prompt_length} tokens"
-        return f"each completion a window of its own{cut}, the loss on the completions"
-    windows = "one document a window"
+        return f"each completion a window of its own ({longer}){cut}, the loss on the completions"
+    windows = f"one document a window ({longer})"
     if data.packing:
         windows = "packed, documents masked from each other" if data.packing_mask else "packed"
     if data.format is DataFormat.chat:

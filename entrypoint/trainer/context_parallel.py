@@ -44,6 +44,15 @@ class ContextParallel:
     def indices(self, seq: int, device: torch.device) -> torch.Tensor:
         return balanced_indices(seq, self.size, self.rank).to(device)
 
+    def own_part(
+        self, tokens: torch.Tensor, positions: torch.Tensor | None, targets: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """This rank's part of the token ids (batch, seq), their true positions (a packed window's, or 0..seq-1)
+        and their targets."""
+        own = self.indices(tokens.shape[1], tokens.device)
+        positions = own.expand(len(tokens), -1) if positions is None else positions[:, own]
+        return tokens[:, own], positions, None if targets is None else targets[:, own]
+
     def around(self, attend: Attend) -> Attend:
         """`attend` over the whole sequence, for q, k, v (batch, heads, this rank's tokens, head_dim)."""
 

@@ -16,6 +16,7 @@ from compiler.spec.schema.data import (
     DataSource,
     InputMode,
     LossOn,
+    Overlong,
 )
 from compiler.spec.schema.evaluation import (
     EvalConfig,
@@ -83,6 +84,7 @@ __all__ = [
     "DataConfig",
     "DataFormat",
     "LossOn",
+    "Overlong",
     "EvalConfig",
     "InstanceGroup",
     "HardwareConfig",

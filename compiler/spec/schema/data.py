@@ -45,6 +45,15 @@ class LossOn(Enum):
     all = "all"
 
 
+class Overlong(Enum):
+    """What becomes of a record longer than its own window (seq_len + 1 tokens)."""
+
+    truncate = "truncate"
+    """Cut at the end (a preference pair's prompt kept first, as TRL's `truncation_mode=keep_start`)."""
+    drop = "drop"
+    """Left out of training (a preference pair when either completion is too long)."""
+
+
 @dataclass
 class DataConfig:
     source: DataSource = DataSource.synthetic
@@ -103,6 +112,10 @@ class DataConfig:
     packing_mask: bool = False
     """Document-boundary masking inside packed windows: attention does not cross documents and positions restart
     at each one (the built-in decoder unpipelined, and transformers architectures dockyard knows)."""
+    overlong: Overlong = Overlong.truncate
+    """A record longer than seq_len + 1 tokens where each has a window of its own (chat or text with
+    data.packing=false, preference pairs): truncate (cut at the end) or drop (left out); the run's first lines
+    count them. Packed windows cut documents at window edges instead."""
     max_prompt_length: int | None = None
     """preference: a pair's prompt cut to its last this many tokens (from the left, as TRL's DPO truncates it);
     None keeps the whole prompt."""

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from compiler.spec import Plan
-from compiler.spec.schema import DataFormat, LossOn
+from compiler.spec.schema import DataFormat, LossOn, Overlong
 from entrypoint.trainer.data import shapes
 from entrypoint.trainer.data.base import Batch, CacheMeta, Encoded
 from entrypoint.trainer.data.chat import ChatEncoder, rendered
@@ -32,6 +32,10 @@ class PreferencePairs(SeparateDocuments):
         self.windows //= 2
         self.max_prompt = max_prompt
 
+    def overlong(self) -> np.ndarray:
+        """Whether either completion of each pair exceeds its window."""
+        return super().overlong().reshape(-1, 2).any(axis=1)
+
     def first(self, index: int) -> int:
         """With `data.max_prompt_length`: the prompt's last that many tokens only (its targets start the
         completion), as TRL cuts a prompt from the left."""
@@ -50,7 +54,7 @@ class PreferencePairs(SeparateDocuments):
     def every_pair(self, rank: int, ranks: int, micro: int) -> Iterator[Pairs]:
         """Every pair once over all `ranks`, this rank's share in micro batches of up to `micro` pairs, as many
         on every rank (sharded models run their forward passes together): a rank with fewer repeats a pair."""
-        mine = list(range(rank, self.windows, ranks)) or [0]
+        mine = [self.numbered(window) for window in range(rank, self.windows, ranks)] or [self.numbered(0)]
         for start in range(0, -(-self.windows // ranks), micro):
             yield self.pairs(mine[start : start + micro] or mine[:1])
 
@@ -88,20 +92,20 @@ class PreferenceFormat(TextFormat):
         return encode
 
     def windows(self, split: Split, plan: Plan, eos: int) -> PreferencePairs:
-        return PreferencePairs(split, plan.model.seq_len, plan.trainer.seed, eos, plan.data.max_prompt_length)
+        pairs = PreferencePairs(split, plan.model.seq_len, plan.trainer.seed, eos, plan.data.max_prompt_length)
+        if plan.data.overlong is Overlong.drop:
+            pairs.drop_overlong()
+        return pairs
 
     def report(self, plan: Plan, meta: CacheMeta, train_split: Split, windows: int) -> list[str]:
         """What a preference run reads: its pairs, those cut to the window (either completion), the held-out ones."""
-        pairs = self.windows(train_split, plan, 0)
-        firsts = pairs.starts[:-1]
-        if plan.data.max_prompt_length is not None:
-            firsts = np.array([pairs.first(index) for index in range(len(firsts))])
-        lengths = (pairs.starts[1:] - firsts).reshape(-1, 2)  # each completion and its eos, from where it is read
-        truncated = int((lengths > plan.model.seq_len + 1).any(axis=1).sum())
+        overlong = int(self.windows(train_split, plan, 0).overlong().sum())
         train, held, seq_len = meta.splits["train"], meta.splits.get("validation"), plan.model.seq_len
+        dropped = plan.data.overlong is Overlong.drop
+        how = "(data.overlong=drop)" if dropped else "(the prompt kept first)"
         lines = [
             f"pairs             {windows:,} training, {train.tokens:,} tokens, {train.targets:,} of them completions",
-            f"truncated         {truncated:,} pairs longer than seq_len {seq_len} + 1 (the prompt kept first)",
+            f"{'dropped' if dropped else 'truncated':<18}{overlong:,} pairs longer than seq_len {seq_len} + 1 {how}",
             *_prompts_cut(plan),
         ]
         if held and held.documents:

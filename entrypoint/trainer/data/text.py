@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from compiler.spec import Plan
-from compiler.spec.schema import DataFormat, LossOn
+from compiler.spec.schema import DataFormat, LossOn, Overlong
 from compiler.spec.tokenizer import TOKENIZER_FILE
 from entrypoint.trainer.data.base import Batch, CacheMeta, Encoded
 from entrypoint.trainer.data.windows import PackedDocuments, SeparateDocuments, ShuffledWindows, Split
@@ -42,7 +42,10 @@ class TextFormat:
         seq_len, seed = plan.model.seq_len, plan.trainer.seed
         if plan.data.packing:
             return PackedDocuments(split, seq_len, seed, plan.data.packing_mask)
-        return SeparateDocuments(split, seq_len, seed, eos)
+        documents = SeparateDocuments(split, seq_len, seed, eos)
+        if plan.data.overlong is Overlong.drop:
+            documents.drop_overlong()
+        return documents
 
     def check(self, plan: Plan, meta: CacheMeta) -> None:
         """Every token of a text document is a target."""
@@ -75,10 +78,13 @@ def _packing_line(plan: Plan, starts: np.ndarray) -> str:
         efficiency = (int(starts[-1]) - len(lengths)) / max(int(starts[-1]), 1)
         masked = ", attention inside documents" if plan.data.packing_mask else ""
         return f"packing           {windows:,} windows of {window}, efficiency {efficiency:.1%}, 0 truncated{masked}"
+    overlong = lengths > window
+    if plan.data.overlong is Overlong.drop:
+        lengths = lengths[~overlong]
     used = np.minimum(lengths - 1, window)
-    truncated = int((lengths > window).sum())
     efficiency = used.sum() / max(len(lengths) * window, 1)
+    fate = "dropped (data.overlong=drop)" if plan.data.overlong is Overlong.drop else "truncated"
     return (
         f"packing           off: {len(lengths):,} windows of {window}, efficiency {efficiency:.1%}, "
-        f"{truncated:,} truncated"
+        f"{int(overlong.sum()):,} {fate}"
     )

@@ -207,11 +207,31 @@ class SeparateDocuments(ShuffledWindows):
         split = opened(split)
         self.tokens, self.targets, self.starts = split.tokens, split.targets, split.starts
         self.eos = eos
+        self.kept: np.ndarray | None = None
+        """After `drop_overlong`: the windows read, in order (a window number → the one it reads)."""
         super().__init__(len(self.starts) - 1, seq_len, seed)
 
     def first(self, index: int) -> int:
         """Where document `index`'s window starts: its first token."""
         return int(self.starts[index])
+
+    def overlong(self) -> np.ndarray:
+        """Whether each window's document (and its end-of-text token), read from `first`, exceeds the window."""
+        firsts = np.array([self.first(index) for index in range(len(self.starts) - 1)], dtype=np.int64)
+        return self.starts[1:] - firsts > self.seq_len + 1
+
+    def drop_overlong(self) -> None:
+        """`data.overlong=drop`: read only the windows that hold their document whole."""
+        self.kept = np.flatnonzero(~self.overlong())
+        self.windows = len(self.kept)
+        self._orders = {}
+
+    def numbered(self, window: int) -> int:
+        """The window that window number `window` reads (all of them in order unless some were dropped)."""
+        return window if self.kept is None else int(self.kept[window])
+
+    def shuffled(self, index: int) -> int:
+        return self.numbered(super().shuffled(index))
 
     def window(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         start = self.first(index)

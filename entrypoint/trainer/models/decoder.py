@@ -175,10 +175,7 @@ class Decoder(nn.Module):
         whole = tokens.shape[1]
         mask = None if positions is None else document_mask(positions)
         if self.context is not None:  # this rank's part, at its true positions
-            own = self.context.indices(whole, tokens.device)
-            positions = own.expand(len(tokens), -1) if positions is None else positions[:, own]
-            tokens = tokens[:, own]
-            targets = None if targets is None else targets[:, own]
+            tokens, positions, targets = self.context.own_part(tokens, positions, targets)
         x = self.embed(tokens)
         seq = tokens.shape[1]
         if self.positions is not None:

@@ -34,7 +34,8 @@ from entrypoint.trainer.models.hf_files import (
     read_tensor,
 )
 from entrypoint.trainer.models.loss import mean_cross_entropy, token_logps
-from entrypoint.trainer.models.packed import unpacked
+from entrypoint.trainer.models.packed import document_mask, unpacked
+from entrypoint.trainer.models.pretrained_context import DOCUMENT_MASK, use_context_parallel
 from entrypoint.trainer.models.weights import WeightsFormat
 from entrypoint.trainer.offload import ActivationOffload
 
@@ -62,6 +63,7 @@ class PretrainedSpec:
         if config.lora.rank:
             model = with_lora(model, config)
         model.dockyard_config = config
+        model.dockyard_context = None
         _stream_output_projection(model.get_output_embeddings())
         model.register_forward_pre_hook(_packed_arguments, with_kwargs=True)
         return model
@@ -143,7 +145,10 @@ class PretrainedSpec:
         raise NotImplementedError("model=hf runs without activation offload (the planner refuses it)")
 
     def set_context_parallel(self, module: nn.Module, context: ContextParallel) -> None:
-        raise NotImplementedError("model=hf runs without context parallelism (the planner refuses it)")
+        """Each forward runs this rank's part of the sequences (`_packed_arguments`), attention over the whole of
+        them (`pretrained_context`)."""
+        module.dockyard_context = context
+        use_context_parallel(module.get_base_model() if module.dockyard_config.lora.rank else module, context)
 
 
 def _adapted(linear: str, config: ModelConfig) -> bool:
@@ -154,10 +159,20 @@ def _packed_arguments(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tup
     """A packed window (`models.packed`) becomes input_ids and position_ids: with no attention mask,
     transformers' causal mask then keeps attention inside each document (`find_packed_sequence_indices`).
     The streamed loss's `targets` and `loss_chunk` (the built-in decoder's forward arguments) go to the
-    output projection (`_stream_output_projection`), not to transformers."""
+    output projection (`_stream_output_projection`), not to transformers.
+
+    Under context parallelism the model gets this rank's part of the sequences at their true positions, and
+    the attention function a packed window's whole document mask (`pretrained_context`)."""
     targets, chunk = kwargs.pop("targets", None), kwargs.pop("loss_chunk", 0)
-    module.get_output_embeddings().streamed = None if targets is None else (targets, chunk)
     tokens, positions = unpacked(args[0]) if args else (None, None)
+    context: ContextParallel | None = module.dockyard_context
+    whole = None
+    if context is not None and tokens is not None:
+        whole = tokens.shape[1]
+        kwargs[DOCUMENT_MASK] = None if positions is None else document_mask(positions)
+        tokens, positions, targets = context.own_part(tokens, positions, targets)
+    gather = None if whole is None else partial(context.whole_sequence, seq=whole)
+    module.get_output_embeddings().streamed = None if targets is None else (targets, chunk, gather)
     if positions is None:
         return args, kwargs
     return (tokens, *args[1:]), {**kwargs, "position_ids": positions}
@@ -178,8 +193,9 @@ def _streamed_forward(head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
 
     if head.streamed is None:
         return project(hidden)
-    targets, chunk = head.streamed
-    return token_logps(hidden, project, targets, chunk)
+    targets, chunk, gather = head.streamed
+    logps = token_logps(hidden, project, targets, chunk)
+    return logps if gather is None else gather(logps)
 
 
 def with_lora(model: nn.Module, config: ModelConfig) -> nn.Module:
