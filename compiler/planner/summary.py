@@ -130,7 +130,12 @@ def report_markdown(plan: Plan) -> str:
     lines = [f"# {plan.name}", "", "```", *summary_lines(plan), "```", ""]
     if plan.estimate and plan.trainer.entry is not Entry.script:
         memory, speed = plan.estimate.memory, plan.estimate.throughput
-        lines += ["## Memory per GPU (predicted peak)", "", "| term | GiB | share |", "|---|---:|---:|"]
+        lines += [
+            "## Memory per GPU (predicted reserved peak: what the caching allocator holds, max_memory_reserved)",
+            "",
+            "| term | GiB | share |",
+            "|---|---:|---:|",
+        ]
         lines += [f"| {name} | {size / GIB:.2f} | {size / memory.total:.0%} |" for name, size in memory.terms.items()]
         lines += [
             f"| **total** | **{memory.total / GIB:.2f}** | of {plan.estimate.gpu_memory / GIB:.1f} GiB |",
