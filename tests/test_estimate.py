@@ -180,3 +180,18 @@ def test_a_scripts_plan_predicts_nothing_about_the_built_in_model():
     assert not [line for line in lines if line.split()[0] in ("model", "memory", "speed", "total", "batch")]
     assert "tokens/s" not in "\n".join(lines) and "per 1B tokens" not in "\n".join(lines)
     assert "## Speed" not in report_markdown(plan) and predicted_seconds(plan) is None
+
+
+def test_the_memory_is_a_reserved_peak_that_counts_fsdps_gathered_root():
+    """Item 5 of issue 60: the summary and the report name the prediction a reserved peak (what the caching
+    allocator holds), and FSDP's root module (embeddings, head, final norm), gathered from the forward to its
+    backward, is in the communication term beside the per-layer gathers."""
+    from compiler.planner.summary import report_markdown, summary_lines
+
+    plan = plan_for("model=llama3-8b", "hardware=p5.48xlarge", "parallelism=fsdp", "hardware.memory_check=false")
+    model = plan.model
+    root = 2 * model.vocab * model.hidden + model.hidden  # untied embedding and head, the final norm
+    layer = estimate.layer_parameters(model)
+    assert plan.estimate.memory.communication >= 2 * root + 2 * (2 * layer + 2 * layer)  # bf16 root, two layers
+    assert "(reserved peak)" in next(line for line in summary_lines(plan) if line.startswith("memory"))
+    assert "## Memory per GPU (predicted reserved peak" in report_markdown(plan)

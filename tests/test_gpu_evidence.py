@@ -3,6 +3,7 @@ script a GPU session runs in one call has not rotted: every part runs and passes
 budget stops what it no longer covers, and `bench.gpu_evidence.apply` turns a run's JSON into the
 planner's constants and the README's figures."""
 
+import dataclasses
 import json
 import re
 import shutil
@@ -125,8 +126,8 @@ GPU_RUN = {
         },
         "mfu": {
             "rows": [
-                {"model": "gpt2-124m", "compile": "false", "ok": True, "mfu": 0.31},
-                {"model": "gpt2-350m", "compile": "false", "ok": True, "mfu": 0.35},
+                {"model": "gpt2-124m", "compile": "false", "ok": True, "mfu": 0.31, "predicted_mfu": 0.30},
+                {"model": "gpt2-350m", "compile": "false", "ok": True, "mfu": 0.35, "predicted_mfu": 0.40},
                 {"model": "gpt2-350m", "compile": "blocks", "ok": True, "mfu": 0.52},
                 {"model": "llama3.2-1b", "compile": "false", "ok": False, "error": "OOM"},
             ]
@@ -153,3 +154,25 @@ def test_the_constants_and_the_readme_figures_are_rewritten_with_their_source():
     readme = apply.updated_readme((REPO / "README.md").read_text(), found)
     assert "the CUDA context (510 MiB)" in readme and "the allocator's margin (10%)" in readme
     assert re.search(r"predicted step time and MFU \(33%\)", readme)
+
+
+def test_the_measured_gpu_familys_efficiency_is_rewritten_with_its_source():
+    """The H100 run moves H100's fitted level by its eager rows' median of measured over predicted MFU
+    (0.31 / 0.30 and 0.35 / 0.40), keeps the size dependence, and leaves the other families as they were."""
+    text = ASSUMPTIONS.read_text()
+    before: dict = {}
+    exec(compile(text, "assumptions.py", "exec"), before)
+    family, share = apply.family_efficiency(GPU_RUN, text)
+    expected = before["MATMUL_EFFICIENCY"]["H100"].peak_share * (0.31 / 0.30 + 0.35 / 0.40) / 2
+    assert family == "H100" and share == pytest.approx(expected, abs=1e-3)
+    after: dict = {}
+    updated = apply.updated_family(text, family, share, "measured: bench/gpu_evidence.md (H100)")
+    exec(compile(updated, "assumptions.py", "exec"), after)
+    old, new = before["MATMUL_EFFICIENCY"], after["MATMUL_EFFICIENCY"]
+    assert new["H100"].peak_share == share and new["H100"].source == "measured: bench/gpu_evidence.md (H100)"
+    fields = dataclasses.astuple  # the two namespaces' classes differ: their fields are compared
+    assert fields(new["H100"])[1:5] == fields(old["H100"])[1:5]
+    assert fields(new["A100"]) == fields(old["A100"]) and fields(new["H200"]) == fields(old["H200"])
+    h200 = {**GPU_RUN, "device": "NVIDIA H200"}
+    assert apply.family_efficiency(h200, updated)[0] == "H200"
+    assert apply.family_efficiency({**GPU_RUN, "device": "NVIDIA L40S"}, updated) is None  # no fit to move

@@ -7,7 +7,9 @@
   allocator over the accuracy rows), `ALLOCATOR_MARGIN` (the median of max_memory_reserved over
   max_memory_allocated, less one) and `ASSUMED_MATMUL_EFFICIENCY` (the median MFU of the eager MFU rows, whose
   plans recompute nothing: the efficiency of GPUs that no published run's fit covers), each `Assumption`'s
-  source then naming the run;
+  source then naming the run; and the measured GPU family's entry of `MATMUL_EFFICIENCY` (A100, H100, H200:
+  the one the device's name contains), its level moved by the eager rows' median of measured over predicted
+  MFU and its source the run, its size dependence kept;
 - `README.md`: the same figures where it states them ("the CUDA context (600 MiB)", ...).
 
 A figure without passing rows behind it is left as it was, and said so. Then review the diff, regenerate the
@@ -42,7 +44,7 @@ CONSTANTS = {
 def figures(document: dict) -> dict:
     """The constants' measured values (only those the run has passing rows for)."""
     accuracy = [row for row in document["parts"]["accuracy"]["rows"] if "error" not in row]
-    eager = [row for row in document["parts"]["mfu"]["rows"] if row.get("ok") and row["compile"] == "false"]
+    eager = _eager_rows(document)
     found = {}
     contexts = [row["outside_allocator"] for row in accuracy if row.get("outside_allocator") is not None]
     if contexts:
@@ -54,6 +56,40 @@ def figures(document: dict) -> dict:
     if efficiencies:
         found["matmul_efficiency"] = float(f"{statistics.median(efficiencies):.3g}")
     return found
+
+
+FIT_ENTRY = r'^    "{family}": EfficiencyFit\((?P<arguments>.*?)\),\n'
+"""A family's entry of `MATMUL_EFFICIENCY`: its peak share, full width, width exponent, full tokens, tokens
+exponent and source, on one line or several."""
+
+
+def family_efficiency(document: dict, text: str) -> tuple[str, float] | None:
+    """The GPU family the run measured (the `MATMUL_EFFICIENCY` key its device's name contains) and the peak
+    share its eager MFU rows imply: the entry's own scaled by the median of measured over predicted MFU (the
+    planner's MFU of a one-GPU step is proportional to the efficiency); None without such a family or rows."""
+    families = re.findall(r'^    "([^"]+)": EfficiencyFit\(', text, re.M)
+    family = next((key for key in families if key in document["device"]), None)
+    entry = re.search(FIT_ENTRY.format(family=re.escape(family)), text, re.M | re.S) if family else None
+    rows = [row for row in _eager_rows(document) if row.get("mfu") and row.get("predicted_mfu")]
+    if family is None or entry is None or not rows:
+        return None
+    share = float(entry["arguments"].split(",")[0])
+    return family, round(share * statistics.median(row["mfu"] / row["predicted_mfu"] for row in rows), 3)
+
+
+def updated_family(text: str, family: str, share: float, source: str) -> str:
+    """The family's entry with the measured peak share and the run as its source, its size dependence kept."""
+    pattern = re.compile(FIT_ENTRY.format(family=re.escape(family)), re.M | re.S)
+    entry = pattern.search(text)
+    if entry is None:
+        raise SystemExit(f"{ASSUMPTIONS_FILE}: no MATMUL_EFFICIENCY entry for {family} to update")
+    size = ", ".join(part.strip() for part in entry["arguments"].split(",")[1:5])
+    replacement = f'    "{family}": EfficiencyFit(\n        {share:g}, {size}, "{source}"\n    ),\n'
+    return text[: entry.start()] + replacement + text[entry.end() :]
+
+
+def _eager_rows(document: dict) -> list[dict]:
+    return [row for row in document["parts"]["mfu"]["rows"] if row.get("ok") and row["compile"] == "false"]
 
 
 def readme_value(figure: str, value: float) -> str:
@@ -97,13 +133,18 @@ def main() -> None:
     found = figures(document)
     source = f"measured: bench/gpu_evidence.md ({document['device']}, {document['started'][:10]})"
     assumptions = args.root / ASSUMPTIONS_FILE
-    assumptions.write_text(updated_assumptions(assumptions.read_text(), found, source))
+    text = assumptions.read_text()
+    family = family_efficiency(document, text)
+    text = updated_assumptions(text, found, source)
+    assumptions.write_text(updated_family(text, *family, source) if family else text)
     readme = args.root / "README.md"
     readme.write_text(updated_readme(readme.read_text(), found))
     for name in (JSON_NAME, MARKDOWN_NAME):
         shutil.copyfile(args.run / name, args.root / "bench" / name)
     for figure in CONSTANTS:
         print(f"{figure:<18} {found.get(figure, 'no passing rows: left as it was')}")
+    left = "no family of MATMUL_EFFICIENCY in the device's name, or no eager rows: left as it was"
+    print(f"{'family efficiency':<18} {f'{family[0]} {family[1]:g}' if family else left}")
     print("next: review the diff, `pytest --update-golden`, and say in the README's prose which figures are measured")
 
 

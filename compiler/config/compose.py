@@ -287,8 +287,19 @@ def _reject_numbers_in_file(name: str, mtime_ns: int, size: int, group: str) -> 
     path = Path(name)
     text = path.read_text()
     package = "" if GLOBAL_PACKAGE.search(text) else group.replace("/", ".")
-    values = yaml.load(text, Loader=get_yaml_loader())  # what OmegaConf.create(text) holds, without its nodes
+    values = yaml.load(text, Loader=_values_loader())  # what OmegaConf.create(text) holds, without its nodes
     _reject_floats_for_strings(values, package, path)
+
+
+@functools.cache
+def _values_loader() -> type:
+    """OmegaConf's YAML resolvers (its floats, no timestamps) on libyaml's parser where PyYAML has it: the same
+    values in a tenth of the time, and no compiling of the pure-Python reader's patterns on every command.
+    (OmegaConf's own loader also refuses duplicate keys, which Hydra's composition has already reported.)"""
+    loader = get_yaml_loader()
+    if not yaml.__with_libyaml__:
+        return loader
+    return type("ValuesLoader", (yaml.CSafeLoader,), {"yaml_implicit_resolvers": loader.yaml_implicit_resolvers})
 
 
 def _reject_floats_for_strings(value: object, key: str, path: Path) -> None:

@@ -29,7 +29,7 @@ entry has one)."""
 
 def register() -> None:
     store = ConfigStore.instance()
-    store.store(name="base_config", node=schema.Config, provider=PROVIDER)
+    _store_lazily(store, None, "base_config", schema.Config)  # a command whose base is stored never reads it
     for name, node in TARGETS_BY_KIND.items():  # a command composes one target's schema, not all four
         _store_lazily(store, "schema/target", name, node)
     for instance in INSTANCE_TYPES.values():
@@ -41,10 +41,10 @@ def register() -> None:
             _store_lazily(store, "image_for_hardware", f"auto-{name}", {"defaults": [f"/image/{image}@_here_"]})
 
 
-def _store_lazily(store: ConfigStore, group: str, name: str, content: Any) -> None:
+def _store_lazily(store: ConfigStore, group: str | None, name: str, content: Any) -> None:
     """What `store.store(group=group, name=name, node=content)` stores, with the node made on first use."""
     folder = store.repo
-    for part in group.split("/"):
+    for part in group.split("/") if group else ():
         folder = folder.setdefault(part, {})
     folder[f"{name}.yaml"] = CatalogNode(f"{name}.yaml", content, group)
 
@@ -53,7 +53,7 @@ class CatalogNode(ConfigNode):
     """A ConfigStore entry whose OmegaConf node is made from `content` (a map or a schema class) when read
     (Hydra reads `node` from a copy of the entry and deep-copies it, so the entry itself stays as stored)."""
 
-    def __init__(self, name: str, content: Any, group: str) -> None:
+    def __init__(self, name: str, content: Any, group: str | None) -> None:
         self.name, self.group, self.package, self.provider = name, group, None, PROVIDER
         self.content = content
         self._node: DictConfig | None = None

@@ -112,7 +112,9 @@ def state_bytes_per_parameter(par: schema.ParallelismConfig, shard: int) -> tupl
 
 
 def activation_bytes_per_token(model: schema.ModelConfig, par: schema.ParallelismConfig, tp: int) -> dict[str, float]:
-    """Saved activations per token of one layer: {'layer': kept for backward, 'live': recomputed layer}."""
+    """Saved activations per token of one layer: {'layer': kept for backward, 'live': recomputed layer}. Full
+    recomputation of every k-th block only (`activation_checkpointing_every`) keeps, on average over the layers,
+    one block's input and k − 1 blocks' whole activations per k layers."""
     element = 4 if par.mixed_precision is schema.Precision.fp32 else 2
     residual = 4 if _autocast(par) else element
     elements = model_facts(model).activation_elements
@@ -121,7 +123,8 @@ def activation_bytes_per_token(model: schema.ModelConfig, par: schema.Parallelis
     full_layer = whole + split / tp
     recompute = par.activation_checkpointing
     if recompute is schema.Checkpointing.full:
-        kept = elements["input"] * residual
+        every = par.activation_checkpointing_every
+        kept = (elements["input"] * residual + (every - 1) * full_layer) / every
     elif recompute is schema.Checkpointing.selective:
         kept = elements["input"] * residual + sum(
             size * (4 if fp32 else element) / (tp if split else 1) for size, split, fp32 in _kept_by_op_policy(model)

@@ -54,6 +54,8 @@ def check_eval(
     if evaluation.num_fewshot is not None and evaluation.num_fewshot < 0:
         raise ConfigError("eval.num_fewshot", f"is {evaluation.num_fewshot}", "give 0 or more")
     own = task_names(Path(evaluation.include_path)) if evaluation.include_path else set()
+    if all(name in own for name in tasks):
+        return  # the harness's own task list (thousands of YAML files read) is not needed
     harness = harness_task_names()
     unchecked = [name for name in tasks if name not in own and (harness is None or name not in harness)]
     if unchecked and harness is not None:

@@ -87,8 +87,9 @@ def check_fits(config: schema.Config, instance: InstanceType, memory: estimate.M
     if memory.total <= capacity(instance):
         return
     largest = memory.largest_term()
-    need = f"predicted peak {memory.total / GIB:.1f} GiB per GPU exceeds the {instance.gpu_memory_gib:.1f} GiB of "
-    need += f"{instance.gpu_model} (largest: {largest} {memory.terms[largest] / GIB:.1f} GiB)"
+    need = f"predicted reserved peak {memory.total / GIB:.1f} GiB per GPU exceeds the "
+    need += f"{instance.gpu_memory_gib:.1f} GiB of {instance.gpu_model}"
+    need += f" (largest: {largest} {memory.terms[largest] / GIB:.1f} GiB)"
     fixes = [f"{change} ({total / GIB:.1f} GiB)" for change, total in cheapest_fixes(config, instance)[:3]]
     fix = f"fits with: {', '.join(fixes)}" if fixes else "no single change fits: use a GPU with more memory"
     if not config.hardware.memory_check:

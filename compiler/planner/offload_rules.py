@@ -9,6 +9,7 @@ from compiler.spec.strategies import STRATEGIES, facts
 
 
 def check_offload(par: schema.ParallelismConfig, instance: InstanceType, layout: Layout) -> Iterator[str]:
+    _check_checkpointing_every(par)
     known = facts(par.strategy)
     if par.offload is not schema.Offload.none:
         if not instance.has_gpus:
@@ -37,6 +38,21 @@ def check_offload(par: schema.ParallelismConfig, instance: InstanceType, layout:
             f"{par.activation_offload_horizon} blocks is negative",
             "use 0 or more",
         )
+
+
+def _check_checkpointing_every(par: schema.ParallelismConfig) -> None:
+    """Every k-th block recomputed is a variant of full recomputation; the other modes are per op."""
+    key, every = "parallelism.activation_checkpointing_every", par.activation_checkpointing_every
+    if every < 1:
+        raise ConfigError(key, f"is {every}", "give 1 (every block) or more")
+    if every > 1 and par.activation_checkpointing is not schema.Checkpointing.full:
+        raise ConfigError(
+            key,
+            f"picks the blocks activation_checkpointing=full recomputes, not {par.activation_checkpointing.value}",
+            "set parallelism.activation_checkpointing=full, or activation_checkpointing_every=1",
+        )
+    if every > 1 and par.activation_offload:
+        raise ConfigError(key, "offload moves every block's saved tensors alike", "set it to 1 with activation_offload")
 
 
 def _check_activation_offload(par: schema.ParallelismConfig, instance: InstanceType, layout: Layout) -> Iterator[str]:

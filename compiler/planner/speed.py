@@ -63,7 +63,7 @@ def throughput(
     busy, compute, exposed = 0.0, 0.0, 0.0
     for share in pipeline_shares(model, par, layout):
         model_flops = flops_per_token_of(model, layout.tp, share) * sequences * model.seq_len
-        hardware_flops = model_flops * RECOMPUTE_TIME[par.activation_checkpointing]
+        hardware_flops = model_flops * recompute_time(par)
         if dpo is not None and not dpo.precompute_reference:
             hardware_flops += model_flops / 3
         share_compute = hardware_flops / (instance.peak_tflops(par.mixed_precision.value) * 1e12 * efficiency)
@@ -97,6 +97,12 @@ def throughput(
         matmul_efficiency=efficiency,
         efficiency_source=source,
     )
+
+
+def recompute_time(par: schema.ParallelismConfig) -> float:
+    """A step's time over the same step without recomputation; full recomputation of every k-th block only
+    repeats the forward of a k-th of the layers."""
+    return 1 + (RECOMPUTE_TIME[par.activation_checkpointing] - 1) / par.activation_checkpointing_every
 
 
 def matmul_efficiency(

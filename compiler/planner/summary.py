@@ -25,12 +25,14 @@ def _summary(plan: Plan) -> list[str]:
     shard = f", shard group {layout.shard_degree}" if facts(plan.parallelism.strategy).shard_groups else ""
     cost = f"   ${plan.price_per_hour:,.2f}/h" if plan.price_per_hour else ""
     par = plan.parallelism
+    every = par.activation_checkpointing_every
+    checkpointing = par.activation_checkpointing.value + (f" every {every} blocks" if every > 1 else "")
     lines = [
         f"plan      {plan.name}   sha256:{plan.content_hash[:12]}",
         f"world     {layout.world_size} processes = {layout.nodes} × {instance.name} "
         f"({devices}) × {layout.processes_per_node} per node{cost}",
         f"layout    dp={layout.dp} × tp={layout.tp} × pp={layout.pp}{_context(layout)}   {par.strategy.value}{shard}, "
-        f"{par.mixed_precision.value}, checkpointing {par.activation_checkpointing.value}",
+        f"{par.mixed_precision.value}, checkpointing {checkpointing}",
     ]
     if is_tokenize_job(plan):
         return lines + [f"data      {_data(plan)}", *tokenize_lines(plan)]
@@ -128,7 +130,12 @@ def report_markdown(plan: Plan) -> str:
     lines = [f"# {plan.name}", "", "```", *summary_lines(plan), "```", ""]
     if plan.estimate and plan.trainer.entry is not Entry.script:
         memory, speed = plan.estimate.memory, plan.estimate.throughput
-        lines += ["## Memory per GPU (predicted peak)", "", "| term | GiB | share |", "|---|---:|---:|"]
+        lines += [
+            "## Memory per GPU (predicted reserved peak: what the caching allocator holds, max_memory_reserved)",
+            "",
+            "| term | GiB | share |",
+            "|---|---:|---:|",
+        ]
         lines += [f"| {name} | {size / GIB:.2f} | {size / memory.total:.0%} |" for name, size in memory.terms.items()]
         lines += [
             f"| **total** | **{memory.total / GIB:.2f}** | of {plan.estimate.gpu_memory / GIB:.1f} GiB |",

@@ -88,6 +88,9 @@ class ParallelismConfig:
     activation_checkpointing: Checkpointing = Checkpointing.none
     """Recompute activations in the backward: none, attention (the attention core), selective (op-level: every
     other matrix product and attention kept) or full."""
+    activation_checkpointing_every: int = 1
+    """With activation_checkpointing=full: only every k-th block (the 1st, the (k+1)-th, ...) is recomputed, the
+    others keep their activations (torchtitan's selective_ac_option=k; transformers' every_n_layers)."""
     mixed_precision: Precision = Precision.auto
     """Compute precision: auto (bf16 on GPUs, fp32 on CPUs), bf16, fp16 (with loss scaling) or fp32."""
     offload: Offload = Offload.none

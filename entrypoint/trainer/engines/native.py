@@ -130,7 +130,7 @@ class TorchEngine:
         dtype = DTYPES[par.mixed_precision]
         self.autocast_dtype = dtype if dtype is not torch.float32 else None
         self.scaler = torch.amp.GradScaler(device.type) if par.mixed_precision is Precision.fp16 else None
-        spec.set_checkpointing(model, par.activation_checkpointing)
+        spec.set_checkpointing(model, par.activation_checkpointing, par.activation_checkpointing_every)
         if par.activation_offload:
             spec.set_activation_offload(model, ActivationOffload(device, par.activation_offload_horizon))
         context = context_groups(plan.layout.dp, plan.layout.cp)

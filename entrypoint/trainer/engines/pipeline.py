@@ -62,7 +62,8 @@ def build_stages(plan: Plan, spec: ModelSpec, device: torch.device, pp_rank: int
     layout, on_meta = plan.layout, builds_on_meta(plan)
     with torch.device("meta") if on_meta else device:
         model = spec.build(plan.model)
-    spec.set_checkpointing(model, plan.parallelism.activation_checkpointing)
+    par = plan.parallelism
+    spec.set_checkpointing(model, par.activation_checkpointing, par.activation_checkpointing_every)
     last = layout.stages - 1
     stages = [
         spec.stage(model, layout.layers_of(stage), first=stage == 0, last=stage == last)

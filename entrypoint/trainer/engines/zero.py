@@ -98,7 +98,8 @@ class DeepSpeedEngine:
         config = deepspeed_config(plan)
         self.partitioned = facts(plan.parallelism.strategy).shards_parameters
         model = build_partitioned(plan, spec, config) if self.partitioned else build_whole(plan, spec, device)
-        spec.set_checkpointing(model, plan.parallelism.activation_checkpointing)
+        par = plan.parallelism
+        spec.set_checkpointing(model, par.activation_checkpointing, par.activation_checkpointing_every)
         apply_compile(model, spec.blocks(model), plan.trainer)
         # DPO's reference without LoRA: a whole copy in the compute precision (ZeRO-1/2; the planner's rule)
         dtype = DTYPES[plan.parallelism.mixed_precision]

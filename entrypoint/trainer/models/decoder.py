@@ -150,16 +150,18 @@ class Decoder(nn.Module):
             self.register_buffer("rope_sin", torch.empty(model.context, half), persistent=False)
         self.recompute: Callable[..., torch.Tensor] | None = None
         """How each block is recomputed in the backward (`models.recompute`); None: it is not."""
+        self.recompute_every = 1
+        """Only blocks 0, k, 2k, ... are recomputed (`parallelism.activation_checkpointing_every`)."""
         self.context: ContextParallel | None = None
         """parallelism.cp > 1: this rank runs its part of each sequence (`context_parallel`)."""
         self.offload: ActivationOffload | None = None
         """Set by the engine for `parallelism.activation_offload`: where each block's saved tensors go."""
         self.reset_parameters()
 
-    def set_checkpointing(self, mode: Checkpointing) -> None:
-        """full: recompute each block in the backward pass; selective: the op-level policy (`models.recompute`);
-        attention: only the attention core."""
-        self.recompute = recomputed(mode)
+    def set_checkpointing(self, mode: Checkpointing, every: int = 1) -> None:
+        """full: recompute each block in the backward pass (with `every` = k, blocks 0, k, 2k, ... only);
+        selective: the op-level policy (`models.recompute`); attention: only the attention core."""
+        self.recompute, self.recompute_every = recomputed(mode), every
         for block in self.blocks:
             block.attention.checkpoint_core = mode is Checkpointing.attention
 
@@ -184,7 +186,8 @@ class Decoder(nn.Module):
         offload = self.offload if self.training else None
         for index, block in enumerate(self.blocks):
             with offload.saving(index) if offload else nullcontext():
-                x = self.recompute(block, x, rope, mask) if self.recompute and self.training else block(x, rope, mask)
+                recompute = self.recompute if self.training and index % self.recompute_every == 0 else None
+                x = recompute(block, x, rope, mask) if recompute else block(x, rope, mask)
             if offload:
                 x = offload.prefetch_from(x, index)
         x = self.norm(x)
@@ -239,7 +242,7 @@ class Stage(nn.Module):
         if self.rope:
             self.register_buffer("rope_cos", decoder.rope_cos, persistent=False)
             self.register_buffer("rope_sin", decoder.rope_sin, persistent=False)
-        self.recompute = decoder.recompute
+        self.recompute, self.recompute_every = decoder.recompute, decoder.recompute_every
 
     def reset_parameters(self) -> None:
         """Initialise a stage materialised from the meta device as the whole decoder initialises its parts."""
@@ -253,8 +256,9 @@ class Stage(nn.Module):
             if self.positions is not None:
                 x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
         rope = rope_at(self.rope_cos, self.rope_sin, x.shape[1], None) if self.rope else None
-        for block in self.blocks.values():
-            x = self.recompute(block, x, rope) if self.recompute and self.training else block(x, rope)
+        for index, block in self.blocks.items():  # keyed by the layer's index in the whole model
+            recompute = self.recompute if self.training and int(index) % self.recompute_every == 0 else None
+            x = recompute(block, x, rope) if recompute else block(x, rope)
         if not self.last:
             return x
         x = self.norm(x)
@@ -304,8 +308,8 @@ class DecoderSpec:
         """The parameter the first and the last pipeline stage each hold a copy of (tied embeddings)."""
         return "embed.weight" if config.tied_embeddings else None
 
-    def set_checkpointing(self, module: nn.Module, mode: Checkpointing) -> None:
-        module.set_checkpointing(mode)
+    def set_checkpointing(self, module: nn.Module, mode: Checkpointing, every: int = 1) -> None:
+        module.set_checkpointing(mode, every)
 
     def set_activation_offload(self, module: nn.Module, offload: ActivationOffload) -> None:
         module.offload = offload

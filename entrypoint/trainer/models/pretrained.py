@@ -136,10 +136,12 @@ class PretrainedSpec:
     def tied_parameter(self, config: ModelConfig) -> str | None:
         return None
 
-    def set_checkpointing(self, module: nn.Module, mode: Checkpointing) -> None:
-        """Full recomputation of each decoder layer (the planner refuses selective for hf)."""
+    def set_checkpointing(self, module: nn.Module, mode: Checkpointing, every: int = 1) -> None:
+        """Full recomputation of each decoder layer, or of layers 0, k, 2k, ... (transformers' every_n_layers;
+        the planner refuses selective for hf)."""
         if mode is Checkpointing.full:
-            module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            options = {"every_n_layers": every} if every > 1 else {}
+            module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False}, **options)
 
     def set_activation_offload(self, module: nn.Module, offload: ActivationOffload) -> None:
         raise NotImplementedError("model=hf runs without activation offload (the planner refuses it)")

@@ -1,0 +1,35 @@
+"""What `dockyard plan` does not do: import the libraries only other verbs need, and read the evaluation
+harness's thousands of task files when the plan's tasks are all the user's own (bench/cli.py times the command)."""
+
+import json
+import subprocess
+import sys
+
+from compiler.planner import eval_rules
+from tests.eval_support import TASKS, tiny_model, write_tasks
+from tests.helpers import plan_for
+
+HEAVY = ("torch", "transformers", "boto3", "botocore", "docker", "jinja2", "lm_eval", "numpy", "safetensors")
+"""The image's training stack, the AWS SDK, the Docker SDK and the template engine: a plan needs none of them."""
+
+PLAN_IMPORTS = f"""
+import contextlib, io, json, sys
+from compiler.cli.main import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    main(["plan", "experiment=smoke"])
+print(json.dumps(sorted({{name.split(".")[0] for name in sys.modules}} & set({list(HEAVY)!r}))))
+"""
+
+
+def test_plan_imports_none_of_the_heavy_libraries(tmp_path):
+    result = subprocess.run([sys.executable, "-c", PLAN_IMPORTS], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == []
+
+
+def test_tasks_of_the_include_path_are_checked_without_the_harness_task_list(tmp_path, hf_tokenizer):
+    model, tasks = tiny_model(tmp_path / "model", hf_tokenizer), write_tasks(tmp_path / "tasks")
+    eval_rules.harness_task_names.cache_clear()
+    plan = plan_for("model=hf", f"model.path={model}", f"eval.tasks=[{','.join(TASKS)}]", f"eval.include_path={tasks}")
+    assert plan.eval is not None and plan.eval.tasks == TASKS
+    assert eval_rules.harness_task_names.cache_info().misses == 0
