@@ -58,8 +58,8 @@ class Row:
         f = self.fields
         extra = " compile" if f["compile"] == "True" else ""
         return (
-            f"{f['model']} {f['gpu'].split()[0].upper()} ×{f['gpus']} s{f['seq_len']} mb{f['micro_batch']} "
-            f"ac={f['checkpointing']}{extra}"
+            f"{f['model']} {f['gpu'].split()[0].upper()} ×{f['gpus']}{tensor_parallel(f)} s{f['seq_len']} "
+            f"mb{f['micro_batch']} ac={f['checkpointing']}{extra}"
         )
 
     def not_expressed(self, what: str) -> str:
@@ -103,7 +103,14 @@ class Row:
         ]
         if f["network_gbps"]:
             overrides.append(f"hardware.network_gbps={f['network_gbps']}")
+        if f.get("tp"):
+            overrides.append(f"parallelism.tp={f['tp']}")
         return overrides
+
+
+def tensor_parallel(fields: dict[str, str]) -> str:
+    """The label's tensor-parallel degree, where a row has one (the CSV's last column, only on those rows)."""
+    return f" tp{fields['tp']}" if fields.get("tp") else ""
 
 
 def checkpointing_mode(published: str) -> str:

@@ -216,6 +216,21 @@ def run_on_two_ranks(body: str, plan: Plan, folder: Path, timeout: float = 120) 
     return result.stdout
 
 
+def run_plans_on_two_ranks(body: str, plans: dict[str, Plan], folder: Path, timeout: float = 120) -> dict[str, dict]:
+    """Run a test's script over several plans on two torchrun ranks (`run_on_two_ranks`): each plan is written to
+    a folder of its name and listed by name in `plans.json` beside the script's argument; the script prints one
+    line `RESULT <name> <json>` per plan. The parsed results by name."""
+    paths = {name: str(write_plan(plan, folder / name)) for name, plan in plans.items()}
+    (folder / "plans.json").write_text(json.dumps(paths))
+    output = run_on_two_ranks(body, next(iter(plans.values())), folder, timeout)
+    results = {}
+    for line in output.splitlines():
+        if line.startswith("RESULT"):
+            _, name, data = line.split(" ", 2)
+            results[name] = json.loads(data)
+    return results
+
+
 def metrics(root: Path) -> list[dict]:
     path = root / "output/data/metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()]

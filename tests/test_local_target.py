@@ -25,7 +25,7 @@ from compiler.targets.local import runner as local_runner
 from compiler.targets.local import translate as local
 from compiler.targets.logs import split_timestamp
 from compiler.targets.records import RunRecord
-from tests.entrypoint_support import RERUN_TOLERANCE
+from tests.entrypoint_support import LLAMA_STYLE, RERUN_TOLERANCE
 from tests.entrypoint_support import train as train_on_host
 from tests.helpers import PRESETS, S3_TOKENS, plan_for
 from tests.hf_support import assert_transformers_logits, trained_decoder
@@ -156,6 +156,36 @@ def test_a_pipelined_job_trains_one_stage_per_container_node(engine, tmp_path):
     losses = [row["loss"] for row in metrics(tmp_path / "run")]
     assert metrics(tmp_path / "run")[-1]["step"] == 20
     assert losses[-1] < losses[0] * 0.8
+
+
+TENSOR_PARALLEL_TOLERANCE = 1e-5
+"""dp 2 × tp 2 over two containers against dp 2 on the host, fp32: the same sequences per step, the sums split by
+sequence and vocabulary in another order. Observed: the losses equal to the 6 decimals metrics.jsonl keeps, the
+gradient norms within 7e-7 relative."""
+
+
+@pytest.mark.torchrun
+def test_sequence_and_loss_parallel_tp_trains_on_two_container_nodes_to_the_tp1_losses(engine, smoke_image, tmp_path):
+    """parallelism.tp=2 with FSDP over two container nodes of two processes: each node is one tensor-parallel group
+    (its residual stream split by sequence, the untied head and the loss by vocabulary), FSDP shards across the
+    nodes, and the Llama-shaped model trains to the losses and gradient norms of tp=1 (FSDP over 2 ranks on the
+    host, the same micro batches)."""
+    shape = (*LLAMA_STYLE, "parallelism=fsdp", "parallelism.micro_batch=8", "model.seq_len=64", "trainer.steps=4")
+    shape += ("trainer.log_interval=1", "trainer.checkpoint_interval=0")
+    plan = plan_for(*SHORT, *shape, "parallelism.tp=2")
+    assert (plan.layout.nodes, plan.layout.dp, plan.layout.tp) == (2, 2, 2)
+    run_dir = tmp_path / "run"
+    request = local.to_request(plan, smoke_image, run_id="dockyard-tp-test", run_dir=run_dir)
+    output = io.StringIO()
+    assert run_locally(plan, request, run_dir, output).exit_status == 0, output.getvalue()[-3000:]
+    one_node = plan_for(*SHORT, *shape, "hardware.nodes=1", "hardware.processes_per_node=2")
+    reference = {row["step"]: row for row in train_on_host(one_node, tmp_path / "reference")}
+    split = {row["step"]: row for row in metrics(run_dir)}
+    assert split.keys() == reference.keys() == {1, 2, 3, 4}
+    for step, row in reference.items():
+        assert split[step]["loss"] == pytest.approx(row["loss"], abs=TENSOR_PARALLEL_TOLERANCE), step
+        assert split[step]["grad_norm"] == pytest.approx(row["grad_norm"], rel=TENSOR_PARALLEL_TOLERANCE), step
+    assert split[4]["loss"] < split[1]["loss"] - 0.1
 
 
 @pytest.mark.parametrize(

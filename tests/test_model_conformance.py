@@ -1,18 +1,21 @@
 """Every registered model family, held to what the planner and the engines assume of it: the planner's
 parameter count is the built module's (whole and per pipeline stage), the tensor-parallel plan names modules
-that exist, the pipeline stages hold every parameter exactly once, and the weights' format reads back what
-it wrote. The planner's registry and the trainer's list the same families.
+that exist and leaves only norms to run on sequence shards, the pipeline stages hold every parameter exactly
+once, and the weights' format reads back what it wrote. The planner's registry and the trainer's list the same
+families.
 
 The built-in decoder is built in three shapes; `hf` from a tiny checkpoint of each architecture the planner
 knows (pipeline stages are the decoder's alone: the planner refuses pp > 1 for hf)."""
 
 import pytest
 import torch
+from torch.distributed.tensor.parallel import SequenceParallel
 
 from compiler.core.architectures import architecture
 from compiler.planner import models
 from compiler.planner.pipeline import split_layers
 from compiler.spec import Plan
+from entrypoint.trainer.engines.sequence_parallel import sequence_parallel_plan
 from entrypoint.trainer.models import MODELS
 from entrypoint.trainer.models.loss import IGNORE_INDEX
 from tests.entrypoint_support import LLAMA_STYLE, tiny_plan
@@ -70,6 +73,12 @@ def test_the_tensor_parallel_plan_names_modules_of_every_block(family, shape, pl
     for block in spec.blocks(module):
         for name in plan:
             assert isinstance(block.get_submodule(name), torch.nn.Linear), name
+        # sequence parallelism runs every other child of a block with parameters on sequence shards: norms only
+        styles = sequence_parallel_plan(plan, block)
+        on_shards = [name for name, style in styles.items() if isinstance(style, SequenceParallel)]
+        assert on_shards and all(type(block.get_submodule(name)).__name__.endswith("Norm") for name in on_shards)
+    head = spec.output_projection(module)  # split by vocabulary under tensor parallelism: a weight of its own
+    assert head is None if config.tied_embeddings else isinstance(head, torch.nn.Linear)
 
 
 @pytest.mark.parametrize(("family", "shape"), DECODER_CASES)

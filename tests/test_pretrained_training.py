@@ -4,13 +4,12 @@ parameter at a time under ZeRO-3) give the loss transformers' own `from_pretrain
 batch, and the strategies' losses agree while they train, as the built-in model's do. LoRA trains only its
 adapters and starts from the base model's loss."""
 
-import json
 import shutil
 
 import pytest
 from transformers import AutoTokenizer
 
-from tests.entrypoint_support import run_on_two_ranks, tiny_plan, train, write_plan
+from tests.entrypoint_support import run_plans_on_two_ranks, tiny_plan, train
 from tests.pretrained import save_checkpoint
 from tests.text_corpus import conversations, write_jsonl
 
@@ -98,16 +97,8 @@ def test_every_strategy_loads_the_checkpoint_and_trains_alike(tmp_path, hf_check
     cases = {name: ("qwen2", overrides) for name, overrides in STRATEGIES.items()}
     for architecture, names in FAMILIES.items():
         cases |= {f"{architecture}-{name}": (architecture, STRATEGIES[name]) for name in names}
-    paths = {}
-    for name, (architecture, overrides) in cases.items():
-        paths[name] = str(write_plan(tiny_plan(*common(architecture), *overrides), tmp_path / name))
-    (tmp_path / "plans.json").write_text(json.dumps(paths))
-    output = run_on_two_ranks(SCRIPT, tiny_plan(*common("qwen2")), tmp_path, timeout=400)
-    results = {}
-    for line in output.splitlines():
-        if line.startswith("RESULT"):
-            _, name, data = line.split(" ", 2)
-            results[name] = json.loads(data)
+    plans = {name: tiny_plan(*common(architecture), *overrides) for name, (architecture, overrides) in cases.items()}
+    results = run_plans_on_two_ranks(SCRIPT, plans, tmp_path, timeout=400)
     assert set(results) == set(cases)
     for name, result in results.items():
         assert result["loaded"] == pytest.approx(result["reference"], abs=LOADED_TOLERANCE), name

@@ -11,9 +11,12 @@ conventions are the built-in trainer's:
   and 12 bytes of fp32 master weights and moments, partitioned by stage (ZeRO paper, Rajbhandari et al.
   2020, K = 12).
 - Tensor parallelism is the trainer's: Megatron-style column/row splits of the attention heads and the
-  MLP's hidden units, without sequence parallelism. What lies between the split projections divides by
-  tp; the residual stream, the norms, the projections' inputs, the embeddings, the head and the logits
-  stay whole on every rank of the group.
+  MLP's hidden units; what lies between the split projections divides by tp. On the FSDP+TP engine (no
+  pipeline) with sequence and loss parallelism: the residual stream, the norms' inputs and each block's input
+  are split by sequence (1/tp of the tokens), while the projections' inputs, gathered whole for the column
+  splits, stay whole (torch keeps the gathered input for the weight's gradient); the output projection and
+  the logits are split by vocabulary unless the head is the tied embedding. Pipeline stages keep the
+  residual stream, the head and the logits whole on every rank of the group.
 - Activations per layer after Korthikanti et al. 2022, for SDPA attention (no s² term) without dropout:
   per token, the two norm inputs (residual stream precision), the QKV input, q, k, v (GQA-sized; with
   RoPE also the fp32 copies of q and k the rotation keeps), the attention output, the MLP input and 2
@@ -111,22 +114,38 @@ def state_bytes_per_parameter(par: schema.ParallelismConfig, shard: int) -> tupl
     return parameter, gradient, optimizer
 
 
-def activation_bytes_per_token(model: schema.ModelConfig, par: schema.ParallelismConfig, tp: int) -> dict[str, float]:
-    """Saved activations per token of one layer: {'layer': kept for backward, 'live': recomputed layer}. Full
-    recomputation of every k-th block only (`activation_checkpointing_every`) keeps, on average over the layers,
-    one block's input and k − 1 blocks' whole activations per k layers."""
+def sequence_shards(layout: Layout) -> int:
+    """The parts each sequence's residual stream is split into between blocks: tp on the FSDP+TP engine
+    (sequence parallelism), 1 without tensor parallelism or in a pipeline (its stages split no sequence)."""
+    return layout.tp if layout.pp == 1 else 1
+
+
+def vocab_shards(model: schema.ModelConfig, layout: Layout) -> int:
+    """The ranks the output projection and its logits are split over (loss parallelism): the sequence-parallel
+    ranks, unless the projection is the tied embedding, which stays whole."""
+    return 1 if model.tied_embeddings else sequence_shards(layout)
+
+
+def activation_bytes_per_token(
+    model: schema.ModelConfig, par: schema.ParallelismConfig, tp: int, sequence: int = 1
+) -> dict[str, float]:
+    """Saved activations per token of one layer: {'layer': kept for backward, 'live': recomputed layer}.
+    `sequence`: the parts the residual stream is split into (`sequence_shards`), which divide the norms' and
+    the block's inputs. Full recomputation of every k-th block only (`activation_checkpointing_every`) keeps, on
+    average over the layers, one block's input and k − 1 blocks' whole activations per k layers."""
     element = 4 if par.mixed_precision is schema.Precision.fp32 else 2
     residual = 4 if _autocast(par) else element
     elements = model_facts(model).activation_elements
-    whole = elements["residual"] * residual + elements["whole"] * element
+    whole = elements["residual"] * residual / sequence + elements["whole"] * element
     split = elements["split_fp32"] * 4 + elements["split"] * element
     full_layer = whole + split / tp
+    block_input = elements["input"] * residual / sequence
     recompute = par.activation_checkpointing
     if recompute is schema.Checkpointing.full:
         every = par.activation_checkpointing_every
-        kept = (elements["input"] * residual + (every - 1) * full_layer) / every
+        kept = (block_input + (every - 1) * full_layer) / every
     elif recompute is schema.Checkpointing.selective:
-        kept = elements["input"] * residual + sum(
+        kept = block_input + sum(
             size * (4 if fp32 else element) / (tp if split else 1) for size, split, fp32 in _kept_by_op_policy(model)
         )
     elif recompute is schema.Checkpointing.attention:
@@ -226,7 +245,7 @@ def reference_bytes(
         return 0.0
     element = 4 if par.mixed_precision is schema.Precision.fp32 or _autocast(par) else 2
     shard = layout.shard_degree if facts(par.strategy).shards_parameters else 1
-    return parameters_per_gpu(model, layout.tp, share, layout.ep) * element / shard
+    return parameters_per_gpu(model, layout.tp, share, layout.ep, vocab_shards(model, layout)) * element / shard
 
 
 def _share_memory(
@@ -238,8 +257,8 @@ def _share_memory(
     dpo: schema.DpoConfig | None = None,
     loss_chunk: int = 0,
 ) -> Memory:
-    tp = layout.tp
-    parameters = parameters_per_gpu(model, tp, share, layout.ep)
+    tp, vocab = layout.tp, vocab_shards(model, layout)
+    parameters = parameters_per_gpu(model, tp, share, layout.ep, vocab)
     trained = parameters * trainable_fraction(model)
     weight, gradient, optimizer = state_bytes_per_parameter(par, layout.shard_degree)
     adapters = trained if model.lora.rank else 0  # LoRA's own weights, beside the frozen ones
@@ -252,9 +271,9 @@ def _share_memory(
     if _autocast(par):
         states[0] += 2 * _matmul_parameters_per_gpu(model, tp, share)
     tokens = micro_batch * model.seq_len // layout.cp
-    activation = activation_bytes_per_token(model, par, tp)
+    activation = activation_bytes_per_token(model, par, tp, sequence_shards(layout))
     kept = tokens * (resident_layers(par, share) * activation["layer"] + model.hidden * 4) * share.in_flight
-    logits = min(tokens, loss_chunk or tokens) * model.vocab * LOGIT_BYTES if share.last else 0
+    logits = min(tokens, loss_chunk or tokens) * model.vocab / vocab * LOGIT_BYTES if share.last else 0
     held, per_layer = _communication_bytes(model, par, layout, share)
     in_layers = tokens * activation["live"] + per_layer
     if logits >= in_layers:
@@ -326,7 +345,7 @@ def host_memory(
     layer's saved activations under activation offload (all of them are there when the backward starts),
     the model states `parallelism.offload` moves, and with `trainer.checkpoint_async` the copy of this
     rank's checkpoint (fp32 weights and AdamW's two moments) that is written while training goes on."""
-    activation = activation_bytes_per_token(model, par, layout.tp)["layer"]
+    activation = activation_bytes_per_token(model, par, layout.tp, sequence_shards(layout))["layer"]
     kept = state_bytes_per_parameter(par, layout.shard_degree)
     on_gpu = state_bytes_per_parameter(dataclasses.replace(par, offload=schema.Offload.none), layout.shard_degree)
     moved = sum(on_gpu) - sum(kept)
@@ -335,7 +354,7 @@ def host_memory(
     host["checkpoint staging"] = 0
     for share in pipeline_shares(model, par, layout):
         offloaded = share.layers * activation * micro_batch * model.seq_len if par.activation_offload else 0
-        held = parameters_per_gpu(model, layout.tp, share, layout.ep)
+        held = parameters_per_gpu(model, layout.tp, share, layout.ep, vocab_shards(model, layout))
         host["activations"] = max(host["activations"], round(offloaded * share.in_flight))
         host["model states"] = max(host["model states"], round(moved * held))
         host["checkpoint staging"] = max(host["checkpoint staging"], round(staged * held))
@@ -379,18 +398,24 @@ def _communication_bytes(
         gathered = (layer + buckets["stage3_prefetch_bucket_size"]) * element if strategy.shards_parameters else 0
         return buckets["reduce_bucket_size"] * element, gathered
     root = parameter_count(model, share) - share.layers * layer_parameters(model)
+    root -= model_facts(model).parameters.head * (1 - 1 / vocab_shards(model, layout))
     return root * element, 2 * layer * element + layer * 4
 
 
-def parameters_per_gpu(model: schema.ModelConfig, tp: int, share: Share | None = None, ep: int = 1) -> float:
+def parameters_per_gpu(
+    model: schema.ModelConfig, tp: int, share: Share | None = None, ep: int = 1, vocab: int = 1
+) -> float:
     """Parameters a rank of a tensor-parallel group holds before data-parallel sharding; with expert
-    parallelism (ep > 1) its share of the routed experts, which ep splits whole instead of tp."""
+    parallelism (ep > 1) its share of the routed experts, which ep splits whole instead of tp; its share of
+    the output head where loss parallelism splits it over `vocab` ranks (`vocab_shards`)."""
     share, facts = share or Share.whole(model), model_facts(model)
     split = facts.layer_tp_split
+    head = facts.parameters.head * (1 - 1 / vocab) if share.last else 0
     if ep == 1:
-        return parameter_count(model, share) - share.layers * split * (1 - 1 / tp)
+        return parameter_count(model, share) - share.layers * split * (1 - 1 / tp) - head
     experts = facts.layer_experts
-    return parameter_count(model, share) - share.layers * ((split - experts) * (1 - 1 / tp) + experts * (1 - 1 / ep))
+    blocks = share.layers * ((split - experts) * (1 - 1 / tp) + experts * (1 - 1 / ep))
+    return parameter_count(model, share) - blocks - head
 
 
 def expert_shard_degree(par: schema.ParallelismConfig, layout: Layout) -> int:

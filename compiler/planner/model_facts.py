@@ -104,10 +104,11 @@ class ModelFacts:
         )
         return outer + round(layers * self.layer)
 
-    def flops_per_token(self, layers: int, last: bool, tp: int) -> float:
+    def flops_per_token(self, layers: int, last: bool, tp: int, vocab: int = 1) -> float:
         """Model FLOPs per token (forward and backward) of `layers` blocks and the output side when `last`,
-        split over `tp` ranks: 6 × the parameters a token is multiplied by, and attention's own."""
-        matmul = layers * self.layer_active / tp + (self.head_matmul if last else 0)
+        split over `tp` ranks (the output head over `vocab`: loss parallelism's): 6 × the parameters a token is
+        multiplied by, and attention's own."""
+        matmul = layers * self.layer_active / tp + (self.head_matmul / vocab if last else 0)
         return 6 * matmul + layers * self.attention_flops_per_token / tp
 
     def matmul_parameters(self, layers: int, last: bool, tp: int) -> float:

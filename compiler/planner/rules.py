@@ -98,6 +98,13 @@ def check_strategy(
             f"{strategy.value} replicates whole models and does not combine with tensor parallelism",
             "use parallelism=fsdp for tp > 1",
         )
+    if layout.tp > 1 and layout.pp == 1 and config.model.seq_len % layout.tp:
+        raise ConfigError(
+            "model.seq_len",
+            f"FSDP + TP splits each sequence over the {layout.tp} tensor-parallel ranks (sequence parallelism), "
+            f"and {config.model.seq_len} tokens do not divide by {layout.tp}",
+            f"set model.seq_len to a multiple of {layout.tp}",
+        )
     if strategy is schema.Strategy.smddp:
         if not targets.own.smddp:
             raise ConfigError(

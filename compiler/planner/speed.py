@@ -26,7 +26,7 @@ from compiler.planner.assumptions import (
     RECOMPUTE_TIME,
     EfficiencyFit,
 )
-from compiler.planner.estimate import Share, parameters_per_gpu, pipeline_shares
+from compiler.planner.estimate import Share, parameters_per_gpu, pipeline_shares, vocab_shards
 from compiler.planner.models import model_facts
 from compiler.planner.pipeline import bubble_fraction
 from compiler.spec import Batch, InstanceType, Layout, Throughput, schema
@@ -40,9 +40,10 @@ def flops_per_token(model: schema.ModelConfig) -> float:
     return flops_per_token_of(model, 1, Share.whole(model))
 
 
-def flops_per_token_of(model: schema.ModelConfig, tp: int, share: Share) -> float:
-    """Model FLOPs per token of one rank: its pipeline share, split over the tensor-parallel group."""
-    return model_facts(model).flops_per_token(share.layers, share.last, tp)
+def flops_per_token_of(model: schema.ModelConfig, tp: int, share: Share, vocab: int = 1) -> float:
+    """Model FLOPs per token of one rank: its pipeline share, split over the tensor-parallel group (the output
+    head over the `vocab` ranks loss parallelism splits it over)."""
+    return model_facts(model).flops_per_token(share.layers, share.last, tp, vocab)
 
 
 def throughput(
@@ -62,7 +63,8 @@ def throughput(
     efficiency, source = matmul_efficiency(model, instance, batch.micro_batch * model.seq_len, compiled)
     busy, compute, exposed = 0.0, 0.0, 0.0
     for share in pipeline_shares(model, par, layout):
-        model_flops = flops_per_token_of(model, layout.tp, share) * sequences * model.seq_len
+        per_token = flops_per_token_of(model, layout.tp, share, vocab_shards(model, layout))
+        model_flops = per_token * sequences * model.seq_len
         hardware_flops = model_flops * recompute_time(par)
         if dpo is not None and not dpo.precompute_reference:
             hardware_flops += model_flops / 3
@@ -164,7 +166,8 @@ def _data_parallel_seconds(
     dp, shard = layout.dp, layout.shard_degree
     if dp == 1:
         return 0.0
-    params, strategy = parameters_per_gpu(model, layout.tp, share, layout.ep), facts(par.strategy)
+    params = parameters_per_gpu(model, layout.tp, share, layout.ep, vocab_shards(model, layout))
+    strategy = facts(par.strategy)
     gradient_bytes = params * (2 if strategy.engine == DEEPSPEED_ENGINE or strategy.shards_parameters else 4)
     gathers = 2 * params * 2 if strategy.shards_parameters else 0  # parameters for forward and backward
     gpu_link = instance.gpu_link_gbps / 8 * 1e9
@@ -188,8 +191,12 @@ def _data_parallel_seconds(
 def _tensor_parallel_seconds(
     model: schema.ModelConfig, instance: InstanceType, layout: Layout, sequences: int, share: Share
 ) -> float:
-    """All-reduces of activations over NVLink: after the two row-parallel projections of each layer in the
-    forward, and of the column-parallel inputs' gradients in the backward; each moves the activation twice."""
+    """Activation collectives over NVLink, each layer's sublayers (attention, MLP) in the forward and the
+    backward: with sequence parallelism (the FSDP+TP engine) an all-gather of the input along the sequence and a
+    reduce-scatter of the row-split output (their gradients' reduce-scatter and all-gather back); in a
+    pipeline an all-reduce after each row-split projection and of the column-split inputs' gradients. Either
+    way each sublayer moves the activation twice per pass (an all-reduce is a reduce-scatter and an
+    all-gather), so the volume is the same."""
     if layout.tp == 1:
         return 0.0
     activation_bytes = sequences * model.seq_len * model.hidden * 2

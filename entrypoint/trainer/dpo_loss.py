@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from compiler.spec.schema import DpoConfig, DpoLoss
-from entrypoint.trainer.models.loss import IGNORE_INDEX
+from entrypoint.trainer.models.loss import IGNORE_INDEX, whole
 
 METRICS = (
     "rewards/chosen",
@@ -35,9 +35,11 @@ class Completions:
 
 def completion_logps(logits: torch.Tensor, targets: torch.Tensor) -> Completions:
     """Each row's summed log-probability of its targets (those not `IGNORE_INDEX`): logits (batch, seq, vocab)
-    and targets (batch, seq), already shifted (targets[:, t] is the token after input t)."""
-    picked = torch.gather(logits.float().log_softmax(-1), 2, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-    return completions(picked * (targets != IGNORE_INDEX), targets)
+    and targets (batch, seq), already shifted (targets[:, t] is the token after input t). The cross-entropy of
+    each token is its negative log-probability, zero where the target is ignored; through it, logits split by
+    vocabulary under tensor parallelism reduce under `loss_parallel()` without being gathered."""
+    flat = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="none")
+    return completions(-whole(flat).view_as(targets), targets)
 
 
 def completions(logps: torch.Tensor, targets: torch.Tensor) -> Completions:

@@ -59,7 +59,8 @@ class ParallelismConfig:
     dp: int = -1
     """Data-parallel degree; -1 infers it from the world size."""
     tp: int = 1
-    """Tensor-parallel degree; -1 infers it. Must stay inside one node."""
+    """Tensor-parallel degree; -1 infers it. Must stay inside one node. With FSDP (no pipeline) it runs with
+    sequence and loss parallelism, so model.seq_len must divide by it."""
     pp: int = 1
     """Pipeline-parallel degree; -1 infers it."""
     ep: int = 1

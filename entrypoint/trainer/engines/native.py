@@ -30,6 +30,7 @@ from compiler.spec.strategies import facts
 from entrypoint.trainer.compiled import apply_compile
 from entrypoint.trainer.context_parallel import context_groups
 from entrypoint.trainer.engines.base import MicroBatches, builds_on_meta, evaluating, materialise
+from entrypoint.trainer.engines.sequence_parallel import parallel_loss, parallelize
 from entrypoint.trainer.models import ModelSpec
 from entrypoint.trainer.models.experts import EXPERT_SHARDS, split_experts
 from entrypoint.trainer.objective import make_objective
@@ -57,10 +58,17 @@ def fully_shard_options(plan: Plan, mesh: DeviceMesh) -> dict:
 
 
 def tensor_parallel(spec: ModelSpec, module: nn.Module, model: ModelConfig, mesh: DeviceMesh) -> None:
-    """Split every block of `module` (a model or a pipeline stage) by the model's tensor-parallel plan."""
+    """Split every block of `module` (a pipeline stage) by the model's tensor-parallel plan, each block's input
+    and output whole on every tensor-parallel rank."""
     plan = spec.tp_plan(model)
     for block in spec.blocks(module):
         parallelize_module(block, mesh, plan)
+
+
+def sequence_parallel(spec: ModelSpec, module: nn.Module, model: ModelConfig, mesh: DeviceMesh) -> None:
+    """The FSDP+TP engine's split of a whole model: the family's plan with sequence and loss parallelism
+    (`engines.sequence_parallel`)."""
+    parallelize(spec.blocks(module), spec.tp_plan(model), spec.output_projection(module), mesh)
 
 
 def expert_parallel(plan: Plan, model: nn.Module, device_type: str, options: dict) -> list[nn.Module]:
@@ -87,7 +95,7 @@ def sharded_copy(plan: Plan, spec: ModelSpec, model: nn.Module, mesh: DeviceMesh
     with torch.device("meta"):
         copied = spec.build(plan.model).to(DTYPES[plan.parallelism.mixed_precision]).requires_grad_(False)
     if plan.layout.tp > 1:
-        tensor_parallel(spec, copied, plan.model, mesh["tp"])
+        sequence_parallel(spec, copied, plan.model, mesh["tp"])
     options = fully_shard_options(plan, mesh)
     for block in spec.blocks(copied):
         fully_shard(block, **options)
@@ -149,7 +157,7 @@ class TorchEngine:
         else:
             mesh = plan.layout.build_mesh(device.type)
             if plan.layout.tp > 1:
-                tensor_parallel(spec, model, plan.model, mesh["tp"])
+                sequence_parallel(spec, model, plan.model, mesh["tp"])
             options = fully_shard_options(plan, mesh)
             self.experts = expert_parallel(plan, model, device.type, options)
             for block in spec.blocks(model):
@@ -171,7 +179,7 @@ class TorchEngine:
         return total
 
     def _micro_batch(self, inputs: torch.Tensor, targets: torch.Tensor, last_micro: bool) -> torch.Tensor:
-        with self._gradient_sync(last_micro):
+        with self._gradient_sync(last_micro), parallel_loss(self.plan.layout.tp):
             with self._autocast():
                 loss = self.objective.loss(self.model, inputs, targets)
             scaled = loss / self.plan.batch.grad_accum
@@ -180,7 +188,7 @@ class TorchEngine:
 
     def evaluate(self, micro_batches: MicroBatches) -> torch.Tensor:
         total = torch.zeros((), device=self.device)
-        with evaluating(self.model), self._autocast():
+        with evaluating(self.model), self._autocast(), parallel_loss(self.plan.layout.tp):
             for inputs, targets in micro_batches:
                 total += self.objective.loss(self.model, inputs.to(self.device), targets.to(self.device))
         return total

@@ -51,7 +51,13 @@ class ModelSpec(Protocol):
         ...
 
     def tp_plan(self, config: ModelConfig) -> dict[str, ParallelStyle]:
-        """Module names inside a block → how tensor parallelism splits them."""
+        """Module names inside a block → how tensor parallelism splits them: column-split linears, and row-split
+        ones that end a sublayer (the FSDP+TP engine shards the rest of the block by sequence around them)."""
+        ...
+
+    def output_projection(self, module: nn.Module) -> nn.Module | None:
+        """The linear that projects the final hidden states to logits, when it has a weight of its own (tensor
+        parallelism splits it by vocabulary); None when it is tied to the token embedding."""
         ...
 
     def stage(self, module: nn.Module, layers: range, first: bool, last: bool) -> nn.Module:

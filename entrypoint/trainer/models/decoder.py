@@ -290,7 +290,7 @@ class DecoderSpec:
 
     def tp_plan(self, config: ModelConfig) -> dict[str, ParallelStyle]:
         """Megatron-style: q/k/v and the MLP's input projections split by columns (heads, hidden units),
-        the output projections by rows; embeddings and norms stay whole on every tensor-parallel rank."""
+        the output projections by rows."""
         plan: dict[str, ParallelStyle] = {
             "attention.q": ColwiseParallel(),
             "attention.k": ColwiseParallel(),
@@ -300,6 +300,9 @@ class DecoderSpec:
         if config.activation is Activation.swiglu:
             plan["mlp.gate"] = ColwiseParallel()
         return plan
+
+    def output_projection(self, module: nn.Module) -> nn.Module | None:
+        return module.head
 
     def stage(self, module: nn.Module, layers: range, first: bool, last: bool) -> nn.Module:
         return Stage(module, layers, first, last)

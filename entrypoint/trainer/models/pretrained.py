@@ -130,6 +130,9 @@ class PretrainedSpec:
             raise NotImplementedError(f"transformers has no tensor-parallel plan for {config.architecture}")
         return plan
 
+    def output_projection(self, module: nn.Module) -> nn.Module | None:
+        return None if module.dockyard_config.tied_embeddings else module.get_output_embeddings()
+
     def stage(self, module: nn.Module, layers: range, first: bool, last: bool) -> nn.Module:
         raise NotImplementedError("model=hf runs without pipeline parallelism (the planner refuses pp > 1)")
 
