@@ -22,9 +22,9 @@ RECIPES = Path(__file__).parent / "data" / "recipes"
 
 REFUSED = {
     "handbook-zephyr-7b-beta-sft_full.yaml": {"chat_template", "dataset_mixture.test_split_size"},
-    "handbook-zephyr-7b-beta-sft_qlora.yaml": {"chat_template", "dataset_mixture.test_split_size", "load_in_4bit"},
+    "handbook-zephyr-7b-beta-sft_qlora.yaml": {"chat_template", "dataset_mixture.test_split_size"},
     "handbook-zephyr-7b-beta-dpo_full.yaml": {"dataset_mixture.test_split_size"},
-    "handbook-zephyr-7b-beta-dpo_qlora.yaml": {"load_in_4bit"},
+    "handbook-zephyr-7b-beta-dpo_qlora.yaml": set(),
     "handbook-smollm-sft.yaml": {"chat_template"},
     "handbook-smollm2-sft.yaml": {"chat_template"},
     "handbook-smollm2-dpo.yaml": {"dataset_mixture.test_split_size"},
@@ -32,15 +32,14 @@ REFUSED = {
     "axolotl-llama-3-fft-8b.yaml": set(),
     "axolotl-llama-3-instruct-dpo-lora-8b.yml": {
         "datasets[1].field_messages",
-        "load_in_8bit",
         "special_tokens.eos_token",
     },
     "axolotl-qwen2-dpo.yaml": {"datasets[1].field_messages"},
     "axolotl-phi-phi3-ft.yml": {"early_stopping_patience"},
-    "axolotl-gemma3-gemma-3-1b-qlora.yml": {"load_in_4bit", "adapter", "unfrozen_parameters", "eot_tokens"},
+    "axolotl-gemma3-gemma-3-1b-qlora.yml": {"unfrozen_parameters", "eot_tokens"},
     "trl-cli-example_config.yaml": set(),
 }
-"""What each recipe cannot port yet, by its own keys: quantized base weights (QLoRA), an inline chat template, a
+"""What each recipe cannot port yet, by its own keys: an inline chat template, a
 held-out split given as a row count (dockyard holds out a fraction), a prompt column named otherwise than the row
 shapes name it (axolotl's field_messages: conversation)."""
 
@@ -137,8 +136,12 @@ def test_dpo_recipes_port_as_dpo_with_their_beta():
 
 
 def test_lora_recipes_keep_their_adapters():
-    zephyr = ported("handbook-zephyr-7b-beta-sft_qlora.yaml")  # use_peft, refused only for its 4-bit weights
+    zephyr = ported("handbook-zephyr-7b-beta-sft_qlora.yaml")  # use_peft on a 4-bit base: QLoRA, TRL's defaults
     assert (zephyr["model.lora.rank"], zephyr["model.lora.alpha"], zephyr["model.lora.dropout"]) == ("16", "16", "0.05")
+    assert (zephyr["model.lora.quantize_base"], zephyr["model.lora.double_quant"]) == ("nf4", "false")
+    gemma = ported("axolotl-gemma3-gemma-3-1b-qlora.yml")  # adapter: qlora, axolotl's double quantization
+    assert (gemma["model.lora.quantize_base"], gemma["model.lora.double_quant"]) == ("nf4", "true")
+    assert ported("axolotl-llama-3-instruct-dpo-lora-8b.yml")["model.lora.quantize_base"] == "int8"  # load_in_8bit
     assert zephyr["model.lora.targets"] == "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"
     llama = ported("axolotl-llama-3-lora-1b.yml")
     assert (llama["model.lora.rank"], llama["model.lora.alpha"], llama["data.packing_mask"]) == ("16", "32", "true")
@@ -290,6 +293,8 @@ def test_each_port_plans_and_dry_runs_on_the_fixtures(name, fixtures, tmp_path):
         assert "prompts cut to their last 32 tokens" in summary
     if "model.lora.rank" in recipe:
         assert f"adapters  LoRA rank {recipe['model.lora.rank']}" in summary
+    if "model.lora.quantize_base" in recipe:
+        assert f"held {recipe['model.lora.quantize_base']} (QLoRA)" in summary
 
 
 def test_phi3s_all_linear_adapts_its_fused_qkv_proj(fixtures):
