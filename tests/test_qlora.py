@@ -70,8 +70,10 @@ def _quantized_weights(checkpoint) -> int:
     return sum(t.numel() for name, t in weights.items() if ".layers." in name and name.endswith("_proj.weight"))
 
 
-@pytest.mark.parametrize(("kind", "double_quant", "size"), [("nf4", True, NF4_BYTES[True]),
-                                                            ("nf4", False, NF4_BYTES[False]), ("int8", False, 1.0)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kind", "double_quant", "size"),
+    [("nf4", True, NF4_BYTES[True]), ("nf4", False, NF4_BYTES[False]), ("int8", False, 1.0)],
+)
 def test_the_plan_counts_a_quantized_base_at_its_bytes(kind, double_quant, size, hf_checkpoints):
     lora = ("model=hf", f"model.path={hf_checkpoints['llama']}", "hardware=p4d.24xlarge", "model.lora.rank=8")
     full = plan_for(*lora).estimate.memory
@@ -106,7 +108,10 @@ def test_what_a_quantized_base_does_not_run_with_is_refused_naming_the_key(overr
             {"use_peft": True, "load_in_4bit": True, "use_bnb_nested_quant": True, "bnb_4bit_quant_type": "nf4"},
             {"quantize_base": "nf4", "double_quant": True},
         ),
-        ({"adapter": "qlora", "load_in_4bit": True, "micro_batch_size": 2}, {"quantize_base": "nf4", "double_quant": True}),
+        (
+            {"adapter": "qlora", "load_in_4bit": True, "micro_batch_size": 2},
+            {"quantize_base": "nf4", "double_quant": True},
+        ),
         (
             {"adapter": "qlora", "bnb_config_kwargs": {"bnb_4bit_use_double_quant": False}},
             {"quantize_base": "nf4", "double_quant": False},

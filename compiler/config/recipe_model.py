@@ -1,6 +1,6 @@
 """The recipe keys of what is trained beyond the optimizer: LoRA adapters (axolotl's `adapter`, TRL's
-`use_peft`) and their quantized base (`load_in_4bit`, `load_in_8bit`), the DPO objective (TRL's `beta` and `loss_type`, axolotl's `rl`) and the tokenizer's settings
-(`chat_template`, `special_tokens`)."""
+`use_peft`) and their quantized base (`load_in_4bit`, `load_in_8bit`), the DPO objective (TRL's `beta` and
+`loss_type`, axolotl's `rl`) and the tokenizer's settings (`chat_template`, `special_tokens`)."""
 
 from typing import Any
 

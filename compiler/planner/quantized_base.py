@@ -51,8 +51,11 @@ def check_quantized_base(
     if kind is schema.BaseQuantization.none:
         return
     if not model.lora.rank:
-        raise ConfigError(KEY, f"{kind.value} quantizes the frozen base under LoRA adapters",
-                          "set model.lora.rank (QLoRA), or model.lora.quantize_base=none")  # fmt: skip
+        raise ConfigError(
+            KEY,
+            f"{kind.value} quantizes the frozen base under LoRA adapters",
+            "set model.lora.rank (QLoRA), or model.lora.quantize_base=none",
+        )
     if facts(strategy).engine != TORCH_ENGINE or not facts(strategy).replicated:
         raise UnsupportedError(
             KEY,

@@ -1,8 +1,8 @@
 """A Hugging Face checkpoint folder, read and written: `model=hf` reads its weights by name (only the tensors
 asked for) and writes the trained model back as a folder `transformers` (and vLLM) load, with the source's
-config and tokenizer files, and with LoRA the merged model plus the adapter `peft` loads (on a quantized base,
-merged into the source's unquantized weights). The weights are
-written as `save_pretrained` writes them (`conversion.original_format`: an MoE's experts one by one).
+config and tokenizer files, and with LoRA the merged model plus the adapter `peft` loads (a quantized base's
+adapters merged into the source's own, unquantized weights). The weights are written as `save_pretrained`
+writes them (`conversion.original_format`: an MoE's experts one by one).
 """
 
 from pathlib import Path

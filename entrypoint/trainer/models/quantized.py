@@ -83,11 +83,11 @@ def quantize_base(base: nn.Module, config: ModelConfig) -> int:
         for name, part in base.named_modules()
         if type(part) is nn.Linear and part is not head and ".lora_" not in name and not part.weight.requires_grad
     ]
+    lora = config.lora
     for name in chosen:
         owner, _, attribute = name.rpartition(".")
         parent = base.get_submodule(owner)
-        setattr(parent, attribute, QuantizedLinear(getattr(parent, attribute), config.lora.quantize_base,
-                                                   config.lora.double_quant))  # fmt: skip
+        setattr(parent, attribute, QuantizedLinear(getattr(parent, attribute), lora.quantize_base, lora.double_quant))
     if not chosen:
         raise NotImplementedError(f"{config.architecture} has no nn.Linear layers to quantize")
     return len(chosen)
