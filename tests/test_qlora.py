@@ -9,6 +9,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from compiler.config.recipes import convert
+from compiler.images.render import feature_dependencies
 from compiler.planner.summary import summary_lines
 from compiler.spec.errors import ConfigError, UnsupportedError
 from compiler.spec.schema import BaseQuantization
@@ -64,6 +65,37 @@ def test_an_int8_linear_keeps_each_weight_within_half_its_rows_step():
     assert quantized.packed.dtype == torch.int8
 
 
+def test_the_trainers_model_holds_an_int8_base_that_computes_as_the_checkpoint_rounded_to_int8(hf_checkpoints):
+    """model=hf as the trainer builds it (on meta, then filled from the checkpoint): every linear layer of the
+    blocks is held int8, the logits are those of transformers' model with each weight rounded to its row's
+    int8 step (the adapters start at zero), and only the adapters get gradients."""
+    from transformers import AutoModelForCausalLM
+
+    from entrypoint.trainer.engines.base import materialise
+    from entrypoint.trainer.models import MODELS
+
+    checkpoint = hf_checkpoints["llama"]
+    lora = ("model.lora.rank=4", "model.lora.targets=[q_proj,v_proj]", "model.lora.quantize_base=int8")
+    config = tiny_plan("model=hf", f"model.path={checkpoint}", *lora).model
+    with torch.device("meta"):
+        model = MODELS["hf"].build(config)
+    materialise(MODELS["hf"], model, torch.device("cpu"))
+    held = [name for name, part in model.named_modules() if isinstance(part, QuantizedLinear)]
+    assert len(held) == config.layers * 7  # q, k, v, o, gate, up, down: adapted or not
+    theirs = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    with torch.no_grad():
+        for name, part in theirs.named_modules():
+            if isinstance(part, nn.Linear) and ".layers." in name:
+                step = part.weight.abs().amax(dim=1, keepdim=True) / 127
+                part.weight.copy_(torch.round(part.weight / step) * step)
+    tokens = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
+    logits = model(input_ids=tokens).logits
+    torch.testing.assert_close(logits, theirs(input_ids=tokens).logits.detach(), rtol=0, atol=1e-4)
+    logits.square().mean().backward()
+    trained = {name for name, param in model.named_parameters() if param.grad is not None}
+    assert trained and all(".lora_" in name for name in trained)
+
+
 def _quantized_weights(checkpoint) -> int:
     """The checkpoint's weights of its blocks' linear layers: what an nf4 or int8 base holds quantized."""
     weights = load_file(checkpoint / "model.safetensors")
@@ -83,6 +115,8 @@ def test_the_plan_counts_a_quantized_base_at_its_bytes(kind, double_quant, size,
     assert full.parameters - quantized.estimate.memory.parameters == pytest.approx(held * (4 + 2 - size), abs=1)
     assert quantized.estimate.memory.optimizer == full.optimizer
     assert any(line.endswith(f"held {kind} (QLoRA)") for line in summary_lines(quantized))
+    assert "bitsandbytes==0.50.2" in feature_dependencies(quantized)  # the image installs it for this plan only
+    assert not any(pin.startswith("bitsandbytes") for pin in feature_dependencies(plan_for(*lora)))
 
 
 @pytest.mark.parametrize(
