@@ -55,6 +55,7 @@ def test_an_nf4_linear_computes_with_its_weight_rounded_to_the_nearest_nf4_level
     expected.square().sum().backward()
     torch.testing.assert_close(x.grad, reference.grad, rtol=0, atol=1e-4)  # dequantized again in the backward
     assert list(quantized.state_dict()) == ["bias"]  # the frozen weight is the checkpoint's, not the run's
+    assert quantized.held_bytes() == pytest.approx(NF4_BYTES[double_quant] * linear.weight.numel(), rel=1e-3)
 
 
 def test_an_int8_linear_keeps_each_weight_within_half_its_rows_step():

@@ -52,6 +52,14 @@ class QuantizedLinear(nn.Module):
             weight = bnb.int8_vectorwise_dequant(self.packed, self.scales)
         return weight.to(dtype)
 
+    def held_bytes(self) -> int:
+        """The quantized weight's bytes, its scales (and their own scales) included."""
+        held = [self.packed, *([self.scales] if self.kind is BaseQuantization.int8 else [])]
+        if self.kind is BaseQuantization.nf4:
+            state = self.quant_state
+            held += [state.absmax, *([state.state2.absmax] if state.nested else [])]
+        return sum(tensor.numel() * tensor.element_size() for tensor in held)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = _DequantizedMatmul.apply(x, self)
         return out if self.bias is None else out + self.bias
@@ -91,3 +99,14 @@ def quantize_base(base: nn.Module, config: ModelConfig) -> int:
     if not chosen:
         raise NotImplementedError(f"{config.architecture} has no nn.Linear layers to quantize")
     return len(chosen)
+
+
+def quantized_lines(model: nn.Module) -> list[str]:
+    """What the run's first lines say of a quantized base: how many layers, and their bytes against fp32's."""
+    layers = [part for part in model.modules() if isinstance(part, QuantizedLinear)]
+    if not layers:
+        return []
+    held = sum(part.held_bytes() for part in layers)
+    full = sum(4 * part.in_features * part.out_features for part in layers)
+    kind = layers[0].kind.value
+    return [f"base      {len(layers)} linear layers held {kind}: {held / 2**20:.1f} MiB instead of {full / 2**20:.1f}"]
