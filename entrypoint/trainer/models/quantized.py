@@ -109,4 +109,5 @@ def quantized_lines(model: nn.Module) -> list[str]:
     held = sum(part.held_bytes() for part in layers)
     full = sum(4 * part.in_features * part.out_features for part in layers)
     kind = layers[0].kind.value
-    return [f"base      {len(layers)} linear layers held {kind}: {held / 2**20:.1f} MiB instead of {full / 2**20:.1f}"]
+    sizes = f"{held / 2**20:.3g} MiB instead of fp32's {full / 2**20:.3g} MiB"
+    return [f"{'quantized base':<18}{len(layers)} linear layers held {kind}: {sizes}"]
