@@ -167,6 +167,7 @@ def test_convert_ports_bitsandbytes_keys_as_each_tool_means_them(recipe, expecte
         ({"load_in_4bit": True}, "load_in_4bit"),
         ({"use_peft": True, "load_in_4bit": True, "bnb_4bit_quant_type": "fp4"}, "bnb_4bit_quant_type"),
         ({"adapter": "lora", "load_in_4bit": True, "load_in_8bit": True}, "load_in_8bit"),
+        ({"adapter": "qlora", "load_in_8bit": True}, "load_in_8bit"),
     ],
 )
 def test_convert_refuses_a_quantized_base_it_cannot_train_by_the_recipes_key(recipe, key):

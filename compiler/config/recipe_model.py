@@ -47,8 +47,8 @@ def load_in_8bit(out: Conversion, key: str, value: Any, recipe: dict) -> None:
     """bitsandbytes' 8-bit base under the adapters: int8 weights with a scale per row."""
     if not value or not _adapted(out, key, recipe):
         return
-    if recipe.get("load_in_4bit"):
-        return out.refuse(key, "load_in_4bit is set too: give one of them")
+    if recipe.get("load_in_4bit") or recipe.get("adapter") == "qlora":
+        return out.refuse(key, "a 4-bit base (load_in_4bit, adapter: qlora) is asked for too: give one of them")
     out.set("model.lora.quantize_base", "int8")
 
 
