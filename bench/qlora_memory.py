@@ -6,7 +6,7 @@ time of a forward and backward pass (each quantized matmul dequantizes its weigh
 One process, fp32 (no autocast, so that the planner's figure is the weights alone), a Llama-shaped checkpoint
 with random weights saved at the start, LoRA on every linear layer.
 
-    python bench/qlora_memory.py [--hidden 512] [--layers 4] [--steps 5]
+    PYTHONPATH=. python bench/qlora_memory.py [--hidden 512] [--layers 4] [--steps 5]
 """
 
 import argparse
@@ -23,28 +23,10 @@ from compiler.launch.plan import checked_plan
 from entrypoint.trainer.engines.base import materialise
 from entrypoint.trainer.models import MODELS
 from entrypoint.trainer.models.quantized import QuantizedLinear
+from tests.pretrained import save_checkpoint
 
 MIB = 2**20
-
-
-def checkpoint(folder: Path, args: argparse.Namespace) -> Path:
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.for_model(
-        "llama",
-        vocab_size=2048,
-        hidden_size=args.hidden,
-        intermediate_size=args.hidden * 8 // 3,
-        num_hidden_layers=args.layers,
-        num_attention_heads=8,
-        num_key_value_heads=8,
-        max_position_embeddings=512,
-    )
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-    for path in [folder, *folder.iterdir()]:
-        path.chmod(0o755 if path.is_dir() else 0o644)  # readable by the image's user, as the plan asks
-    return folder
+VOCAB = 2048
 
 
 def held_bytes(model: nn.Module) -> int:
@@ -70,8 +52,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        path = checkpoint(Path(folder), args)
-        tokens = torch.randint(0, 2048, (4, 128), generator=torch.Generator().manual_seed(0))
+        Path(folder).chmod(0o755)  # readable by the image's user, as the plan asks of a checkpoint
+        shape = dict(hidden_size=args.hidden, intermediate_size=args.hidden * 8 // 3, num_hidden_layers=args.layers)
+        path = save_checkpoint(
+            Path(folder), "llama", vocab=VOCAB, num_attention_heads=8, num_key_value_heads=8, **shape
+        )
+        tokens = torch.randint(0, VOCAB, (4, 128), generator=torch.Generator().manual_seed(0))
         results = {}
         for kind in ("none", "nf4", "int8"):
             overrides = ["model=hf", f"model.path={path}", "model.seq_len=128", "hardware=p4d.24xlarge"]
