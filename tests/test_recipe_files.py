@@ -23,15 +23,11 @@ RECIPES = Path(__file__).parent / "data" / "recipes"
 KEPT = sorted(path.name for path in RECIPES.glob("*.y*ml"))
 
 WAITING = {
-    "handbook-zephyr-7b-beta-sft_qlora.yaml": {"load_in_4bit"},
-    "handbook-zephyr-7b-beta-dpo_qlora.yaml": {"load_in_4bit"},
-    "axolotl-llama-3-instruct-dpo-lora-8b.yml": {"load_in_8bit"},
-    "axolotl-gemma3-gemma-3-1b-qlora.yml": {"load_in_4bit", "adapter", "unfrozen_parameters"},
+    "axolotl-gemma3-gemma-3-1b-qlora.yml": {"unfrozen_parameters"},
 }
-"""The recipes that still cannot port, by their own keys: each trains adapters on quantized base weights
-(`load_in_4bit`, `load_in_8bit`, `adapter: qlora`: QLoRA, which dockyard does not train yet); Gemma-3's also
-trains only the parameters its `unfrozen_parameters` patterns match (dockyard trains the whole model or its
-adapters). Every other kept recipe converts with exit status 0."""
+"""The recipes that still cannot port, by their own keys: Gemma-3's trains only the parameters its
+`unfrozen_parameters` patterns match (dockyard trains the whole model or its adapters). Every other kept recipe
+converts with exit status 0."""
 REFUSED = {name: WAITING.get(name, set()) for name in KEPT}
 
 DATASETS = {
@@ -126,8 +122,12 @@ def test_dpo_recipes_port_as_dpo_with_their_beta():
 
 
 def test_lora_recipes_keep_their_adapters():
-    zephyr = ported("handbook-zephyr-7b-beta-sft_qlora.yaml")  # use_peft, refused only for its 4-bit weights
+    zephyr = ported("handbook-zephyr-7b-beta-sft_qlora.yaml")  # use_peft on a 4-bit base: QLoRA, TRL's defaults
     assert (zephyr["model.lora.rank"], zephyr["model.lora.alpha"], zephyr["model.lora.dropout"]) == ("16", "16", "0.05")
+    assert (zephyr["model.lora.quantize_base"], zephyr["model.lora.double_quant"]) == ("nf4", "false")
+    gemma = ported("axolotl-gemma3-gemma-3-1b-qlora.yml")  # adapter: qlora, axolotl's double quantization
+    assert (gemma["model.lora.quantize_base"], gemma["model.lora.double_quant"]) == ("nf4", "true")
+    assert ported("axolotl-llama-3-instruct-dpo-lora-8b.yml")["model.lora.quantize_base"] == "int8"  # load_in_8bit
     assert zephyr["model.lora.targets"] == "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"
     llama = ported("axolotl-llama-3-lora-1b.yml")
     assert (llama["model.lora.rank"], llama["model.lora.alpha"], llama["data.packing_mask"]) == ("16", "32", "true")
@@ -303,6 +303,8 @@ def test_each_port_plans_and_dry_runs_on_the_fixtures(name, fixtures, tmp_path):
         assert "prompts cut to their last 32 tokens" in summary
     if "model.lora.rank" in recipe:
         assert f"adapters  LoRA rank {recipe['model.lora.rank']}" in summary
+    if "model.lora.quantize_base" in recipe:
+        assert f"held {recipe['model.lora.quantize_base']} (QLoRA)" in summary
 
 
 def test_phi3s_all_linear_adapts_its_fused_qkv_proj(fixtures):

@@ -162,9 +162,6 @@ REFUSED: dict[str, str] = {
     "ignore_data_skip": "a resumed dockyard run always continues its data where it stopped",
     "restore_callback_states_from_checkpoint": "dockyard's trainer has no callbacks",
     "group_by_length": "dockyard's batches follow the data's seeded order, not its lengths",
-    "load_in_4bit": "dockyard trains on the checkpoint's weights unquantized (no QLoRA): remove it to train "
-    "the same adapters on full-precision weights, with more memory",
-    "load_in_8bit": "dockyard trains on the checkpoint's weights unquantized: remove it, with more memory",
     "unfrozen_parameters": "dockyard trains the whole model or its LoRA adapters (model.lora)",
 }
 """Keys that change what is trained in a way dockyard does not, unless left empty: why, and what to do."""

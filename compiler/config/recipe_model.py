@@ -1,10 +1,10 @@
 """The recipe keys of what is trained beyond the optimizer: LoRA adapters (axolotl's `adapter`, TRL's
-`use_peft`), the DPO objective (TRL's `beta` and `loss_type`, axolotl's `rl`) and the tokenizer's settings
-(`chat_template`, `special_tokens`)."""
+`use_peft`) and their quantized base (`load_in_4bit`, `load_in_8bit`), the DPO objective (TRL's `beta` and
+`loss_type`, axolotl's `rl`) and the tokenizer's settings (`chat_template`, `special_tokens`)."""
 
 from typing import Any
 
-from compiler.config.recipe_keys import REFUSED, Conversion, Text
+from compiler.config.recipe_keys import AXOLOTL_KEYS, REFUSED, Conversion, Text
 from compiler.spec.schema.model import ALL_LINEAR
 
 DPO_LOSSES = ("sigmoid", "ipo", "hinge", "robust")
@@ -18,11 +18,46 @@ AXOLOTL_LORA = {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0}
 def adapter(out: Conversion, key: str, value: Any, recipe: dict) -> None:
     """axolotl's `adapter: lora` with its `lora_r`, `lora_alpha`, `lora_dropout`, and `lora_target_modules` or
     `lora_target_linear`."""
-    if value == "qlora":
-        return out.refuse(key, f"qlora: {REFUSED['load_in_4bit']} (adapter: lora)")
-    if value != "lora":
-        return out.refuse(key, f"{value} is not an adapter dockyard trains (lora)")
+    if value not in ("lora", "qlora"):
+        return out.refuse(key, f"{value} is not an adapter dockyard trains (lora, qlora)")
     _lora(out, recipe, AXOLOTL_LORA)
+    if value == "qlora" and not recipe.get("load_in_4bit"):
+        load_in_4bit(out, key, True, recipe)  # qlora's base is 4-bit whether or not the recipe says so
+
+
+def load_in_4bit(out: Conversion, key: str, value: Any, recipe: dict) -> None:
+    """TRL's and axolotl's bitsandbytes 4-bit base under the adapters (QLoRA): `bnb_4bit_quant_type` nf4, and
+    double quantization as each tool sets it (TRL's `use_bnb_nested_quant`, off unless given; axolotl's on
+    unless its `bnb_config_kwargs` say otherwise). `bnb_4bit_compute_dtype` and `bnb_4bit_quant_storage` change
+    no value trained: the dequantized matmuls run in parallelism.mixed_precision, as every other matmul."""
+    if not value or not _adapted(out, key, recipe):
+        return
+    options = recipe | dict(recipe.get("bnb_config_kwargs") or {})
+    kind = options.get("bnb_4bit_quant_type") or "nf4"
+    if kind != "nf4":
+        return out.refuse("bnb_4bit_quant_type", f"{kind}: dockyard quantizes a 4-bit base as nf4")
+    nested = options.get("bnb_4bit_use_double_quant", options.get("use_bnb_nested_quant"))
+    if nested is None:
+        nested = bool(AXOLOTL_KEYS & recipe.keys())  # axolotl double-quantizes unless told not to, TRL when asked
+    out.set("model.lora.quantize_base", "nf4")
+    out.set("model.lora.double_quant", bool(nested))
+
+
+def load_in_8bit(out: Conversion, key: str, value: Any, recipe: dict) -> None:
+    """bitsandbytes' 8-bit base under the adapters: int8 weights with a scale per row."""
+    if not value or not _adapted(out, key, recipe):
+        return
+    if recipe.get("load_in_4bit") or recipe.get("adapter") == "qlora":
+        return out.refuse(key, "a 4-bit base (load_in_4bit, adapter: qlora) is asked for too: give one of them")
+    out.set("model.lora.quantize_base", "int8")
+
+
+def _adapted(out: Conversion, key: str, recipe: dict) -> bool:
+    """A quantized base trains only under adapters (TRL's `use_peft`, axolotl's `adapter`)."""
+    if recipe.get("use_peft") or recipe.get("adapter"):
+        return True
+    out.refuse(key, "a quantized base trains only under adapters: set use_peft (TRL) or adapter (axolotl)")
+    return False
 
 
 def use_peft(out: Conversion, key: str, value: Any, recipe: dict) -> None:

@@ -34,6 +34,8 @@ from compiler.config.recipe_model import (
     dpo_loss,
     eot_tokens,
     label_smoothing,
+    load_in_4bit,
+    load_in_8bit,
     rl,
     special_tokens,
     use_peft,
@@ -272,7 +274,8 @@ def _past_index(out: Conversion, key: str, value: Any, recipe: dict) -> None:
 
 
 def _nothing(out: Conversion, key: str, value: Any, recipe: dict) -> None:
-    """Read by another key's port (`lr_scheduler_kwargs` by the schedule's, `lora_r` by `adapter`'s)."""
+    """Read by another key's port (`lr_scheduler_kwargs` by the schedule's, `lora_r` by `adapter`'s, the
+    `bnb_4bit_*` keys by `load_in_4bit`'s)."""
 
 
 HANDLERS: dict[str, Handler] = {
@@ -328,6 +331,14 @@ HANDLERS: dict[str, Handler] = {
     "lora_dropout": _nothing,
     "lora_target_modules": _nothing,
     "lora_target_linear": _nothing,
+    "load_in_4bit": load_in_4bit,
+    "load_in_8bit": load_in_8bit,
+    "bnb_4bit_quant_type": _nothing,
+    "bnb_4bit_use_double_quant": _nothing,
+    "use_bnb_nested_quant": _nothing,
+    "bnb_4bit_compute_dtype": _nothing,
+    "bnb_4bit_quant_storage": _nothing,
+    "bnb_config_kwargs": _nothing,
     "val_set_size": _validation,
     "early_stopping_patience": _to("trainer.early_stopping_patience", int),
     "save_strategy": _nothing,

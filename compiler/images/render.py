@@ -95,9 +95,10 @@ def python_dependencies(image: schema.ImageConfig) -> list[str]:
 def feature_dependencies(plan: Plan) -> list[str]:
     """Pinned packages only some plans need, in a layer of their own above dockyard's (which every plan of
     the family shares): the document readers for `data.format` text or chat, Hugging Face's transformers for
-    model=hf and for chat (its chat rendering), peft for LoRA, the clients of `trainer.trackers` (and the
-    sagemaker-mlflow plugin for a managed MLflow server's ARN); an evaluation's harness reads its tasks'
-    data with the document readers and loads the model with transformers and peft."""
+    model=hf and for chat (its chat rendering), peft for LoRA and bitsandbytes for its quantized base, the
+    clients of `trainer.trackers` (and the sagemaker-mlflow plugin for a managed MLflow server's ARN); an
+    evaluation's harness reads its tasks' data with the document readers and loads the model with
+    transformers and peft."""
     image, model = plan.image, plan.model
     pins = []
     if plan.data.format is not schema.DataFormat.tokens or plan.eval is not None:  # the harness reads datasets
@@ -106,6 +107,8 @@ def feature_dependencies(plan: Plan) -> list[str]:
         pins.append(f"transformers=={image.transformers}")
     if model.lora.rank or plan.eval is not None:  # the harness's Hugging Face backend imports peft
         pins.append(f"peft=={image.peft}")
+    if model.lora.rank and model.lora.quantize_base is not schema.BaseQuantization.none:
+        pins.append(f"bitsandbytes=={image.bitsandbytes}")
     for tracker, field in schema.TRACKER_PINS.items():
         if tracker in plan.trainer.trackers:
             pins.append(f"{field.replace('_', '-')}=={getattr(image, field)}")

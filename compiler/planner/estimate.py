@@ -9,7 +9,9 @@ conventions are the built-in trainer's:
   autocast (4 + 4 gradient + 8 Adam moments = 16); FSDP shards the same 16 bytes over its shard group
   and gathers bf16 copies of one layer at a time; DeepSpeed ZeRO keeps bf16 parameters and gradients
   and 12 bytes of fp32 master weights and moments, partitioned by stage (ZeRO paper, Rajbhandari et al.
-  2020, K = 12).
+  2020, K = 12). LoRA's frozen base keeps its weights only; QLoRA's (`model.lora.quantize_base`) holds its
+  blocks' linear layers at `quantized_base.weight_bytes` (nf4 ≈ 0.52, int8 1), dequantized one matmul at a
+  time, so autocast keeps no bf16 copy of them.
 - Tensor parallelism is the trainer's: Megatron-style column/row splits of the attention heads and the
   MLP's hidden units; what lies between the split projections divides by tp. On the FSDP+TP engine (no
   pipeline) with sequence and loss parallelism: the residual stream, the norms' inputs and each block's input
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 
 from compiler.planner.assumptions import ALLOCATOR_MARGIN, CUDA_CONTEXT_BYTES, NCCL_BYTES_PER_GROUP
 from compiler.planner.models import model_facts
+from compiler.planner.quantized_base import quantized_parameters, weight_bytes
 from compiler.spec import Batch, Layout, Memory, schema
 from compiler.spec.strategies import DEEPSPEED_ENGINE, facts
 
@@ -262,14 +265,19 @@ def _share_memory(
     trained = parameters * trainable_fraction(model)
     weight, gradient, optimizer = state_bytes_per_parameter(par, layout.shard_degree)
     adapters = trained if model.lora.rank else 0  # LoRA's own weights, beside the frozen ones
-    states = [weight * (parameters + adapters), gradient * trained, optimizer * trained]
+    quantized = quantized_parameters(model, share.layers)  # QLoRA's base, in its own bytes
+    states = [
+        weight * (parameters - quantized + adapters) + quantized * weight_bytes(model.lora),
+        gradient * trained,
+        optimizer * trained,
+    ]
     if layout.ep > 1:  # the experts' states are sharded over the ranks ep leaves them
         experts = share.layers * model_facts(model).layer_experts / layout.ep
         expert_bytes = state_bytes_per_parameter(par, expert_shard_degree(par, layout))
         for index, (general, own) in enumerate(zip((weight, gradient, optimizer), expert_bytes, strict=True)):
             states[index] += (own - general) * experts * (1 if index == 0 else trainable_fraction(model))
     if _autocast(par):
-        states[0] += 2 * _matmul_parameters_per_gpu(model, tp, share)
+        states[0] += 2 * (_matmul_parameters_per_gpu(model, tp, share) - quantized)  # dequantized per matmul
     tokens = micro_batch * model.seq_len // layout.cp
     activation = activation_bytes_per_token(model, par, tp, sequence_shards(layout))
     kept = tokens * (resident_layers(par, share) * activation["layer"] + model.hidden * 4) * share.in_flight
@@ -309,9 +317,12 @@ def trainable_fraction(model: schema.ModelConfig) -> float:
 
 
 def checkpoint_bytes(model: schema.ModelConfig) -> int:
-    """One checkpoint on disk: fp32 weights of every parameter, and AdamW's two fp32 moments of the trainable
-    ones (whatever the sharding: the ranks' parts add up to this)."""
-    return round(parameter_count(model) * (4 + 8 * trainable_fraction(model)))
+    """One checkpoint on disk: fp32 weights of every parameter but a quantized base's (the source checkpoint's,
+    read again on resuming), and AdamW's two fp32 moments of the trainable ones (whatever the sharding: the
+    ranks' parts add up to this)."""
+    count = parameter_count(model)
+    stored = count - quantized_parameters(model, model_facts(model).layers)
+    return round(stored * 4 + count * 8 * trainable_fraction(model))
 
 
 def checkpoint_load_bytes(model: schema.ModelConfig) -> int:

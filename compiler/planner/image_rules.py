@@ -31,7 +31,7 @@ IMAGE_PINS = {
     schema.ImageFamily.dlc: (),
 }
 """The version pins each image family uses; deepspeed may be null wherever it applies."""
-HUGGING_FACE_PACKAGES = ("safetensors", "huggingface_hub", "transformers", "peft")
+HUGGING_FACE_PACKAGES = ("safetensors", "huggingface_hub", "transformers", "peft", "bitsandbytes")
 
 
 def check_image(

@@ -26,6 +26,7 @@ from compiler.planner.eval_rules import check_eval
 from compiler.planner.image_rules import check_image
 from compiler.planner.objective_rules import check_objective
 from compiler.planner.offload_rules import check_offload
+from compiler.planner.quantized_base import check_quantized_base
 from compiler.planner.schedule_rules import check_schedule
 from compiler.planner.target_rules import SECRET_NAME, check_target
 from compiler.planner.tracker_rules import check_trackers
@@ -425,5 +426,6 @@ CROSS_FIELD_CHECKS = (
     check_context_parallel,
     check_groups,
     check_pretrained,
+    check_quantized_base,
     check_eval,
 )

@@ -8,7 +8,17 @@ from compiler.planner.tokenize_job import is_tokenize_job, tokenize_lines
 from compiler.spec import Layout, Plan
 from compiler.spec.errors import printable
 from compiler.spec.records import DatasetTokens
-from compiler.spec.schema import Compile, DataConfig, DataFormat, Entry, LossOn, LrScaling, Objective, Overlong
+from compiler.spec.schema import (
+    BaseQuantization,
+    Compile,
+    DataConfig,
+    DataFormat,
+    Entry,
+    LossOn,
+    LrScaling,
+    Objective,
+    Overlong,
+)
 from compiler.spec.strategies import facts
 from compiler.spec.tokenizer import tokenizer_location
 
@@ -104,9 +114,11 @@ def _carried_over(plan: Plan) -> list[str]:
         objective = "sft, the next-token loss"
     lines = [f"objective {objective}"]
     if lora.rank:
+        quantized = lora.quantize_base is not BaseQuantization.none
         lines.append(
             f"adapters  LoRA rank {lora.rank}, alpha {lora.alpha:g}, dropout {lora.dropout:g} on "
             f"{', '.join(lora.targets)}; the checkpoint's weights frozen"
+            + (f", its blocks' linear layers held {lora.quantize_base.value} (QLoRA)" if quantized else "")
         )
     return lines
 

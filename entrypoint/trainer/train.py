@@ -39,6 +39,7 @@ from entrypoint.trainer.metrics import RunEnd, TrackedRun, open_sinks
 from entrypoint.trainer.metrics.measure import memory_gib, mfu
 from entrypoint.trainer.models import model_spec
 from entrypoint.trainer.models.experts import expert_lines
+from entrypoint.trainer.models.quantized import quantized_lines
 from entrypoint.trainer.models.source import with_local_checkpoint
 from entrypoint.trainer.models.weights import copy_tokenizer
 from entrypoint.trainer.objective import Preference
@@ -291,7 +292,8 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         backend = dist.get_backend()
         targets = plan.model.lora.targets if plan.model.lora.rank else None
         moe = expert_lines(engine.parts[0], plan.layout.ep, targets)
-        print("\n".join([*derived_lines(plan, backend, start), *moe, *data.lines]), flush=True)
+        base = quantized_lines(engine.parts[0])
+        print("\n".join([*derived_lines(plan, backend, start), *moe, *base, *data.lines]), flush=True)
         if restarted:
             count, limit = restarted, plan.trainer.restarts
             print(restarts.record_restart(paths.checkpoints, paths.output, count, start, limit, failed), flush=True)

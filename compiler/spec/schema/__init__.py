@@ -34,6 +34,7 @@ from compiler.spec.schema.image import (
 from compiler.spec.schema.missing import MISSING
 from compiler.spec.schema.model import (
     Activation,
+    BaseQuantization,
     Init,
     LatentAttentionConfig,
     LoraConfig,
@@ -96,6 +97,7 @@ __all__ = [
     "Norm",
     "Position",
     "Init",
+    "BaseQuantization",
     "LoraConfig",
     "ModelConfig",
     "MoeConfig",

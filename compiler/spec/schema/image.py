@@ -50,6 +50,9 @@ class ImageConfig:
     """transformers version, installed when the plan trains a Hugging Face model (model=hf)."""
     peft: str = "0.21.2"
     """peft version, installed when the plan trains LoRA adapters (model.lora.rank > 0)."""
+    bitsandbytes: str = "0.50.2"
+    """bitsandbytes version, installed when the adapters train on a quantized base (model.lora.quantize_base):
+    its NF4 and int8 kernels run on CPUs and GPUs."""
     tokenizers: str = "0.23.3"
     """tokenizers version, installed when the plan reads documents (`data.format=text|chat`)."""
     datasets: str = "5.2.0"

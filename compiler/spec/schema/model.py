@@ -26,6 +26,12 @@ class Init(Enum):
     random = "random"
 
 
+class BaseQuantization(Enum):
+    none = "none"
+    nf4 = "nf4"
+    int8 = "int8"
+
+
 ALL_LINEAR = "all-linear"
 """`model.lora.targets=[all-linear]`: every linear layer of the decoder's blocks (peft's name; the output head
 and the embeddings left out). For a local checkpoint the plan lists them, read from its safetensors headers."""
@@ -45,6 +51,14 @@ class LoraConfig:
     targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     """Names (or name suffixes) of the linear layers that get adapters, as `peft` matches them, or
     [all-linear]."""
+    quantize_base: BaseQuantization = BaseQuantization.none
+    """QLoRA (Dettmers et al. 2023): the frozen linear layers of the decoder's blocks held quantized while the
+    adapters train, each dequantized for its matmul: nf4 (4-bit NormalFloat in blocks of 64, bitsandbytes'
+    `load_in_4bit`) or int8 (8 bits per weight with a scale per row, bitsandbytes' `load_in_8bit` weights);
+    none keeps them in the training precision. The export merges the adapters into the checkpoint's own,
+    unquantized weights."""
+    double_quant: bool = True
+    """nf4 only: the blocks' fp32 scales quantized again to 8 bits (bitsandbytes' double quantization)."""
 
 
 @dataclass

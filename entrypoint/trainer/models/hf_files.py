@@ -1,7 +1,8 @@
 """A Hugging Face checkpoint folder, read and written: `model=hf` reads its weights by name (only the tensors
 asked for) and writes the trained model back as a folder `transformers` (and vLLM) load, with the source's
-config and tokenizer files, and with LoRA the merged model plus the adapter `peft` loads. The weights are
-written as `save_pretrained` writes them (`conversion.original_format`: an MoE's experts one by one).
+config and tokenizer files, and with LoRA the merged model plus the adapter `peft` loads (a quantized base's
+adapters merged into the source's own, unquantized weights). The weights are written as `save_pretrained`
+writes them (`conversion.original_format`: an MoE's experts one by one).
 """
 
 from pathlib import Path
@@ -74,6 +75,21 @@ def merged_weights(state: dict[str, torch.Tensor], scale: float) -> dict[str, to
     return merged
 
 
+def with_source_weights(state: dict[str, torch.Tensor], source: Path) -> dict[str, torch.Tensor]:
+    """A quantized base's trainer state (`quantized`: its frozen linear layers' weights are left out) completed
+    with those weights read unquantized from the source checkpoint, under the names the state would give them
+    (peft's `<linear>.base_layer.weight` where an adapter sits beside, to be merged into)."""
+    present = {checkpoint_name(name) for name in state if not is_adapter(name)}
+    adapted = {name.split(".lora_A.")[0] for name in state if ".lora_A." in name}
+    dtype = next(value.dtype for name, value in state.items() if not is_adapter(name))
+    filled = dict(state)
+    for name in meta_model(source).state_dict().keys() - present:
+        owner = PEFT_PREFIX + name.removesuffix(".weight")
+        key = f"{owner}.base_layer.weight" if owner in adapted else PEFT_PREFIX + name
+        filled[key] = read_tensor(source, name).to(dtype)
+    return filled
+
+
 def _adapter_pair(state: dict[str, torch.Tensor], owner: str) -> tuple[torch.Tensor, torch.Tensor]:
     (a_name,) = (name for name in state if name.startswith(f"{owner}.lora_A.") and name.endswith(".weight"))
     return state[a_name], state[a_name.replace(".lora_A.", ".lora_B.")]
@@ -96,6 +112,8 @@ class PretrainedFiles:
         generation = source / GENERATION_CONFIG_FILE
         generation_config = files.read_json_object(generation, "model.path") if generation.exists() else {}
         lora = config["lora"]
+        if lora["rank"] and lora["quantize_base"] != "none":
+            state = with_source_weights(state, source)
         weights = merged_weights(state, lora["alpha"] / lora["rank"]) if lora["rank"] else state
         save_safetensors(folder, original_format(weights, meta_model(source)), hf_config, generation_config)
         copy_tokenizer(source, folder)

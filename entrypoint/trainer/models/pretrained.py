@@ -8,7 +8,8 @@ whole copy anyway). Under ZeRO-3 the parameters are filled one gathered paramete
 
 With `model.lora.rank` > 0 `peft` wraps the model: the checkpoint's weights stay frozen and only the adapters
 train. The trainer's names are then peft's (`base_model.model.<name>`, `<linear>.base_layer.weight`); the
-checkpoint's are the plain model's.
+checkpoint's are the plain model's. With `model.lora.quantize_base` the frozen linear layers are then held
+quantized (`quantized`: QLoRA).
 """
 
 import re
@@ -21,7 +22,7 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
 
-from compiler.spec.schema import Checkpointing, Init, ModelConfig
+from compiler.spec.schema import BaseQuantization, Checkpointing, Init, ModelConfig
 from compiler.spec.schema.model import ALL_LINEAR
 from entrypoint.trainer.context_parallel import ContextParallel
 from entrypoint.trainer.models.conversion import checkpoint_map, converted_tensor
@@ -36,6 +37,7 @@ from entrypoint.trainer.models.hf_files import (
 from entrypoint.trainer.models.loss import mean_cross_entropy, token_logps
 from entrypoint.trainer.models.packed import document_mask, unpacked
 from entrypoint.trainer.models.pretrained_context import DOCUMENT_MASK, use_context_parallel
+from entrypoint.trainer.models.quantized import quantize_base
 from entrypoint.trainer.models.weights import WeightsFormat
 from entrypoint.trainer.offload import ActivationOffload
 
@@ -88,6 +90,8 @@ class PretrainedSpec:
                     base._init_weights(part)
         if config.lora.rank:
             reset_adapters(module)
+        if config.lora.quantize_base is not BaseQuantization.none:
+            quantize_base(base, config)
 
     def init_parameter(self, module: nn.Module, name: str, param: torch.Tensor) -> None:
         """ZeRO-3: one gathered parameter on rank 0, from the checkpoint. Adapters start as peft starts them
