@@ -90,7 +90,7 @@ def resume_task(resuming: Resume) -> Callable[[DictConfig], None]:
 def _launch(cfg: DictConfig, resuming: Resume | None, evaluating: bool = False) -> None:
     from compiler.images.build import planned_reference
     from compiler.images.workflow import build_and_record
-    from compiler.launch import evaluation, runs
+    from compiler.launch import base_scores, evaluation, runs
     from compiler.launch.progress import for_people
     from compiler.launch.resume import check_reshard, keep_attempt, resumed_record
     from compiler.targets import records
@@ -122,11 +122,12 @@ def _launch(cfg: DictConfig, resuming: Resume | None, evaluating: bool = False) 
         raise
     if record.status in records.OPEN_STATUSES:
         return  # a detached remote job
-    if evaluating:
+    if evaluating or plan.trainer.eval_tasks:
         evaluation.keep_results(run_dir)
     runs.print_results(record)
     if evaluating:
-        evaluation.print_scores(run_dir, sys.stdout)
+        base_scores.keep(plan, evaluation.latest_scores(run_dir))
+        evaluation.print_scores(run_dir, sys.stdout, base_scores.base_scores(plan))
     if record.status != COMPLETED:
         sys.exit(record.exit_status or 1)
 

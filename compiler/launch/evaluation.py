@@ -13,7 +13,7 @@ from typing import IO
 
 from compiler.launch import runs
 from compiler.launch.resume import run_overrides
-from compiler.spec.contract import EVAL_DIR
+from compiler.spec.contract import EVAL_DIR, EVAL_METRIC_PREFIX
 from compiler.spec.errors import ConfigError, printable
 from compiler.spec.scores import score_rows
 from compiler.targets.records import RunRecord
@@ -53,7 +53,8 @@ def latest_scores(run_dir: Path) -> list[tuple[str, str, float, float | None]]:
 
 
 def keep_results(run_dir: Path) -> Path | None:
-    """The harness's results and samples copied from where the job's output landed into `<run>/eval`."""
+    """The harness's results and samples copied from where the job's output landed into `<run>/eval` (those of
+    `trainer.eval_tasks` in a folder a step, `step-N`)."""
     metrics = runs.metrics_file(run_dir)
     source = None if metrics is None else metrics.parent / EVAL_DIR
     if source is None or not source.is_dir():
@@ -61,14 +62,20 @@ def keep_results(run_dir: Path) -> Path | None:
     return Path(shutil.copytree(source, run_dir / EVAL_DIR, dirs_exist_ok=True))
 
 
-def print_scores(run_dir: Path, out: IO[str]) -> None:
-    rows = [(printable(task), printable(name), value, stderr) for task, name, value, stderr in latest_scores(run_dir)]
-    if not rows:
+def print_scores(run_dir: Path, out: IO[str], base: dict[str, float] | None = None) -> None:
+    """The newest scores as a table; with `base` (a metrics line's scores of the model the run started from,
+    `compiler.launch.base_scores`), its value in a column beside."""
+    found = latest_scores(run_dir)
+    if not found:
         print("scores    none in the run folder (a remote job keeps its output on its platform)", file=out)
         return
+    rows = [(printable(task), printable(name), value, stderr) for task, name, value, stderr in found]
+    bases = [(base or {}).get(f"{EVAL_METRIC_PREFIX}{task}/{name}") for task, name, *_ in found]
     width = max(len("task"), *(len(task) for task, *_ in rows))
     metric_width = max(len("metric"), *(len(metric) for _, metric, *_ in rows))
-    print(f"{'task':<{width}}  {'metric':<{metric_width}}  {'value':>8}  {'stderr':>8}", file=out)
-    for task, metric, value, stderr in rows:
+    beside = f"  {'base':>8}" if base else ""
+    print(f"{'task':<{width}}  {'metric':<{metric_width}}  {'value':>8}  {'stderr':>8}{beside}", file=out)
+    for (task, metric, value, stderr), base_value in zip(rows, bases, strict=True):
         error = "" if stderr is None else f"{stderr:8.4f}"
-        print(f"{task:<{width}}  {metric:<{metric_width}}  {value:8.4f}  {error:>8}", file=out)
+        shown_base = "" if not base else "  " + ("" if base_value is None else f"{base_value:8.4f}").rjust(8)
+        print(f"{task:<{width}}  {metric:<{metric_width}}  {value:8.4f}  {error:>8}{shown_base}", file=out)
