@@ -26,6 +26,7 @@ from compiler.planner.eval_rules import check_eval
 from compiler.planner.image_rules import check_image
 from compiler.planner.objective_rules import check_objective
 from compiler.planner.offload_rules import check_offload
+from compiler.planner.sample_rules import check_samples
 from compiler.planner.schedule_rules import check_schedule
 from compiler.planner.target_rules import SECRET_NAME, check_target
 from compiler.planner.tracker_rules import check_trackers
@@ -419,4 +420,5 @@ CROSS_FIELD_CHECKS = (
     check_groups,
     check_pretrained,
     check_eval,
+    check_samples,
 )

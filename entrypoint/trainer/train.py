@@ -1,10 +1,10 @@
 """The built-in trainer, one process per rank under torchrun: `python -m entrypoint.trainer --plan plan.json`.
 
 It reads top to bottom: process group, model, strategy, data, resume, the derived numbers, the loop,
-the final model and its task scores (`trainer.eval_tasks`). The entrypoint sets DOCKYARD_BACKEND,
-DOCKYARD_ROOT and DOCKYARD_TIMEOUT; torchrun sets RANK, LOCAL_RANK and WORLD_SIZE. DOCKYARD_STOP_AT_STEP=N
-ends the run cleanly after step N (a long job split into parts; the next part resumes from the checkpoint at N
-when N is a checkpoint step).
+the final model, its task scores (`trainer.eval_tasks`) and what it says (`trainer.sample_prompts`). The
+entrypoint sets DOCKYARD_BACKEND, DOCKYARD_ROOT and DOCKYARD_TIMEOUT; torchrun sets RANK, LOCAL_RANK and
+WORLD_SIZE. DOCKYARD_STOP_AT_STEP=N ends the run cleanly after step N (a long job split into parts; the next
+part resumes from the checkpoint at N when N is a checkpoint step).
 """
 
 import argparse
@@ -44,7 +44,8 @@ from entrypoint.trainer.models.weights import copy_tokenizer
 from entrypoint.trainer.objective import Preference
 from entrypoint.trainer.optim import lr_at
 from entrypoint.trainer.resilience import Guards, named_hangs
-from entrypoint.trainer.task_scores import MODEL_COPY, score_model, scores_tasks
+from entrypoint.trainer.samples import prompts
+from entrypoint.trainer.task_scores import MODEL_COPY, judge, judged
 from entrypoint.trainer.teardown import leave
 
 
@@ -293,6 +294,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         engine, paths.checkpoints, trainer, leader, {"plan": plan.content_hash}, plan.instance.has_gpus
     )
     sinks = open_sinks(plan.trainer.trackers, tracked_run(plan, paths)) if rank == 0 else []
+    sample_prompts = prompts(plan, paths) if rank == 0 else []
     end = RunEnd.failed
     try:
         started = last_time = time.perf_counter()
@@ -318,9 +320,9 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
                         sink.write(record | trained | held_out | {"elapsed_s": round(now - started, 3)})
                 last_time, last_step = time.perf_counter(), done_steps  # a step's time leaves validation out
                 window_loss.zero_()
-            if done_steps < trainer.steps and scores_tasks(trainer, done_steps):
+            if done_steps < trainer.steps and judged(trainer, done_steps):
                 copy = export_model(engine, plan, paths.checkpoints / MODEL_COPY, data.tokenizer)
-                score_model(plan, paths, copy, done_steps, sinks)
+                judge(plan, paths, copy, done_steps, sinks, sample_prompts)
             if rank == 0 and trainer.restarts:
                 restarts.note_reached(paths.checkpoints, done_steps)
             saver.poll()
@@ -335,8 +337,8 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         else:
             saver.close()
             save_final_model(engine, plan, paths, data.tokenizer)
-            if scores_tasks(trainer, trainer.steps):
-                score_model(plan, paths, paths.model, trainer.steps, sinks)
+            if judged(trainer, trainer.steps):
+                judge(plan, paths, paths.model, trainer.steps, sinks, sample_prompts)
         saver.close()
         guards.close()
         end = RunEnd.finished
