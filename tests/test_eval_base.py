@@ -43,6 +43,7 @@ def evaluation(model, tasks, *more):
         "eval.tasks=[dockyard_mc,dockyard_gen]",
         f"eval.include_path={tasks}",
         "eval.limit=2",
+        "job=evaluate",
         *more,
     )
 

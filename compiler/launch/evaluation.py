@@ -4,7 +4,8 @@ the command line a run becomes, and the scores read back from the run folder int
 
 `dockyard eval RUN [overrides]` composes the run's own overrides with the model pointed at its `model/`
 export (adapters merged, so LoRA is off), on one node; the new overrides come last. The job's plan has an
-`eval` section, so the entrypoint runs the harness instead of the trainer (`entrypoint.evaluation`).
+`eval` section and the job evaluate, so the entrypoint runs the harness instead of the trainer
+(`entrypoint.evaluation`).
 """
 
 import shutil
@@ -20,7 +21,7 @@ from compiler.targets.records import RunRecord
 
 EXPORT = "model"
 """The folder a run's exported model lands in (`compiler.launch.runs.result_paths`)."""
-REPLACED = ("model", "hardware.nodes", "eval.")
+REPLACED = ("model", "hardware.nodes", "eval.", "job")
 """The run's overrides of these keys give way to the evaluation's."""
 
 
@@ -36,14 +37,6 @@ def overrides_for_run(record: RunRecord, new: list[str]) -> list[str]:
         )
     own = [o for o in run_overrides(run_dir, "run") if not o.lstrip("+~").startswith(REPLACED)]
     return [*own, "model=hf", f"model.path={export}", "model.lora.rank=0", "hardware.nodes=1", *new]
-
-
-def check_verb(tasks: list[str], evaluating: bool) -> None:
-    """`eval.tasks` make a plan an evaluation: `dockyard eval` needs them, `launch` leaves them to it."""
-    if evaluating and not tasks:
-        raise ConfigError("eval.tasks", "is empty", "name the tasks to run, e.g. eval.tasks=[hellaswag]")
-    if tasks and not evaluating:
-        raise ConfigError("eval.tasks", "evaluate a model under `dockyard eval`", "leave eval.tasks out of a launch")
 
 
 def latest_scores(run_dir: Path) -> list[tuple[str, str, float, float | None]]:

@@ -97,7 +97,3 @@ EVAL_METRIC_PREFIX = "eval/"
 """A task's score in a metrics line: `eval/<task>/<metric>` (the harness's `acc,none` is `acc`, another
 filter than none stays in the name: `exact_match/strict-match`), its standard error `..._stderr` beside it."""
 EVAL_STDERR_SUFFIX = "_stderr"
-JOB_VARIABLE = "DOCKYARD_JOB"
-"""In `target.environment`: what the job does on its nodes; `tokenize` (`dockyard tokenize`) fills the token cache
-and ends, the nodes splitting the documents among them; unset, it trains."""
-TOKENIZE_JOB = "tokenize"

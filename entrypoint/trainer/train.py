@@ -21,9 +21,8 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from compiler.spec import Plan
-from compiler.spec.contract import JOB_VARIABLE, TOKENIZE_JOB
 from compiler.spec.s3 import download_s3
-from compiler.spec.schema import Compile, DataFormat, DataSource, Objective, TrainerConfig
+from compiler.spec.schema import Compile, DataFormat, DataSource, Job, Objective, TrainerConfig
 from compiler.spec.tokenizer import TokenizerFacts
 from entrypoint.launcher.cluster import Paths
 from entrypoint.launcher.main import DEFAULT_TIMEOUT_S
@@ -362,7 +361,7 @@ def main(argv: list[str] | None = None) -> None:
     timeout_s = float(os.environ.get("DOCKYARD_TIMEOUT", DEFAULT_TIMEOUT_S))
     with named_hangs():
         try:
-            if plan.target.environment.get(JOB_VARIABLE) == TOKENIZE_JOB:
+            if plan.job is Job.tokenize:
                 tokenize(plan, paths, timeout_s)
             else:
                 train(plan, paths, timeout_s, int(stop) if stop else None)
