@@ -85,3 +85,11 @@ def test_the_table_shows_the_base_value_beside(folders):
     alone = io.StringIO()
     print_scores(run, alone)
     assert alone.getvalue().splitlines()[0] == "task          metric          value    stderr"
+
+
+def test_a_run_planned_under_another_schema_version_still_names_its_base(folders):
+    base, tasks, run = folders
+    base_scores.keep(evaluation(base, tasks), BASE_ROWS)
+    older = json.loads((run / "plan.json").read_text()) | {"schema_version": 5}
+    (run / "plan.json").write_text(json.dumps(older))
+    assert base_scores.base_scores(evaluation(run / "model", tasks))["eval/dockyard_mc/acc"] == 0.25

@@ -59,12 +59,14 @@ def keep(plan: Plan, rows: list[tuple[str, str, float, float | None]]) -> None:
 
 
 def base_of(model: Path) -> Path | None:
-    """The checkpoint the run that exported `model` started from: its plan's `model.path`, a local folder."""
+    """The checkpoint the run that exported `model` started from: its plan's `model.path`, a local folder. The
+    plan's JSON is read, not typed, so a run planned under another schema version still names its base."""
     trained = model.parent / PLAN_FILE
     if model.name != EXPORT or not trained.is_file():
         return None
-    base = Plan.from_json(files.read_text(trained, "model.path")).model
-    return Path(base.path) if base.family == "hf" and base.path and Path(base.path).is_dir() else None
+    section = files.read_json_object(trained, "model.path").get("model")
+    base = section.get("path") if isinstance(section, dict) and section.get("family") == "hf" else None
+    return Path(base) if isinstance(base, str) and base and Path(base).is_dir() else None
 
 
 def base_scores(plan: Plan) -> dict[str, float]:
