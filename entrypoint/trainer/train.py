@@ -322,6 +322,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
             if done_steps < trainer.steps and judged(trainer, done_steps):
                 copy = export_model(engine, plan, paths.checkpoints / MODEL_COPY, data.tokenizer)
                 judge(plan, paths, copy, done_steps, sinks, sample_prompts)
+                last_time = time.perf_counter()  # the next record's step time leaves the evaluation out
             if rank == 0 and trainer.restarts:
                 restarts.note_reached(paths.checkpoints, done_steps)
             saver.poll()
