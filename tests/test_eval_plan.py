@@ -16,6 +16,7 @@ from compiler.launch.runs import final_metrics
 from compiler.launch.summary import time_to_loss
 from compiler.spec import Plan
 from compiler.spec.contract import EVAL_TASKS_DIR
+from compiler.spec.schema import Job
 from compiler.spec.scores import score_rows, scores
 from compiler.targets import records
 from compiler.targets.records import RunRecord
@@ -36,7 +37,8 @@ def tasks(tmp_path) -> Path:
 
 
 def evaluation(model: Path, tasks: Path, *more: str) -> list[str]:
-    return ["model=hf", f"model.path={model}", f"eval.tasks=[{','.join(TASKS)}]", f"eval.include_path={tasks}", *more]
+    tasks_given = [f"eval.tasks=[{','.join(TASKS)}]", f"eval.include_path={tasks}"]
+    return ["model=hf", f"model.path={model}", *tasks_given, "job=evaluate", *more]
 
 
 def test_an_evaluation_plan_holds_its_tasks_and_a_training_plan_is_as_before(model, tasks):
@@ -111,7 +113,7 @@ def test_a_model_that_is_no_hugging_face_folder_or_no_tasks_or_a_launch_with_tas
 def test_a_training_run_scoring_tasks_carries_the_harness_and_its_tasks_and_still_trains(model, tasks):
     training = ["model=hf", f"model.path={model}", f"trainer.eval_tasks=[{TASKS[0]}]", f"eval.include_path={tasks}"]
     plan = plan_for(*training, "trainer.eval_tasks_interval=5")
-    assert plan.eval is not None and plan.eval.include_path == str(tasks) and not plan.evaluates_only
+    assert plan.eval is not None and plan.eval.include_path == str(tasks) and plan.job is Job.train
     assert Plan.from_json(plan.to_json()) == plan and plan.trainer.eval_tasks_interval == 5
     dockerfile = render_dockerfile(plan)
     assert "'lm_eval[hf]==0.4.13'" in dockerfile and f"COPY eval_tasks/ {EVAL_TASKS_DIR}/" in dockerfile
@@ -188,7 +190,7 @@ def test_a_run_is_evaluated_with_its_own_overrides_and_its_export_on_one_node(tm
     (run_dir / ".hydra/overrides.yaml").write_text("".join(f"- {o}\n" for o in own))
     record = records.save(RunRecord(run_dir=str(run_dir), run_id="trained-2", target="local", status="completed"))
     new = ["eval.tasks=[dockyard_mc]", f"eval.include_path={tasks}"]
-    plan = plan_for(*overrides_for_run(record, new))
+    plan = plan_for(*overrides_for_run(record, new), "job=evaluate")
     assert (plan.model.path, plan.model.lora.rank, plan.layout.nodes) == (str(run_dir / "model"), 0, 1)
     assert plan.trainer.steps == 8 and plan.eval is not None and plan.eval.tasks == ["dockyard_mc"]
     outcome = invoke(["eval", "--dry-run", "trained-2", *new], tmp_path)
@@ -210,7 +212,14 @@ def test_a_run_is_evaluated_with_its_own_overrides_and_its_export_on_one_node(tm
     ],
 )
 def test_a_hostile_or_wrong_eval_value_is_one_line_naming_its_key(model, tasks, tmp_path, override, key):
-    args = ["plan", "model=hf", f"model.path={model}", "eval.tasks=[dockyard_mc]", f"eval.include_path={tasks}"]
+    args = [
+        "plan",
+        "model=hf",
+        f"model.path={model}",
+        "eval.tasks=[dockyard_mc]",
+        f"eval.include_path={tasks}",
+        "job=evaluate",
+    ]
     outcome = invoke([*args, override], tmp_path)
     assert outcome.status == 2 and outcome.error_keys == [key], outcome.stderr
     assert "\nRUN" not in outcome.stderr.strip() and not outcome.created

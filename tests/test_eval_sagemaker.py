@@ -28,7 +28,7 @@ def test_the_dry_run_shows_the_evaluation_job_and_sagemaker_takes_it(aws, tmp_pa
     assert outcome.status == 0, outcome.stderr
     shown = json.loads(outcome.stdout)
     job = shown["CreateTrainingJob"]
-    plan = checked_plan(with_account_defaults(compose_config(overrides)))
+    plan = checked_plan(with_account_defaults(compose_config([*overrides, "job=evaluate"])))
     assert plan.eval is not None and plan.eval.tasks == TASKS
     assert {"Key": "dockyard:plan", "Value": plan.content_hash} in job["Tags"]
     assert job["ResourceConfig"]["InstanceCount"] == 1

@@ -2,25 +2,30 @@
 what SageMaker's metric regexes and the run reader both read (Python's `re` stands in for SageMaker's regex
 engine: these patterns use nothing the two treat differently); every tracker records the run where its own
 reader finds it (TensorBoard's event reader, a real MLflow server, a W&B offline run) and ends it as the run
-ended (finished, stopped or failed); and a tracker that is down costs one warning, never the records."""
+ended (finished, stopped or failed), and shows the samples of `trainer.sample_prompts` as its text; and a tracker
+that is down costs one warning, never the records."""
 
 import http.server
 import io
+import json
 import re
 import struct
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from compiler.launch import runs
-from compiler.spec.contract import REPORTED_METRICS, TRACKERS
+from compiler.spec import Plan
+from compiler.spec.contract import REPORTED_METRICS, SAMPLES_FILE, TRACKERS
 from compiler.spec.errors import ConfigError
 from compiler.targets.sagemaker import translate
-from entrypoint.trainer.metrics import SINKS, RunEnd, TrackedRun, open_sinks
+from entrypoint.trainer.metrics import SINKS, RunEnd, Sample, TrackedRun, open_sinks
+from entrypoint.trainer.samples import log_samples
 from tests.helpers import plan_for
 from tests.local_server import free_port
 
@@ -80,16 +85,21 @@ def record_run(run: TrackedRun, end: RunEnd = RunEnd.finished) -> None:
         sink.close(end)
 
 
+def every_tracker(mlflow_server: str, experiment: str) -> Plan:
+    """A plan whose trackers are TensorBoard, the MLflow server (its runs in `experiment`) and W&B."""
+    return plan_for(
+        "trainer.trackers=[tensorboard,mlflow,wandb]",
+        f"trainer.mlflow.tracking_uri={mlflow_server}",
+        f"trainer.mlflow.experiment={experiment}",
+    )
+
+
 def test_every_tracker_records_the_run(tmp_path, mlflow_server, monkeypatch):
     from mlflow.tracking import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     monkeypatch.delenv("WANDB_MODE", raising=False)
-    plan = plan_for(
-        "trainer.trackers=[tensorboard,mlflow,wandb]",
-        f"trainer.mlflow.tracking_uri={mlflow_server}",
-        "trainer.mlflow.experiment=every-tracker",
-    )
+    plan = every_tracker(mlflow_server, "every-tracker")
     output = tmp_path / "output/data"
     record_run(TrackedRun(plan, output, "run-1"))
 
@@ -116,6 +126,46 @@ def test_every_tracker_records_the_run(tmp_path, mlflow_server, monkeypatch):
     assert b"val_loss" in offline.read_bytes()
 
     assert runs.loss_curve(tmp_path) == RECORDS
+
+
+SAMPLES = [Sample(20, "say: red | blue", "red\nblue"), Sample(20, "hi", "\x1b[31mhi")]
+"""A completion of two lines, one with a bar (a Markdown table's separator), one with a terminal escape."""
+
+
+def test_every_tracker_shows_the_samples(tmp_path, mlflow_server, monkeypatch, capsys):
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    plan = every_tracker(mlflow_server, "samples")
+    output = tmp_path / "output/data"
+    sinks = open_sinks(plan.trainer.trackers, TrackedRun(plan, output, "samples"))
+    log_samples(SAMPLES, sinks)
+    for sink in sinks:
+        sink.close(RunEnd.finished)
+
+    printed = capsys.readouterr()
+    assert "warning" not in printed.err
+    shown = [line for line in printed.out.splitlines() if line.startswith("sample ")]
+    assert shown == ["sample       20  say: red | blue → red", "sample       20  hi → \\x1b[31mhi"]
+    written = [json.loads(line) for line in (output / SAMPLES_FILE).read_text().splitlines()]
+    assert written == [asdict(sample) for sample in SAMPLES]
+
+    events = EventAccumulator(str(output / "tensorboard"))
+    events.Reload()
+    (text,) = events.Tensors("samples/text_summary")
+    table = text.tensor_proto.string_val[0].decode()
+    assert text.step == 20 and "| say: red \\| blue | red<br>blue |" in table, table
+
+    client = MlflowClient(mlflow_server)
+    (run,) = client.search_runs([client.get_experiment_by_name("samples").experiment_id])
+    artifact = Path(client.download_artifacts(run.info.run_id, "samples/step-00000020.jsonl", str(tmp_path)))
+    assert [json.loads(line) for line in artifact.read_text().splitlines()] == written
+
+    (logged,) = (output / "wandb").glob("offline-run-*/files/media/table/samples_*.table.json")
+    wandb_table = json.loads(logged.read_text())
+    assert wandb_table["columns"] == ["step", "prompt", "completion"]
+    assert wandb_table["data"] == [[sample.step, sample.prompt, sample.completion] for sample in SAMPLES]
 
 
 def wandb_exit_code(output: Path) -> int:
@@ -149,11 +199,7 @@ def test_each_tracker_ends_its_run_as_the_run_ended(tmp_path, mlflow_server, mon
     from mlflow.tracking import MlflowClient
 
     monkeypatch.delenv("WANDB_MODE", raising=False)
-    plan = plan_for(
-        "trainer.trackers=[tensorboard,mlflow,wandb]",
-        f"trainer.mlflow.tracking_uri={mlflow_server}",
-        "trainer.mlflow.experiment=run-ends",
-    )
+    plan = every_tracker(mlflow_server, "run-ends")
     for end in RunEnd:
         record_run(TrackedRun(plan, tmp_path / end.value, end.value), end)
 

@@ -9,7 +9,6 @@ import pytest
 from compiler.config.compose import compose_config
 from compiler.launch.plan import checked_plan
 from compiler.planner.tokenize_job import TOKENS_PER_CORE_S
-from compiler.spec.contract import JOB_VARIABLE, TOKENIZE_JOB
 from tests.hostile import invoke
 from tests.test_text_data import text_overrides
 
@@ -28,7 +27,7 @@ def test_the_sagemaker_dry_run_asks_for_cpu_instances_and_sends_the_cache_to_s3(
     job = json.loads(outcome.stdout)["CreateTrainingJob"]
     assert job["ResourceConfig"]["InstanceType"] == "ml.c6i.4xlarge"
     assert job["ResourceConfig"]["InstanceCount"] == 2
-    assert job["Environment"][JOB_VARIABLE] == TOKENIZE_JOB
+    assert "DOCKYARD_JOB" not in job.get("Environment", {})  # the job is the plan's own field (its summary below)
     assert job["CheckpointConfig"]["S3Uri"].startswith("s3://")  # /opt/ml/checkpoints/token-cache, synced
     sources = {
         channel["ChannelName"]: channel["DataSource"]["S3DataSource"]["S3Uri"] for channel in job["InputDataConfig"]
@@ -47,9 +46,11 @@ def test_token_files_have_nothing_to_tokenize(tmp_path):
     assert outcome.stderr.startswith("dockyard: error: data.format: tokens: token files are read as they are")
 
 
-def test_a_job_value_other_than_tokenize_is_refused(tmp_path):
-    outcome = invoke(["plan", "experiment=smoke", f"+target.environment.{JOB_VARIABLE}=evaluate"], tmp_path)
-    assert outcome.status == 2 and f"target.environment.{JOB_VARIABLE}: 'evaluate' is no job" in outcome.stderr
+def test_the_job_is_a_field_of_the_plan_with_known_values(tmp_path):
+    outcome = invoke(["plan", "experiment=smoke", "job=tokenise"], tmp_path)
+    assert outcome.status == 2 and outcome.error_keys == ["job"], outcome.stderr
+    outcome = invoke(["plan", "experiment=smoke", "+target.environment.DOCKYARD_JOB=tokenize"], tmp_path)
+    assert outcome.status == 2 and "target.environment.DOCKYARD_JOB: is set by dockyard" in outcome.stderr
 
 
 @pytest.mark.parametrize("cache", [None, "/shared/token-cache"])

@@ -35,8 +35,8 @@ from compiler.config.compose import (
 )
 from compiler.config.project import config_dirs, user_config_dir
 from compiler.launch.errors import InvalidSweepError, PointFailedError
-from compiler.spec.contract import JOB_VARIABLE, TOKENIZE_JOB
 from compiler.spec.errors import ConfigError, PlatformError, UnknownNameError
+from compiler.spec.schema import Job
 
 folders.register()
 PROG = "dockyard"
@@ -53,7 +53,7 @@ RUN_VERBS = ("runs", "status", "logs", "stop", "warm-pool")
 """Verbs about launched runs (the list, or one by id or folder); they compose no config."""
 TOKENIZE = "tokenize"
 """`dockyard tokenize [overrides]`: a launch whose nodes fill the token cache (`data.cache`), splitting the documents
-among them, and end (`target.environment.DOCKYARD_JOB=tokenize`, which the plan's summary shows too)."""
+among them, and end (the plan's `job` is tokenize, which its summary shows too)."""
 CONVERT = "convert"
 """`dockyard convert RECIPE`: a Trainer, TRL or axolotl recipe as overrides (`compiler.config.recipes`)."""
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
         return print(about.version_text(verbose=bool({"-v", "--verbose"} & set(args))))
     verb, overrides = args[0], args[1:]
     if verb == TOKENIZE:
-        verb, overrides = "launch", [*overrides, f"++target.environment.{JOB_VARIABLE}={TOKENIZE_JOB}"]
+        verb, overrides = "launch", [*overrides, f"job={Job.tokenize.value}"]
     if verb in VERBS and {"-h", "--help"} & set(overrides):
         from compiler.cli import about
 
@@ -104,8 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         except ConfigError as error:
             _fail(error.one_line())
     if verb in ("launch", "eval") and "--dry-run" in overrides:
-        dry_run = tasks.dry_run_task if verb == "launch" else tasks.eval_dry_run_task
-        task, overrides = dry_run, [o for o in overrides if o != "--dry-run"]
+        task, overrides = tasks.dry_run_task, [o for o in overrides if o != "--dry-run"]
     elif verb == "launch" and "--resume" in overrides:
         try:
             task, overrides = resuming(overrides)
@@ -132,13 +131,14 @@ def resuming(overrides: list[str]) -> tuple[Callable[[DictConfig], None], list[s
 
 def evaluated(overrides: list[str]) -> list[str]:
     """`eval RUN [overrides]`: the command line of an evaluation of the run's exported model; without a run
-    (`eval model=hf model.path=FOLDER ...`), the overrides as given."""
+    (`eval model=hf model.path=FOLDER ...`), the overrides as given; either a plan whose job is evaluate."""
+    job = f"job={Job.evaluate.value}"
     if not overrides or "=" in overrides[0] or overrides[0].startswith("-"):
-        return overrides
+        return [*overrides, job]
     from compiler.cli import runs
     from compiler.launch.evaluation import overrides_for_run
 
-    return overrides_for_run(runs.find_record(overrides[0]), overrides[1:])
+    return [*overrides_for_run(runs.find_record(overrides[0]), overrides[1:]), job]
 
 
 def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:

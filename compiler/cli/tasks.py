@@ -27,7 +27,7 @@ from compiler.launch.plan import PLAN_FILE, REPORT_FILE, checked_plan, with_acco
 from compiler.planner.summary import report_markdown, summary_lines
 from compiler.spec import Plan
 from compiler.spec.errors import ConfigError, PlatformError
-from compiler.spec.schema import Config
+from compiler.spec.schema import Config, Job
 
 if TYPE_CHECKING:
     from compiler.launch.resume import Resume
@@ -75,7 +75,7 @@ def launch_task(cfg: DictConfig) -> None:
 def eval_task(cfg: DictConfig) -> None:
     """`dockyard eval`: `launch` of a plan that evaluates `model.path` with lm-evaluation-harness; the scores
     are printed as a table and the harness's results kept in the run folder's `eval/`."""
-    _launch(cfg, None, evaluating=True)
+    _launch(cfg, None)
 
 
 def resume_task(resuming: Resume) -> Callable[[DictConfig], None]:
@@ -87,10 +87,10 @@ def resume_task(resuming: Resume) -> Callable[[DictConfig], None]:
     return launch_task
 
 
-def _launch(cfg: DictConfig, resuming: Resume | None, evaluating: bool = False) -> None:
+def _launch(cfg: DictConfig, resuming: Resume | None) -> None:
     from compiler.images.build import planned_reference
     from compiler.images.workflow import build_and_record
-    from compiler.launch import evaluation, runs
+    from compiler.launch import base_scores, evaluation, runs
     from compiler.launch.progress import for_people
     from compiler.launch.resume import check_reshard, keep_attempt, resumed_record
     from compiler.targets import records
@@ -99,7 +99,6 @@ def _launch(cfg: DictConfig, resuming: Resume | None, evaluating: bool = False) 
     run_dir = run_folder()
     with folders.results_in(run_dir) as stage:
         config = with_account_defaults(to_config(cfg))
-        evaluation.check_verb(config.eval.tasks, evaluating)
         if resuming is not None:
             check_reshard(resuming.plan, checked_plan(config))
         plan = compile_into(config, stage, run_dir, resuming.plan.chat_date if resuming else None)
@@ -122,11 +121,13 @@ def _launch(cfg: DictConfig, resuming: Resume | None, evaluating: bool = False) 
         raise
     if record.status in records.OPEN_STATUSES:
         return  # a detached remote job
-    if evaluating:
+    evaluating = plan.job is Job.evaluate
+    if evaluating or plan.trainer.eval_tasks:
         evaluation.keep_results(run_dir)
     runs.print_results(record)
     if evaluating:
-        evaluation.print_scores(run_dir, sys.stdout)
+        base_scores.keep(plan, evaluation.latest_scores(run_dir))
+        evaluation.print_scores(run_dir, sys.stdout, base_scores.base_scores(plan))
     if record.status != COMPLETED:
         sys.exit(record.exit_status or 1)
 
@@ -134,23 +135,14 @@ def _launch(cfg: DictConfig, resuming: Resume | None, evaluating: bool = False) 
 @modes.sweeps_as(modes.DRY_RUN)
 def dry_run_task(cfg: DictConfig) -> None:
     """Print the plan's summary and warnings, and what the target would do besides (stderr), then exactly
-    the request `launch` would submit (stdout); build nothing, start nothing, keep no run folder."""
-    _dry_run(cfg, evaluating=False)
-
-
-def eval_dry_run_task(cfg: DictConfig) -> None:
-    """`dockyard eval --dry-run`: the request of the evaluation's job, as `launch --dry-run` prints one."""
-    _dry_run(cfg, evaluating=True)
-
-
-def _dry_run(cfg: DictConfig, evaluating: bool) -> None:
+    the request `launch` would submit (stdout); build nothing, start nothing, keep no run folder (`dockyard
+    eval --dry-run` too: the evaluation's job)."""
     from compiler.images.build import planned_reference
-    from compiler.launch import evaluation, runs
+    from compiler.launch import runs
     from compiler.launch.prepare import prepare
 
     run_dir = run_folder()
     config = to_config(cfg)
-    evaluation.check_verb(config.eval.tasks, evaluating)
     with folders.results_in(run_dir, keep=False):
         prepared = prepare(
             config,

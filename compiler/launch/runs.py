@@ -13,7 +13,7 @@ from typing import IO
 from compiler.launch.plot import LOSS_PLOT, plot_losses
 from compiler.planner.summary import predicted_seconds
 from compiler.spec import Plan, files
-from compiler.spec.contract import EVAL_DIR, METRICS_FILE, REPORTED_METRICS, RESTARTS_FILE
+from compiler.spec.contract import EVAL_DIR, METRICS_FILE, REPORTED_METRICS, RESTARTS_FILE, SAMPLES_FILE
 from compiler.spec.errors import ConfigError, PlatformError, printable
 from compiler.targets import records, registry
 from compiler.targets.base import FINAL_STATUSES, PENDING, RUNNING, STOPPED, JobState, Request
@@ -231,8 +231,10 @@ def final_metrics(run_dir: Path) -> dict:
 
 def result_paths(run_dir: Path) -> dict[str, Path]:
     """What a run left in its folder, by kind (those it has)."""
+    metrics = metrics_file(run_dir)
     found = {
-        "metrics": metrics_file(run_dir),
+        "metrics": metrics,
+        "samples": None if metrics is None else metrics.parent / SAMPLES_FILE,
         "plot": run_dir / LOSS_PLOT,
         "logs": run_dir / "logs",
         "checkpoints": run_dir / "checkpoints",

@@ -111,6 +111,7 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
         target=config.target,
         trainer=schedule_rules.with_floor(config.trainer),
         eval=config.eval if config.eval.tasks or config.trainer.eval_tasks else None,
+        job=config.job,
         layout=layout,
         batch=batch,
         parameters=estimate.parameter_count(config.model),

@@ -33,6 +33,11 @@ def check_eval(
     """`eval.tasks` (`dockyard eval`) or `trainer.eval_tasks` (a training run scoring its model as it goes):
     the same model, options and task checks, each error naming the key the tasks came from."""
     evaluation, model, trainer = config.eval, config.model, config.trainer
+    evaluating = config.job is schema.Job.evaluate
+    if evaluating and not evaluation.tasks:
+        raise ConfigError("eval.tasks", "is empty", "name the tasks to run, e.g. eval.tasks=[hellaswag]")
+    if evaluation.tasks and not evaluating:
+        raise ConfigError("eval.tasks", "evaluate a model under `dockyard eval`", "leave eval.tasks out of a launch")
     key, tasks = ("eval.tasks", evaluation.tasks) if evaluation.tasks else ("trainer.eval_tasks", trainer.eval_tasks)
     if trainer.eval_tasks_interval < 0:
         raise ConfigError("trainer.eval_tasks_interval", f"is {trainer.eval_tasks_interval}", "give 0 or more steps")

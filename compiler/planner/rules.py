@@ -27,6 +27,7 @@ from compiler.planner.image_rules import check_image
 from compiler.planner.objective_rules import check_objective
 from compiler.planner.offload_rules import check_offload
 from compiler.planner.quantized_base import check_quantized_base
+from compiler.planner.sample_rules import check_samples
 from compiler.planner.schedule_rules import check_schedule
 from compiler.planner.target_rules import SECRET_NAME, check_target
 from compiler.planner.tracker_rules import check_trackers
@@ -428,4 +429,5 @@ CROSS_FIELD_CHECKS = (
     check_pretrained,
     check_quantized_base,
     check_eval,
+    check_samples,
 )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from compiler.core import grammar
 from compiler.core.capabilities import TargetCapabilities
 from compiler.spec import InstanceType, schema
-from compiler.spec.contract import JOB_VARIABLE, MAX_ARG_STRLEN, NODES_PER_HOST, TOKENIZE_JOB, node_count
+from compiler.spec.contract import MAX_ARG_STRLEN, NODES_PER_HOST, node_count
 from compiler.spec.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ RESERVED_PREFIXES = ("DOCKYARD_", "SM_", "SLURM_")
 """Variables the requests and the platforms set for the entrypoint (the plan, the hosts, the job's id): on
 Slurm a user's export would win, and the containers would read another plan or requeue another job."""
 USER_SWITCHES = frozenset(
-    ("DOCKYARD_DEBUG", "DOCKYARD_VERBOSE", "DOCKYARD_STOP_AT_STEP", "DOCKYARD_FAULT", NODES_PER_HOST, JOB_VARIABLE)
+    ("DOCKYARD_DEBUG", "DOCKYARD_VERBOSE", "DOCKYARD_STOP_AT_STEP", "DOCKYARD_FAULT", NODES_PER_HOST)
 )
 """The entrypoint's own switches, which the user sets (README: `DOCKYARD_VERBOSE=1`); the local target sets
 `NODES_PER_HOST` itself and refuses it (`compiler.targets.local.rules`)."""
@@ -64,8 +64,6 @@ def _check_environment(name: str, value: str) -> None:
         )
     if (name.startswith(RESERVED_PREFIXES) and name not in USER_SWITCHES) or name in RESERVED_NAMES:
         raise ConfigError(key, "is set by dockyard or the platform for the entrypoint", "use another name")
-    if name == JOB_VARIABLE and value != TOKENIZE_JOB:
-        raise ConfigError(key, f"{grammar.shown(value)} is no job", f"leave it unset, or run `dockyard {TOKENIZE_JOB}`")
     if name == NODES_PER_HOST and node_count(value) is None:
         raise ConfigError(
             key,

@@ -2,7 +2,6 @@
 tokens/s per core, the cost), and the warning of a training plan whose nodes would each tokenize everything."""
 
 from compiler.spec import Plan, schema
-from compiler.spec.contract import JOB_VARIABLE, TOKENIZE_JOB
 
 TOKENS_PER_CORE_S = 90_000
 """Tokens per second one core encodes into the token cache (the `tokenizers` library's `encode_batch`, text, a BPE
@@ -13,7 +12,7 @@ CORES_UNKNOWN = 1
 
 
 def is_tokenize_job(config: schema.Config | Plan) -> bool:
-    return config.target.environment.get(JOB_VARIABLE) == TOKENIZE_JOB
+    return config.job is schema.Job.tokenize
 
 
 def tokenize_lines(plan: Plan) -> list[str]:

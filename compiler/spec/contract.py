@@ -42,6 +42,9 @@ OUTPUT_DATA_DIR = f"{CONTAINER_ROOT}/output/data"
 """The job's output folder, where the trainer's metrics and trackers write (SageMaker uploads it at the end)."""
 METRICS_FILE = "metrics.jsonl"
 """The trainer's metrics file in the job's output folder (`output/data/`), which the run reader charts."""
+SAMPLES_FILE = "samples.jsonl"
+"""The completions of `trainer.sample_prompts` in the job's output folder, one JSON object per prompt and
+evaluation: `{"step": N, "prompt": ..., "completion": ...}`."""
 CHECKPOINT_MARKER = "dockyard.json"
 """The file a checkpoint folder (`checkpoints/step-NNNNNNNN`) holds once it is complete: written last."""
 RESTARTS_FILE = "restarts.jsonl"
@@ -94,11 +97,6 @@ EVAL_METRIC_PREFIX = "eval/"
 """A task's score in a metrics line: `eval/<task>/<metric>` (the harness's `acc,none` is `acc`, another
 filter than none stays in the name: `exact_match/strict-match`), its standard error `..._stderr` beside it."""
 EVAL_STDERR_SUFFIX = "_stderr"
-JOB_VARIABLE = "DOCKYARD_JOB"
-"""In `target.environment`: what the job does on its nodes; `tokenize` (`dockyard tokenize`) fills the token cache
-and ends, the nodes splitting the documents among them; unset, it trains."""
-TOKENIZE_JOB = "tokenize"
-
 SYSTEM_FOLDERS = frozenset({"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "proc", "run", "sbin", "sys", "usr"})
 """The top folders of the image's system, where a folder mounted at its own path (a token cache, a dataset) would
 overwrite or hide the system's files."""

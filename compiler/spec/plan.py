@@ -71,14 +71,11 @@ class Plan:
     """data.format=chat: the day the plan was compiled (ISO, UTC), which the chat template's `strftime_now`
     reads on every node and every attempt, so that a resumed run tokenizes as its first attempt did."""
     eval: schema.EvalConfig | None = None
-    """The harness's options: `dockyard eval` (`eval.tasks`: the job evaluates `model.path` with
+    """The harness's options: `dockyard eval` (`job` evaluate: the job evaluates `model.path` with
     lm-evaluation-harness instead of training), or a training run's `trainer.eval_tasks`."""
+    job: schema.Job = schema.Job.train
+    """What the job does on its nodes: train, tokenize (`dockyard tokenize`) or evaluate (`dockyard eval`)."""
     schema_version: int = SCHEMA_VERSION
-
-    @property
-    def evaluates_only(self) -> bool:
-        """A `dockyard eval` job: the harness runs once, instead of training."""
-        return self.eval is not None and bool(self.eval.tasks)
 
     def to_dict(self) -> dict[str, Any]:
         plain = _plain(self)

@@ -24,7 +24,7 @@ from pathlib import Path
 from compiler.spec import Plan
 from compiler.spec.contract import RUN_AS_USER
 from compiler.spec.errors import ConfigError
-from compiler.spec.schema import Entry, Launcher
+from compiler.spec.schema import Entry, Job, Launcher
 from entrypoint.launcher import toolkit
 from entrypoint.launcher.backend import Backend, BackendError, choose_backend, smddp_available
 from entrypoint.launcher.cluster import (
@@ -120,7 +120,7 @@ def prepare(
     rows += trainer_env(backend.name, root, timeout, environ, account, node.current_host)
     rows += restart_env(plan.trainer.restarts, environ)
     machine = machine or toolkit.Machine(cpus=0, gpus=detected.gpus)
-    processes = 1 if plan.evaluates_only else plan.layout.processes_per_node  # the harness: one process
+    processes = 1 if plan.job is Job.evaluate else plan.layout.processes_per_node  # the harness: one process
     rows += threads_env(backend.name, processes, machine.affinity, environ)
     rows += toolkit.toolkit_env(job, node, paths, script, arguments, machine, environ)
     command = launch_command(plan, node, paths, plan_path, arguments) if trains else group_command(plan, group)
@@ -186,10 +186,10 @@ def group_command(plan: Plan, group: str) -> tuple[str, ...]:
 
 def launch_command(plan: Plan, node: Node, paths: Paths, plan_path: Path, arguments: list[str]) -> tuple[str, ...]:
     """torchrun with a process per GPU (or CPU slot) for the built-in trainer or the script; for a script
-    with `trainer.launcher=per_node`, the script alone, once per node; for an evaluation (`plan.evaluates_only`), the
+    with `trainer.launcher=per_node`, the script alone, once per node; for an evaluation (`job` evaluate), the
     harness once (`entrypoint.evaluation`)."""
     trainer = plan.trainer
-    if plan.evaluates_only:
+    if plan.job is Job.evaluate:
         return ("python", "-m", "entrypoint.evaluation", f"--plan={plan_path}")
     if trainer.entry is Entry.script and trainer.launcher is Launcher.per_node:
         return ("python", str(paths.code / trainer.script), *arguments)

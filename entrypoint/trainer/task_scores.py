@@ -1,6 +1,7 @@
 """`trainer.eval_tasks`: the model as it stands scored by lm-evaluation-harness, as `dockyard eval` scores an
 export, after the last step (on the exported model) and every `trainer.eval_tasks_interval` steps (on a copy
-exported for it); the scores go to the run's metrics sinks (metrics.jsonl and the trackers) at that step.
+exported for it); the scores go to the run's metrics sinks (metrics.jsonl and the trackers) at that step. The
+completions of `trainer.sample_prompts` (`entrypoint.trainer.samples`) are made on the same exported folder.
 
 Rank 0 runs the harness as a child process on the exported folder, one GPU (or the CPUs), while the other
 ranks wait at a barrier. This is the simplest correct way: the whole model is in one folder only after a
@@ -15,6 +16,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
 from compiler.spec import Plan
@@ -23,6 +25,7 @@ from compiler.spec.schema import TrainerConfig
 from entrypoint.evaluation import score
 from entrypoint.launcher.cluster import Paths
 from entrypoint.trainer.metrics.base import MetricsSink
+from entrypoint.trainer.samples import Prompt, complete, log_samples, samples_due
 
 TORCHRUN_VARIABLES = (
     "RANK",
@@ -47,15 +50,29 @@ def scores_tasks(trainer: TrainerConfig, done_steps: int) -> bool:
     return bool(trainer.eval_tasks) and due
 
 
-def score_model(plan: Plan, paths: Paths, model: Path, step: int, sinks: Sequence[MetricsSink]) -> None:
-    """Rank 0 scores the exported `model` and writes the scores at `step` to its sinks; every rank calls it and
-    leaves together (a failed harness fails the run on rank 0, which the others' barrier then reports)."""
+def judged(trainer: TrainerConfig, done_steps: int) -> bool:
+    """Whether the model is scored on tasks or completes the sample prompts after `done_steps`."""
+    return scores_tasks(trainer, done_steps) or samples_due(trainer, done_steps)
+
+
+def judge(
+    plan: Plan, paths: Paths, model: Path, step: int, sinks: Sequence[MetricsSink], prompts: Sequence[Prompt]
+) -> None:
+    """Rank 0 scores the exported `model` on the tasks and completes the `prompts` due at `step`, writing both
+    to its sinks; every rank calls it and leaves together (a failed harness fails the run on rank 0, which the
+    others' barrier then reports)."""
     if dist.get_rank() == 0:
-        output = paths.output / EVAL_DIR / f"step-{step:08d}"
-        alone = {name: value for name, value in os.environ.items() if not name.startswith(TORCHRUN_VARIABLES)}
-        found = score(plan, model, output, plan.trainer.eval_tasks, min(plan.instance.gpus, 1), alone)
-        for sink in sinks:
-            sink.write({"step": step, **found})
+        if scores_tasks(plan.trainer, step):
+            output = paths.output / EVAL_DIR / f"step-{step:08d}"
+            alone = {name: value for name, value in os.environ.items() if not name.startswith(TORCHRUN_VARIABLES)}
+            found = score(plan, model, output, plan.trainer.eval_tasks, min(plan.instance.gpus, 1), alone)
+            for sink in sinks:
+                sink.write({"step": step, **found})
+        if samples_due(plan.trainer, step):
+            device = (
+                torch.device("cuda", torch.cuda.current_device()) if plan.instance.has_gpus else torch.device("cpu")
+            )
+            log_samples(complete(plan, model, prompts, step, device), sinks)
         if model.name == MODEL_COPY:
             shutil.rmtree(model, ignore_errors=True)
     dist.barrier()

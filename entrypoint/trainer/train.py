@@ -1,10 +1,10 @@
 """The built-in trainer, one process per rank under torchrun: `python -m entrypoint.trainer --plan plan.json`.
 
 It reads top to bottom: process group, model, strategy, data, resume, the derived numbers, the loop,
-the final model and its task scores (`trainer.eval_tasks`). The entrypoint sets DOCKYARD_BACKEND,
-DOCKYARD_ROOT and DOCKYARD_TIMEOUT; torchrun sets RANK, LOCAL_RANK and WORLD_SIZE. DOCKYARD_STOP_AT_STEP=N
-ends the run cleanly after step N (a long job split into parts; the next part resumes from the checkpoint at N
-when N is a checkpoint step).
+the final model, its task scores (`trainer.eval_tasks`) and what it says (`trainer.sample_prompts`). The
+entrypoint sets DOCKYARD_BACKEND, DOCKYARD_ROOT and DOCKYARD_TIMEOUT; torchrun sets RANK, LOCAL_RANK and
+WORLD_SIZE. DOCKYARD_STOP_AT_STEP=N ends the run cleanly after step N (a long job split into parts; the next
+part resumes from the checkpoint at N when N is a checkpoint step).
 """
 
 import argparse
@@ -21,9 +21,8 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from compiler.spec import Plan
-from compiler.spec.contract import JOB_VARIABLE, TOKENIZE_JOB
 from compiler.spec.s3 import download_s3
-from compiler.spec.schema import Compile, DataFormat, DataSource, Objective, TrainerConfig
+from compiler.spec.schema import Compile, DataFormat, DataSource, Job, Objective, TrainerConfig
 from compiler.spec.tokenizer import TokenizerFacts, replace_tokens
 from entrypoint.launcher.cluster import Paths
 from entrypoint.launcher.main import DEFAULT_TIMEOUT_S
@@ -45,7 +44,8 @@ from entrypoint.trainer.models.weights import copy_tokenizer
 from entrypoint.trainer.objective import Preference
 from entrypoint.trainer.optim import lr_at
 from entrypoint.trainer.resilience import Guards, named_hangs
-from entrypoint.trainer.task_scores import MODEL_COPY, score_model, scores_tasks
+from entrypoint.trainer.samples import prompts
+from entrypoint.trainer.task_scores import MODEL_COPY, judge, judged
 from entrypoint.trainer.teardown import leave
 
 
@@ -302,6 +302,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         engine, paths.checkpoints, trainer, leader, {"plan": plan.content_hash}, plan.instance.has_gpus
     )
     sinks = open_sinks(plan.trainer.trackers, tracked_run(plan, paths)) if rank == 0 else []
+    sample_prompts = prompts(plan, paths) if rank == 0 else []
     end = RunEnd.failed
     try:
         started = last_time = time.perf_counter()
@@ -339,9 +340,10 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
                             flush=True,
                         )
                     break
-            if done_steps < trainer.steps and scores_tasks(trainer, done_steps):
+            if done_steps < trainer.steps and judged(trainer, done_steps):
                 copy = export_model(engine, plan, paths.checkpoints / MODEL_COPY, data.tokenizer)
-                score_model(plan, paths, copy, done_steps, sinks)
+                judge(plan, paths, copy, done_steps, sinks, sample_prompts)
+                last_time = time.perf_counter()  # the next record's step time leaves the evaluation out
             if rank == 0 and trainer.restarts:
                 restarts.note_reached(paths.checkpoints, done_steps)
             saver.poll()
@@ -358,8 +360,8 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
         if completed:
             saver.close()
             save_final_model(engine, plan, paths, data.tokenizer)
-            if scores_tasks(trainer, trainer.steps):
-                score_model(plan, paths, paths.model, last_step, sinks)
+            if judged(trainer, trainer.steps):
+                judge(plan, paths, paths.model, last_step, sinks, sample_prompts)
         saver.close()
         guards.close()
         end = RunEnd.finished
@@ -383,7 +385,7 @@ def main(argv: list[str] | None = None) -> None:
     timeout_s = float(os.environ.get("DOCKYARD_TIMEOUT", DEFAULT_TIMEOUT_S))
     with named_hangs():
         try:
-            if plan.target.environment.get(JOB_VARIABLE) == TOKENIZE_JOB:
+            if plan.job is Job.tokenize:
                 tokenize(plan, paths, timeout_s)
             else:
                 train(plan, paths, timeout_s, int(stop) if stop else None)

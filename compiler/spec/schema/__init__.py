@@ -9,6 +9,7 @@ ships this package, and the entrypoint reads the plan through it.
 
 from compiler.spec.schema.config import (
     Config,
+    Job,
 )
 from compiler.spec.schema.data import (
     DataConfig,
@@ -80,6 +81,7 @@ from compiler.spec.schema.trainer import (
 __all__ = [
     "MISSING",
     "Config",
+    "Job",
     "DataSource",
     "InputMode",
     "DataConfig",

@@ -205,6 +205,14 @@ class TrainerConfig:
     `eval.limit`, ...) come from the `eval` section; the scores go to metrics.jsonl and the trackers."""
     eval_tasks_interval: int = 0
     """Steps between task evaluations (`eval_tasks`); 0 evaluates only at the end."""
+    sample_prompts: Any = field(default_factory=list)
+    """Prompts the model completes at each evaluation (every `eval_interval` or `eval_tasks_interval` steps, and
+    after the last step), greedily, through the model's chat template when the data is chat or preference:
+    a list of texts, or a number N, the first N records' prompts of the held-out file (`data.validation` a path
+    or a split); a list or a number, so typed Any. The completions go to the log, samples.jsonl and the
+    trackers."""
+    sample_max_new_tokens: int = 32
+    """The most tokens generated for each of `sample_prompts`."""
     trackers: list[str] = field(default_factory=lambda: ["jsonl"])
     """Where the built-in trainer's metrics go (`compiler.spec.contract.TRACKERS`); jsonl, one JSON object per
     line to the job's log and to output/data/metrics.jsonl, is always on. tensorboard (event files in

@@ -154,6 +154,11 @@ def _sources(plan: Plan, data_folder: Path) -> tuple[list, list]:
     return train, validation
 
 
+def held_out_sources(plan: Plan, data_folder: Path) -> list:
+    """The held-out sources alone (`data.validation` a path, or data=hf's split)."""
+    return _sources(plan, data_folder)[1]
+
+
 def _key(plan: Plan, tokenizer: Path, data_folder: Path, train: list, validation: list) -> str:
     if plan.data.source is DataSource.hf:
         return keyed_by(plan, tokenizer, hub.fingerprint(train), hub.fingerprint(validation))

@@ -5,7 +5,8 @@ lr, grad_norm, tokens_per_s, step_s, mfu, memory_gib, elapsed_s, and val_loss wh
 A tracker that fails (a server that is down, a missing client) costs one warning and its own records, never
 the run: jsonl, always on, keeps every record.
 
-Adding a sink: a class with `write` and `close` (which tells the tracker how the run ended, a `RunEnd`, in the
+Adding a sink: a class with `write`, `write_samples` (the completions of `trainer.sample_prompts`, as the
+tracker shows text) and `close` (which tells the tracker how the run ended, a `RunEnd`, in the
 tracker's own terms) whose constructor takes a `TrackedRun`, its name here in `SINKS`, the same name in
 `compiler.spec.contract.TRACKERS` (which the planner checks `trainer.trackers` against), and its client's pin in
 the image (`compiler.planner.image_rules.TRACKER_PINS`).
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from compiler.spec.contract import ALWAYS_ON_TRACKER
-from entrypoint.trainer.metrics.base import MetricsSink, RunEnd, TrackedRun
+from entrypoint.trainer.metrics.base import MetricsSink, RunEnd, Sample, TrackedRun
 from entrypoint.trainer.metrics.jsonl import JsonlSink
 from entrypoint.trainer.metrics.mlflow_sink import MlflowSink
 from entrypoint.trainer.metrics.tensorboard_sink import TensorBoardSink
@@ -48,16 +49,18 @@ class Tolerated:
         self.sink = None
 
     def write(self, record: dict[str, Any]) -> None:
-        if self.sink is not None:
-            try:
-                self.sink.write(record)
-            except Exception as error:
-                self.fail(error)
+        self._call("write", record)
+
+    def write_samples(self, samples: list[Sample]) -> None:
+        self._call("write_samples", samples)
 
     def close(self, end: RunEnd) -> None:
+        self._call("close", end)
+
+    def _call(self, method: str, argument: Any) -> None:
         if self.sink is not None:
             try:
-                self.sink.close(end)
+                getattr(self.sink, method)(argument)
             except Exception as error:
                 self.fail(error)
 
@@ -78,4 +81,4 @@ def open_sinks(names: list[str], run: TrackedRun) -> list[MetricsSink]:
     return sinks
 
 
-__all__ = ["SINKS", "MetricsSink", "RunEnd", "TrackedRun", "open_sinks"]
+__all__ = ["SINKS", "MetricsSink", "RunEnd", "Sample", "TrackedRun", "open_sinks"]

@@ -17,8 +17,21 @@ class RunEnd(Enum):
     failed = "failed"
 
 
+@dataclass(frozen=True)
+class Sample:
+    """One of `trainer.sample_prompts` and what the model made of it at an evaluation's step."""
+
+    step: int
+    prompt: str
+    completion: str
+
+
 class MetricsSink(Protocol):
     def write(self, record: dict[str, Any]) -> None: ...
+
+    def write_samples(self, samples: list[Sample]) -> None:
+        """The completions of one evaluation (all at one step), as the tracker shows text."""
+        ...
 
     def close(self, end: RunEnd) -> None: ...
 
@@ -77,3 +90,14 @@ def numbers(record: dict[str, Any]) -> dict[str, float]:
         for key, value in record.items()
         if key != "step" and isinstance(value, int | float) and not isinstance(value, bool)
     }
+
+
+def samples_markdown(samples: list[Sample]) -> str:
+    """The samples as a Markdown table (what TensorBoard's text panel renders): a prompt and its completion a
+    row, their newlines and bars kept from breaking the table."""
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", "<br>")
+
+    rows = [f"| {cell(sample.prompt)} | {cell(sample.completion)} |" for sample in samples]
+    return "\n".join(["| prompt | completion |", "|---|---|", *rows])

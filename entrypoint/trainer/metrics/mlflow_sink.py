@@ -8,18 +8,25 @@ MLflow server's ARN goes through the sagemaker-mlflow plugin the image installs 
 the server's URL and signs every request with SigV4 and the node's AWS credentials.
 """
 
+import json
 import os
 import time
+from dataclasses import asdict
 from typing import Any
 
 from compiler.spec.schema.trainer import sagemaker_mlflow
-from entrypoint.trainer.metrics.base import RunEnd, TrackedRun, numbers
+from entrypoint.trainer.metrics.base import RunEnd, Sample, TrackedRun, numbers
 
 QUICK_FAILURE = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 """MLflow's client retries a request 7 times with backoff (minutes) by default: a server that is down should
 cost the run one warning, not minutes of every step. A value the user set is kept."""
 RUN_STATUS = {RunEnd.finished: "FINISHED", RunEnd.stopped: "KILLED", RunEnd.failed: "FAILED"}
 """MLflow's run status for each end (`mlflow.entities.RunStatus`)."""
+
+
+def samples_artifact(step: int) -> str:
+    """Where in the run's artifacts the samples of `step` go."""
+    return f"samples/step-{step:08d}.jsonl"
 
 
 class MlflowSink:
@@ -49,6 +56,11 @@ class MlflowSink:
         now = int(time.time() * 1000)
         metrics = [Metric(key, value, now, record["step"]) for key, value in numbers(record).items()]
         self.client.log_batch(self.run_id, metrics=metrics)
+
+    def write_samples(self, samples: list[Sample]) -> None:
+        """The samples as the run's artifact `samples/step-N.jsonl` (MLflow's metrics are numbers only)."""
+        lines = "".join(json.dumps(asdict(sample), ensure_ascii=False) + "\n" for sample in samples)
+        self.client.log_text(self.run_id, lines, samples_artifact(samples[0].step))
 
     def close(self, end: RunEnd) -> None:
         self.client.set_terminated(self.run_id, status=RUN_STATUS[end])

@@ -4,7 +4,10 @@ finds them; SageMaker uploads the folder to S3 as the job runs, by the request's
 from typing import Any
 
 from compiler.spec.contract import TENSORBOARD_DIR
-from entrypoint.trainer.metrics.base import RunEnd, TrackedRun, numbers
+from entrypoint.trainer.metrics.base import RunEnd, Sample, TrackedRun, numbers, samples_markdown
+
+SAMPLES_TAG = "samples"
+"""The text panel's tag of the samples (`trainer.sample_prompts`), a table a step."""
 
 
 class TensorBoardSink:
@@ -18,6 +21,10 @@ class TensorBoardSink:
     def write(self, record: dict[str, Any]) -> None:
         for key, value in numbers(record).items():
             self.writer.add_scalar(key, value, global_step=record["step"])
+        self.writer.flush()
+
+    def write_samples(self, samples: list[Sample]) -> None:
+        self.writer.add_text(SAMPLES_TAG, samples_markdown(samples), global_step=samples[0].step)
         self.writer.flush()
 
     def close(self, end: RunEnd) -> None:

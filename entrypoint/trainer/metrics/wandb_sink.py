@@ -5,11 +5,13 @@ target puts it."""
 
 from typing import Any
 
-from entrypoint.trainer.metrics.base import RunEnd, TrackedRun, numbers
+from entrypoint.trainer.metrics.base import RunEnd, Sample, TrackedRun, numbers
 
 EXIT_CODE = {RunEnd.finished: 0, RunEnd.stopped: 255, RunEnd.failed: 1}
 """`Run.finish(exit_code)`: 0 finishes the run, any other code fails it; W&B's client has no call that marks a
 run killed. 255 is the code W&B's own exit hook gives a run that Ctrl-C ended, 1 the one it gives an exception."""
+
+SAMPLES_KEY = "samples"
 
 
 class WandbSink:
@@ -31,6 +33,15 @@ class WandbSink:
 
     def write(self, record: dict[str, Any]) -> None:
         self.run.log(numbers(record), step=record["step"])
+
+    def write_samples(self, samples: list[Sample]) -> None:
+        """The samples as a W&B Table logged under `samples` at their step (a table a step)."""
+        import wandb
+
+        rows = [[sample.step, sample.prompt, sample.completion] for sample in samples]
+        self.run.log(
+            {SAMPLES_KEY: wandb.Table(columns=["step", "prompt", "completion"], data=rows)}, step=samples[0].step
+        )
 
     def close(self, end: RunEnd) -> None:
         self.run.finish(exit_code=EXIT_CODE[end])
