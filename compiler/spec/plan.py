@@ -23,7 +23,7 @@ from compiler.spec import schema
 from compiler.spec.errors import ConfigError
 from compiler.spec.records import Batch, DatasetTokens, Derived, Estimate, InstanceType, Layout
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """2: the runtime's values resolved into `derived`; the hash leaves out `estimate` and `warnings`.
 3: `model.family` and `trainer.metrics` name the model and the metrics sinks from the trainer's registries.
 4: `trainer.metrics` is `trainer.trackers`, with `trainer.mlflow` and `trainer.wandb`; `model.path`, `init`,
@@ -32,11 +32,16 @@ SCHEMA_VERSION = 6
 6: `active_parameters` and `model.moe`, `model.mla`, `model.quantization` (mixtures of experts); the `ep`, `cp`
    and `cp_method` degrees (and the layout's); `trainer.loss_chunk` (the streamed loss), `trainer.eval_tasks`
    and the `eval` section; `data=hf` and `data.mixture`; `hardware.network_gbps`; `activation_checkpointing`'s
-   `selective` is the op-level policy (the old mode is `attention`)."""
+   `selective` is the op-level policy (the old mode is `attention`).
+7: `job` (train, tokenize, evaluate) instead of `target.environment.DOCKYARD_JOB` and the eval section's
+   presence; `data.overlong`, `chat_template`, `eos_token`, `columns`, `message_keys`, `roles`; `model.revision`;
+   `model.lora.quantize_base` and `double_quant` with `image.bitsandbytes` (QLoRA);
+   `parallelism.activation_checkpointing_every`; `trainer.early_stopping_patience`, `sample_prompts` and
+   `sample_max_new_tokens`."""
 PREDICTIONS = ("estimate", "warnings", "dataset")
+"""Fields that describe the planner's view of the run, not the run: outside the content hash."""
 ONLY_WHEN_SET = ("eval",)
 """Sections a plan holds only when they are set: a training plan's JSON and hash stay as they were."""
-"""Fields that describe the planner's view of the run, not the run: outside the content hash."""
 
 
 class PlanError(ConfigError):
