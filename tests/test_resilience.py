@@ -275,6 +275,7 @@ def throttle_while_training(
             return
 
 
+@pytest.mark.timed
 @pytest.mark.torchrun
 def test_a_throttled_container_node_is_named_a_straggler_and_status_shows_it(engine, smoke_image, tmp_path):
     """The second node's container is throttled as training starts (`docker update --cpus`): its rank's blocks
