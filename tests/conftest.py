@@ -11,7 +11,8 @@ How `make test` runs the tests (the marks are set here, in `pytest_collection_mo
   A new slow test needs nothing: its group follows from its fixtures, or else is its module (module fixtures are
   made once per worker that runs them, and a module's tests may change what its other tests use).
 - timed lane, `-m timed`, one test at a time, after the rest: a test that times what it measures (a straggler,
-  a deadline, a no-op build's second) carries `@pytest.mark.timed`, so no neighbour's load shifts its figure.
+  a deadline, a collective timeout of seconds, a no-op build's second) carries `@pytest.mark.timed`, so no
+  neighbour's load shifts its figure.
 """
 
 import contextlib
