@@ -46,11 +46,14 @@ test-services:
 	@scripts/ensure-slurm || [ "$${CI:-}" != true ]
 
 # The quick lane first, on both cores (pytest-xdist: its tests are independent CPU work), then the tests that
-# start torchrun, containers or Slurm jobs, one at a time: they share one engine, one base image and one
-# Slurm cluster, and some time what they measure.
+# start torchrun, containers or Slurm jobs, on both cores too (they mostly wait on start-up, Docker and Slurm),
+# the tests that share a resource or an expensive fixture in one xdist group each (tests/conftest.py says
+# which), and last the tests that time what they measure, one at a time (collected only from the modules that
+# mark one: a collection of the whole suite takes longer than some of them).
 test: $(STAMP) test-services
 	@scripts/timed "quick lane" $(BIN)/pytest -q -n 2 -m "not slow"
-	@scripts/timed "slow lane" $(BIN)/pytest -q -m slow
+	@scripts/timed "slow lane" $(BIN)/pytest -q -n 2 --dist loadgroup -m "slow and not timed"
+	@scripts/timed "timed lane" $(BIN)/pytest -q -m timed $$(grep -l "mark\.timed" tests/test_*.py)
 
 # The quick lane: every test that starts no torchrun, no container, no Slurm job and no CPU-minutes of
 # training work (marked in tests/conftest.py), so it needs neither the Docker engine nor the Slurm cluster.

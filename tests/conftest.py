@@ -1,5 +1,19 @@
 """Shared fixtures. Golden files are rewritten only on purpose: `pytest --update-golden`
-(or DOCKYARD_UPDATE_GOLDEN=1), and the diff is reviewed like code."""
+(or DOCKYARD_UPDATE_GOLDEN=1), and the diff is reviewed like code.
+
+How `make test` runs the tests (the marks are set here, in `pytest_collection_modifyitems`, from what a test uses):
+
+- quick lane, `-m "not slow"`, on both cores (`-n 2`): tests that start no torchrun, no container, no Slurm job.
+- slow lane, `-m "slow and not timed"`, on both cores too (`-n 2 --dist loadgroup`): most of its time is spent
+  waiting on process start-up, Docker and Slurm. Each slow test gets an xdist group (`xdist_group` below, or
+  the test's own `@pytest.mark.xdist_group(NAME)`; tests/xdist_groups.py schedules by it): the tests of one
+  shared resource or expensive fixture run on one worker, so nothing races and each is made once.
+  A new slow test needs nothing: its group follows from its fixtures, or else is its module (module fixtures are
+  made once per worker that runs them, and a module's tests may change what its other tests use).
+- timed lane, `-m timed`, one test at a time, after the rest: a test that times what it measures (a straggler,
+  a deadline, a collective timeout of seconds, a no-op build's second) carries `@pytest.mark.timed`, so no
+  neighbour's load shifts its figure.
+"""
 
 import contextlib
 import json
@@ -18,6 +32,7 @@ import yaml  # PyYAML comes with Hydra
 from hypothesis import settings
 from moto.server import ThreadedMotoServer
 
+from tests import xdist_groups
 from tests.local_server import free_port, serving
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -29,14 +44,34 @@ SLOW_FIXTURES = {"engine": "container", "slurm_cluster": "slurm", "mlflow_server
 """The fixtures that mark a test slow: a test using one (or a fixture built on one) starts containers,
 Slurm jobs or a tracking server. With the `torchrun` and `heavy` marks on the tests themselves they define
 the quick lane, `make test-quick` (-m "not slow")."""
-SLOW_MARKS = ("torchrun", "heavy")
+SLOW_MARKS = ("torchrun", "heavy", "timed")
+
+SLURM_GROUP, LOCAL_LAUNCH_GROUP, TINY_RUNS_GROUP = "slurm", "local-launch", "tiny-runs"
+"""The slow lane's shared groups (`xdist_group` below), each run on one worker: the Slurm cluster's two nodes
+take one two-node job at a time (a second would queue behind the first past its timeout); a run on the local
+target names its containers and network after its run id, `<name>-<UTC second>`
+(`compiler.launch.runs.run_id_for`), so two launches of one experiment in the same second on one engine would
+clash; each strategy of `tiny_runs` trains once per worker."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden/ from the current output")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_configure(config: pytest.Config) -> None:
+    xdist_groups.name_groups_file(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    xdist_groups.remove_groups_file(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log) -> xdist_groups.GroupScheduling | None:
+    return xdist_groups.GroupScheduling(config, log) if config.getoption("dist") == "loadgroup" else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         marks = [mark for fixture, mark in SLOW_FIXTURES.items() if fixture in getattr(item, "fixturenames", ())]
         marks += [mark for mark in SLOW_MARKS if item.get_closest_marker(mark)]
@@ -44,6 +79,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(mark)
         if marks:
             item.add_marker("slow")
+            if not item.get_closest_marker("xdist_group"):
+                item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+    xdist_groups.write_groups(config, items)
+
+
+def xdist_group(item: pytest.Item) -> str:
+    """The slow lane's worker group of a test (see the module's docstring)."""
+    fixtures = getattr(item, "fixturenames", ())
+    if "slurm_cluster" in fixtures:
+        return SLURM_GROUP
+    if "engine" in fixtures and item.get_closest_marker("torchrun"):
+        return LOCAL_LAUNCH_GROUP
+    if "tiny_runs" in fixtures:
+        return TINY_RUNS_GROUP
+    return item.nodeid.split("::")[0]
 
 
 class Golden:
@@ -137,7 +187,8 @@ def mlflow_server(tmp_path_factory) -> Iterator[str]:
         *("--default-artifact-root", str(folder / "artifacts")),
         *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
     ]
-    with serving(command, port, timeout=90):
+    # 69 s to listen on a shared 2-core machine (load average 12): the budget is for a loaded machine
+    with serving(command, port, timeout=180):
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 90
         while not _answers(f"{url}/health"):  # the port opens before the app has started

@@ -108,6 +108,7 @@ def test_the_image_runtime_loads_no_host_side_module(engine: docker.DockerClient
     }
 
 
+@pytest.mark.timed
 def test_nothing_changed_builds_nothing_in_under_a_second(engine: docker.DockerClient, smoke, project) -> None:
     plan = checked_plan(compose_config(SMOKE))
     start = time.monotonic()

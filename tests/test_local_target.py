@@ -284,6 +284,7 @@ def test_killed_node_fails_the_job_within_a_minute(engine, smoke_image, tmp_path
     assert leftovers(engine, "dockyard-fault-test") == []
 
 
+@pytest.mark.timed
 @pytest.mark.torchrun
 def test_a_job_past_max_run_hours_is_stopped_with_a_checkpoint_and_not_retried(engine, smoke_image, tmp_path):
     """At the deadline the nodes get SIGTERM, so the trainer saves where it is; a retry would run out of

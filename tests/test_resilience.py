@@ -195,6 +195,7 @@ def outputs(processes: list[subprocess.Popen], limit: float) -> list[str]:
     return [first, *(process.communicate()[0] for process in processes[1:])]
 
 
+@pytest.mark.timed  # a 12 s collective timeout
 @pytest.mark.torchrun
 def test_a_rank_that_stops_calling_collectives_is_named_and_every_rank_dumps_its_stack(tmp_path):
     """Also a healthy start: the health check passes and says what it checked."""
@@ -275,6 +276,7 @@ def throttle_while_training(
             return
 
 
+@pytest.mark.timed
 @pytest.mark.torchrun
 def test_a_throttled_container_node_is_named_a_straggler_and_status_shows_it(engine, smoke_image, tmp_path):
     """The second node's container is throttled as training starts (`docker update --cpus`): its rank's blocks
