@@ -6,7 +6,8 @@ How `make test` runs the tests (the marks are set here, in `pytest_collection_mo
 - quick lane, `-m "not slow"`, on both cores (`-n 2`): tests that start no torchrun, no container, no Slurm job.
 - slow lane, `-m "slow and not timed"`, on both cores too (`-n 2 --dist loadgroup`): most of its time is spent
   waiting on process start-up, Docker and Slurm. Each slow test gets an xdist group (`xdist_group` below, or
-  the test's own `@pytest.mark.xdist_group(NAME)`; tests/xdist_groups.py schedules by it): the tests of one
+  the test's own `@pytest.mark.xdist_group(NAME)`; pytest-xdist's loadgroup needs pytest 8: under pytest 9 it
+  schedules every test alone, so pyproject pins pytest 8.4): the tests of one
   shared resource or expensive fixture run on one worker, so nothing races and each is made once.
   A new slow test needs nothing: its group follows from its fixtures, or else is its module (module fixtures are
   made once per worker that runs them, and a module's tests may change what its other tests use).
@@ -32,7 +33,6 @@ import yaml  # PyYAML comes with Hydra
 from hypothesis import settings
 from moto.server import ThreadedMotoServer
 
-from tests import xdist_groups
 from tests.local_server import free_port, serving
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -58,19 +58,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden/ from the current output")
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    xdist_groups.name_groups_file(config)
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    xdist_groups.remove_groups_file(config)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log) -> xdist_groups.GroupScheduling | None:
-    return xdist_groups.GroupScheduling(config, log) if config.getoption("dist") == "loadgroup" else None
-
-
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (loadgroup)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         marks = [mark for fixture, mark in SLOW_FIXTURES.items() if fixture in getattr(item, "fixturenames", ())]
@@ -81,7 +69,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker("slow")
             if not item.get_closest_marker("xdist_group"):
                 item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
-    xdist_groups.write_groups(config, items)
 
 
 def xdist_group(item: pytest.Item) -> str:
