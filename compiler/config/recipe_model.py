@@ -4,7 +4,7 @@
 
 from typing import Any
 
-from compiler.config.recipe_keys import AXOLOTL_KEYS, REFUSED, Conversion, Text
+from compiler.config.recipe_keys import AXOLOTL_KEYS, Conversion, Text
 from compiler.spec.schema.model import ALL_LINEAR
 
 DPO_LOSSES = ("sigmoid", "ipo", "hinge", "robust")
