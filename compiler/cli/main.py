@@ -27,12 +27,12 @@ from compiler.cli import folders, tasks
 from compiler.config.compose import (
     CONF_DIR,
     CONFIG_NAME,
-    as_config_error,
     check_overrides,
     open_maps,
     reject_alias_bombs,
     reject_numbers_in_files,
 )
+from compiler.config.hydra_errors import as_config_error
 from compiler.config.project import config_dirs, user_config_dir
 from compiler.launch.errors import InvalidSweepError, PointFailedError
 from compiler.spec.contract import JOB_VARIABLE, TOKENIZE_JOB
