@@ -3,6 +3,7 @@
 import re
 from pathlib import Path
 
+import pytest
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
 from compiler.cli import main as cli
@@ -51,3 +52,12 @@ def test_sweep_overrides_take_hydras_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cli.main(["plan", "hydra.mode=MULTIRUN", "trainer.seed=1,2", "hydra.sweep.dir=sweep"])
     assert sorted(path.parent.name for path in tmp_path.glob("sweep/*/plan.json")) == ["0", "1"]
+
+
+def test_a_config_folder_that_is_not_there_is_refused_as_hydra_refuses_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["plan", f"--config-dir={tmp_path / 'nowhere'}", "experiment=smoke"])
+    assert exit.value.code == 2
+    assert f"Additional config directory '{tmp_path / 'nowhere'}' not found" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

@@ -28,6 +28,7 @@ from hydra.core.config_search_path import SearchPathQuery
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import _save_config, configure_log, env_override
+from hydra.errors import SearchPathException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
@@ -59,9 +60,10 @@ def run(task: Callable[[DictConfig], None], flags: argparse.Namespace, config_pa
     calling_file, calling_module = detect_calling_file_or_module_from_task_function(task)
     search_path = create_automatic_config_search_path(calling_file, calling_module, flags.config_path or config_path)
     if flags.config_dir is not None:
-        search_path.prepend(
-            "command-line", f"file://{os.path.abspath(flags.config_dir)}", anchor=SearchPathQuery(provider="schema")
-        )
+        config_dir = os.path.abspath(flags.config_dir)
+        if not os.path.isdir(config_dir):
+            raise SearchPathException(f"Additional config directory '{config_dir}' not found")
+        search_path.prepend("command-line", f"file://{config_dir}", anchor=SearchPathQuery(provider="schema"))
     name = flags.config_name or config_name
     hydra = run_and_report(
         lambda: Hydra.create_main_hydra2(detect_task_name(calling_file, calling_module), search_path)
