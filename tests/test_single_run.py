@@ -9,7 +9,14 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from compiler.cli import main as cli
 from compiler.cli import single_run
 
-OVERRIDES = ["experiment=smoke", "trainer.seed=7", "name=same", "hydra.run.dir=out"]
+OVERRIDES = [
+    "experiment=smoke",
+    "trainer.seed=7",
+    "name=same",
+    "hydra.run.dir=out",
+    "target.environment={NOTE: \"ünïcode 'quoted' text: a line long enough for an emitter to fold it somewhere\"}",
+    "image.torch='2.10'",
+]
 STAGING = re.compile(r"\.dockyard-[0-9a-f]{32}")
 
 
@@ -23,12 +30,16 @@ def hydra_files(folder: Path) -> dict[str, str]:
 
 
 def test_a_single_run_leaves_the_files_hydras_runner_leaves(tmp_path, monkeypatch):
+    runs = []
+    run = single_run.run
+    monkeypatch.setattr(single_run, "run", lambda *args: runs.append(args) or run(*args))
     for name in ("ours", "hydras"):
         (tmp_path / name).mkdir()
         monkeypatch.chdir(tmp_path / name)
         if name == "hydras":
             monkeypatch.setattr(single_run, "is_single_run", lambda flags: False)
         cli.main(["plan", *OVERRIDES])
+    assert len(runs) == 1  # the first command only
     ours, hydras = hydra_files(tmp_path / "ours" / "out"), hydra_files(tmp_path / "hydras" / "out")
     assert list(ours) == ["config.yaml", "hydra.yaml", "overrides.yaml"]
     assert ours == hydras

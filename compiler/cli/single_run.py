@@ -4,18 +4,20 @@
 composed config twice more before the task starts (`hydra.core.utils.run_job`). A single run here is
 composed once with Hydra's own `Hydra` object, and the job is started as `run_job` starts it: the run
 folder resolved and made, logging configured, `.hydra/config.yaml`, `hydra.yaml` and `overrides.yaml`
-written (`dockyard resume` reads the last), `hydra.job.env_set` applied, the working folder changed when
-`hydra.job.chdir` asks. A config that sets `hydra.mode: MULTIRUN` or `hydra.callbacks` goes on to Hydra's
-own runner as before. The command line's flags other than overrides and `-cd`/`-cp`/`-cn` (`--cfg`, `--info`,
-`--help`, `-sc`, `-m`) keep Hydra's own path (`compiler.cli.main`).
+written (the same text, by libyaml's emitter; `dockyard resume` reads the last), `hydra.job.env_set`
+applied, the working folder changed when `hydra.job.chdir` asks. A config that sets `hydra.mode: MULTIRUN`
+or `hydra.callbacks` goes on to Hydra's own runner as before. The command line's flags other than overrides
+and `-cd`/`-cp`/`-cn` (`--cfg`, `--info`, `--help`, `-sc`, `-m`) keep Hydra's own path (`compiler.cli.main`).
 """
 
 import argparse
 import copy
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
 from hydra._internal.hydra import Hydra
 from hydra._internal.utils import (
     _run_app,
@@ -27,10 +29,11 @@ from hydra._internal.utils import (
 from hydra.core.config_search_path import SearchPathQuery
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.utils import _save_config, configure_log, env_override
+from hydra.core.utils import configure_log, env_override
 from hydra.errors import SearchPathException
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
+from omegaconf._utils import get_omega_conf_dumper
 
 RUN_MODE = "hydra.mode=RUN"
 """The override Hydra adds to a single run whose config names no mode; `hydra.yaml` lists it."""
@@ -82,6 +85,20 @@ def run(task: Callable[[DictConfig], None], flags: argparse.Namespace, config_pa
         GlobalHydra.instance().clear()
 
 
+def _to_yaml(node: DictConfig | ListConfig) -> str:
+    """`OmegaConf.to_yaml`'s text, written by libyaml's emitter where PyYAML has it (a quarter of the time)."""
+    container = OmegaConf.to_container(node, resolve=False, enum_to_str=True)
+    return yaml.dump(container, default_flow_style=False, allow_unicode=True, sort_keys=False, Dumper=_dumper())
+
+
+@functools.cache
+def _dumper() -> type:
+    dumper = get_omega_conf_dumper()  # OmegaConf's quoting of strings that read as numbers or booleans
+    if not yaml.__with_libyaml__:
+        return dumper
+    return type("Dumper", (yaml.CDumper,), {"yaml_representers": dumper.yaml_representers})
+
+
 def _run_job(task: Callable[[DictConfig], None], cfg: DictConfig) -> None:
     """`hydra.core.utils.run_job` for one run, copying the config once (the task's part) instead of twice."""
     old_cwd, old_hydra_cfg = os.getcwd(), HydraConfig.instance().cfg
@@ -101,9 +118,9 @@ def _run_job(task: Callable[[DictConfig], None], cfg: DictConfig) -> None:
         configure_log(cfg.hydra.job_logging, cfg.hydra.verbose)
         if cfg.hydra.output_subdir is not None:
             folder = Path(output_dir, cfg.hydra.output_subdir)
-            _save_config(task_cfg, "config.yaml", folder)
-            _save_config(hydra_cfg, "hydra.yaml", folder)
-            _save_config(cfg.hydra.overrides.task, "overrides.yaml", folder)
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, node in (("config", task_cfg), ("hydra", hydra_cfg), ("overrides", cfg.hydra.overrides.task)):
+                (folder / f"{name}.yaml").write_text(_to_yaml(node), encoding="utf-8")
         with env_override(hydra_cfg.hydra.job.env_set):
             task(task_cfg)
     finally:
