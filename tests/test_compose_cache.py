@@ -93,7 +93,8 @@ def test_environment_copies_are_not_cached(loader, monkeypatch):
 
 
 def test_a_plan_composes_once(tmp_path, monkeypatch):
-    """`hydra.main` composes twice (to read `hydra.mode`, then to run); the second comes from the cache."""
+    """Hydra composes a plan's config once, and any later composition in the process (`hydra.main`'s second, for
+    the flags that keep it) comes from the cache."""
     calls = []
     hydra_load = cache._hydra_load
     monkeypatch.setattr(cache, "_hydra_load", lambda *args, **kwargs: calls.append(args) or hydra_load(*args, **kwargs))

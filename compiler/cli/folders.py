@@ -23,7 +23,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from compiler.config.compose import CONFIG_NAME, NAME_MAX, as_config_error
+from compiler.config.compose import CONFIG_NAME, NAME_MAX
+from compiler.config.hydra_errors import as_config_error
 from compiler.core.grammar import check_name
 from compiler.spec.errors import ConfigError
 

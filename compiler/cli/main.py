@@ -23,16 +23,16 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from compiler.cli import folders, tasks
+from compiler.cli import folders, single_run, tasks
 from compiler.config.compose import (
     CONF_DIR,
     CONFIG_NAME,
-    as_config_error,
     check_overrides,
     open_maps,
     reject_alias_bombs,
     reject_numbers_in_files,
 )
+from compiler.config.hydra_errors import as_config_error
 from compiler.config.project import config_dirs, user_config_dir
 from compiler.launch.errors import InvalidSweepError, PointFailedError
 from compiler.spec.errors import ConfigError, PlatformError, UnknownNameError
@@ -195,7 +195,10 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
             if key == "hydra.run.dir":
                 folders.expect(named[key])
         check_overrides([o for o in overrides if ("=" in o or o.startswith("~")) and not o.startswith("-")])
-        app()
+        if single_run.is_single_run(flags):
+            single_run.run(guarded, flags, str(CONF_DIR), CONFIG_NAME)
+        else:
+            app()
     except PointFailedError as exc:  # a sweep's job failed: the others ran, the summary says how
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         sys.exit(1)

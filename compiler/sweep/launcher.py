@@ -28,7 +28,8 @@ from omegaconf import DictConfig, OmegaConf, flag_override, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from compiler.config import cache
-from compiler.config.compose import as_config_error, reject_numbers_in_files, to_config
+from compiler.config.compose import reject_numbers_in_files, to_config
+from compiler.config.hydra_errors import as_config_error
 from compiler.config.project import project_dir
 from compiler.launch import runs, summary
 from compiler.launch.errors import InvalidSweepError, PointFailedError
