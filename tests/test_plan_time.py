@@ -31,7 +31,11 @@ def test_tasks_of_the_include_path_are_checked_without_the_harness_task_list(tmp
     model, tasks = tiny_model(tmp_path / "model", hf_tokenizer), write_tasks(tmp_path / "tasks")
     eval_rules.harness_task_names.cache_clear()
     plan = plan_for(
-        "model=hf", f"model.path={model}", "job=evaluate", f"eval.tasks=[{','.join(TASKS)}]", f"eval.include_path={tasks}"
+        "model=hf",
+        f"model.path={model}",
+        "job=evaluate",
+        f"eval.tasks=[{','.join(TASKS)}]",
+        f"eval.include_path={tasks}",
     )
     assert plan.eval is not None and plan.eval.tasks == TASKS
     assert eval_rules.harness_task_names.cache_info().misses == 0
