@@ -46,12 +46,11 @@ Slurm jobs or a tracking server. With the `torchrun` and `heavy` marks on the te
 the quick lane, `make test-quick` (-m "not slow")."""
 SLOW_MARKS = ("torchrun", "heavy", "timed")
 
-SLURM_GROUP, LOCAL_LAUNCH_GROUP, TINY_RUNS_GROUP = "slurm", "local-launch", "tiny-runs"
+SLURM_GROUP, TINY_RUNS_GROUP = "slurm", "tiny-runs"
 """The slow lane's shared groups (`xdist_group` below), each run on one worker: the Slurm cluster's two nodes
-take one two-node job at a time (a second would queue behind the first past its timeout); a run on the local
-target names its containers and network after its run id, `<name>-<UTC second>`
-(`compiler.launch.runs.run_id_for`), so two launches of one experiment in the same second on one engine would
-clash; each strategy of `tiny_runs` trains once per worker."""
+take one two-node job at a time (a second would queue behind the first past its timeout); each strategy of
+`tiny_runs` trains once per worker. Launches on the local target need no group: their containers and network
+are named by a run id unique to the millisecond (`compiler.launch.runs.run_id_for`)."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -76,8 +75,6 @@ def xdist_group(item: pytest.Item) -> str:
     fixtures = getattr(item, "fixturenames", ())
     if "slurm_cluster" in fixtures:
         return SLURM_GROUP
-    if "engine" in fixtures and item.get_closest_marker("torchrun"):
-        return LOCAL_LAUNCH_GROUP
     if "tiny_runs" in fixtures:
         return TINY_RUNS_GROUP
     return item.nodeid.split("::")[0]

@@ -21,9 +21,11 @@ from compiler.targets.records import RunRecord
 
 
 def run_id_for(plan: Plan, now: datetime) -> str:
-    """`<name>-<UTC time>`: a valid container, network, SageMaker job and DNS name (≤ 63 characters)."""
-    name = re.sub(r"[^a-zA-Z0-9]+", "-", plan.name).strip("-")[:40].lower() or "run"
-    return f"{name}-{now:%Y%m%d-%H%M%S}"
+    """`<name>-<UTC time to the millisecond>`, as the SageMaker SDK names its jobs: two launches of one experiment
+    in the same second on one engine get their own containers and network. A valid container, network,
+    SageMaker job and DNS name (≤ 63 characters, with a sweep's `-<number>`)."""
+    name = re.sub(r"[^a-zA-Z0-9]+", "-", plan.name).strip("-")[:36].lower() or "run"
+    return f"{name}-{now:%Y%m%d-%H%M%S}-{now.microsecond // 1000:03d}"
 
 
 def translate(plan: Plan, image: str, run_id: str, run_dir: Path) -> Request:
