@@ -8,8 +8,6 @@ from compiler.spec.records import Layout
 from compiler.spec.transformers_export import transformers_architecture
 
 KEY = "trainer.sample_prompts"
-CONVERSATIONS = (schema.DataFormat.chat, schema.DataFormat.preference)
-"""The formats whose records have a prompt (a conversation before its last reply, a pair's prompt)."""
 
 
 def check_samples(
@@ -38,7 +36,7 @@ def check_samples(
         raise ConfigError(
             KEY, "generates with transformers, which has no architecture for this model", "use a GPT-2 or Llama shape"
         )
-    if counted and (data.format not in CONVERSATIONS or not isinstance(data.validation, str)):
+    if counted and (not data.format.rendered or not isinstance(data.validation, str)):  # records with a prompt
         raise ConfigError(
             KEY,
             "a number takes the prompts of the held-out records of chat or preference data",
