@@ -8,8 +8,6 @@ scale per 256 of them (0.5 + 1/64 + 4/(64·256)); int8 is one byte a weight and 
 which is nothing beside a row's thousands of weights.
 """
 
-from collections.abc import Iterator
-
 from compiler.core.capabilities import TargetCapabilities
 from compiler.planner.models import model_facts
 from compiler.spec import InstanceType, Layout, schema
@@ -42,14 +40,14 @@ def quantized_parameters(model: schema.ModelConfig, layers: int) -> float:
 
 def check_quantized_base(
     config: schema.Config, instance: InstanceType, layout: Layout, targets: TargetCapabilities
-) -> Iterator[str]:
-    """A quantized base sits under LoRA adapters, in a dense model trained by DDP: the trainer quantizes each
-    rank's whole copy after loading it (FSDP2 would need the quantized weights sharded, which torchao's
-    NF4Tensor does and bitsandbytes' do not; ZeRO partitions flat fp32 buffers)."""
+) -> list[str]:
+    """Errors only (no warnings). A quantized base sits under LoRA adapters, in a dense model trained by DDP: the
+    trainer quantizes each rank's whole copy after loading it (FSDP2 would need the quantized weights sharded,
+    which torchao's NF4Tensor does and bitsandbytes' do not; ZeRO partitions flat fp32 buffers)."""
     model, strategy = config.model, config.parallelism.strategy
     kind = model.lora.quantize_base
     if kind is schema.BaseQuantization.none:
-        return
+        return []
     if not model.lora.rank:
         raise ConfigError(
             KEY,
@@ -66,4 +64,4 @@ def check_quantized_base(
         raise UnsupportedError(
             KEY, "quantizes linear layers, not a mixture's fused experts", "set model.lora.quantize_base=none"
         )
-    yield from ()
+    return []
