@@ -35,7 +35,7 @@ def port_data(out: Conversion, recipe: dict[str, Any]) -> None:
             if rename in only:
                 out.set(f"data.{rename}", _value(only[rename]))
     else:
-        out.set("data.mixture", "[" + ", ".join(_entry(entry) for entry in entries) + "]")
+        out.set("data.mixture", "[" + ", ".join(_value(entry) for entry in entries) + "]")
     if held is not None:
         out.set("data.validation", held)
 
@@ -45,13 +45,9 @@ def _keys(recipe: dict[str, Any]) -> str:
     return ", ".join(key for key in names if recipe.get(key))
 
 
-def _entry(entry: dict[str, Any]) -> str:
-    """A mixture entry as a Hydra override writes it: {name: 'org/set', split: 'train', weight: 0.5}."""
-    return _value(entry)
-
-
 def _value(value: Any) -> str:
-    """A value in Hydra's override grammar: mappings with bare keys, lists, and quoted texts."""
+    """A value in Hydra's override grammar: mappings with bare keys, lists, and quoted texts (a mixture entry:
+    {name: 'org/set', split: 'train', weight: 0.5})."""
     if isinstance(value, dict):
         return "{" + ", ".join(f"{key}: {_value(item)}" for key, item in value.items()) + "}"
     if isinstance(value, list):
