@@ -22,6 +22,7 @@ from compiler.core.catalog import INSTANCE_TYPES, LOCAL_CPU
 from compiler.planner import models
 from compiler.planner.context_rules import check_context_parallel
 from compiler.planner.data_rules import check_format, check_packing_mask
+from compiler.planner.estimate import sequence_shards
 from compiler.planner.eval_rules import check_eval
 from compiler.planner.image_rules import check_image
 from compiler.planner.objective_rules import check_objective
@@ -100,7 +101,7 @@ def check_strategy(
             f"{strategy.value} replicates whole models and does not combine with tensor parallelism",
             "use parallelism=fsdp for tp > 1",
         )
-    if layout.tp > 1 and layout.pp == 1 and config.model.seq_len % layout.tp:
+    if sequence_shards(layout) > 1 and config.model.seq_len % layout.tp:  # the estimate's sequence parallelism
         raise ConfigError(
             "model.seq_len",
             f"FSDP + TP splits each sequence over the {layout.tp} tensor-parallel ranks (sequence parallelism), "
