@@ -248,7 +248,7 @@ def reference_bytes(
         return 0.0
     element = 4 if par.mixed_precision is schema.Precision.fp32 or _autocast(par) else 2
     shard = layout.shard_degree if facts(par.strategy).shards_parameters else 1
-    return parameters_per_gpu(model, layout.tp, share, layout.ep, vocab_shards(model, layout)) * element / shard
+    return held_parameters(model, layout, share) * element / shard
 
 
 def _share_memory(
@@ -261,7 +261,7 @@ def _share_memory(
     loss_chunk: int = 0,
 ) -> Memory:
     tp, vocab = layout.tp, vocab_shards(model, layout)
-    parameters = parameters_per_gpu(model, tp, share, layout.ep, vocab)
+    parameters = held_parameters(model, layout, share)
     trained = parameters * trainable_fraction(model)
     weight, gradient, optimizer = state_bytes_per_parameter(par, layout.shard_degree)
     adapters = trained if model.lora.rank else 0  # LoRA's own weights, beside the frozen ones
@@ -365,7 +365,7 @@ def host_memory(
     host["checkpoint staging"] = 0
     for share in pipeline_shares(model, par, layout):
         offloaded = share.layers * activation * micro_batch * model.seq_len if par.activation_offload else 0
-        held = parameters_per_gpu(model, layout.tp, share, layout.ep, vocab_shards(model, layout))
+        held = held_parameters(model, layout, share)
         host["activations"] = max(host["activations"], round(offloaded * share.in_flight))
         host["model states"] = max(host["model states"], round(moved * held))
         host["checkpoint staging"] = max(host["checkpoint staging"], round(staged * held))
@@ -427,6 +427,11 @@ def parameters_per_gpu(
     experts = facts.layer_experts
     blocks = share.layers * ((split - experts) * (1 - 1 / tp) + experts * (1 - 1 / ep))
     return parameter_count(model, share) - blocks - head
+
+
+def held_parameters(model: schema.ModelConfig, layout: Layout, share: Share) -> float:
+    """`parameters_per_gpu` of a rank of `layout`: its tensor-parallel, expert-parallel and loss-parallel splits."""
+    return parameters_per_gpu(model, layout.tp, share, layout.ep, vocab_shards(model, layout))
 
 
 def expert_shard_degree(par: schema.ParallelismConfig, layout: Layout) -> int:

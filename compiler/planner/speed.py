@@ -26,7 +26,7 @@ from compiler.planner.assumptions import (
     RECOMPUTE_TIME,
     EfficiencyFit,
 )
-from compiler.planner.estimate import Share, parameters_per_gpu, pipeline_shares, vocab_shards
+from compiler.planner.estimate import Share, held_parameters, pipeline_shares, vocab_shards
 from compiler.planner.models import model_facts
 from compiler.planner.pipeline import bubble_fraction
 from compiler.spec import Batch, InstanceType, Layout, Throughput, schema
@@ -166,7 +166,7 @@ def _data_parallel_seconds(
     dp, shard = layout.dp, layout.shard_degree
     if dp == 1:
         return 0.0
-    params = parameters_per_gpu(model, layout.tp, share, layout.ep, vocab_shards(model, layout))
+    params = held_parameters(model, layout, share)
     strategy = facts(par.strategy)
     gradient_bytes = params * (2 if strategy.engine == DEEPSPEED_ENGINE or strategy.shards_parameters else 4)
     gathers = 2 * params * 2 if strategy.shards_parameters else 0  # parameters for forward and backward
