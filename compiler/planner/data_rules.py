@@ -12,7 +12,7 @@ from compiler.core import grammar
 from compiler.core.architectures import ARCHITECTURES
 from compiler.core.capabilities import TargetCapabilities
 from compiler.planner import hub_rules
-from compiler.planner.tokenize_job import is_tokenize_job, unshared_cache_warning
+from compiler.planner.tokenize_job import unshared_cache_warning
 from compiler.spec import Layout, schema
 from compiler.spec.contract import SYSTEM_FOLDERS, TOKENIZER_CHANNEL
 from compiler.spec.errors import ConfigError
@@ -34,7 +34,7 @@ def check_format(config: schema.Config, targets: TargetCapabilities) -> Iterator
     if data.tokens is not None and data.tokens < 1:
         raise ConfigError("data.tokens", f"{data.tokens} is not a token count", "give the dataset's token count")
     if data.format is schema.DataFormat.tokens:
-        if is_tokenize_job(config):
+        if config.job is schema.Job.tokenize:
             raise ConfigError(
                 "data.format",
                 "tokens: token files are read as they are, there is nothing to tokenize",

@@ -4,7 +4,7 @@ from compiler.planner.assumptions import ASSUMPTIONS
 from compiler.planner.estimate import GIB, Memory
 from compiler.planner.pipeline import bubble_fraction
 from compiler.planner.schedule_rules import differences_from_trainer
-from compiler.planner.tokenize_job import is_tokenize_job, tokenize_lines
+from compiler.planner.tokenize_job import tokenize_lines
 from compiler.spec import Layout, Plan
 from compiler.spec.errors import printable
 from compiler.spec.records import DatasetTokens
@@ -14,6 +14,7 @@ from compiler.spec.schema import (
     DataConfig,
     DataFormat,
     Entry,
+    Job,
     LossOn,
     LrScaling,
     Objective,
@@ -44,7 +45,7 @@ def _summary(plan: Plan) -> list[str]:
         f"layout    dp={layout.dp} × tp={layout.tp} × pp={layout.pp}{_context(layout)}   {par.strategy.value}{shard}, "
         f"{par.mixed_precision.value}, checkpointing {checkpointing}",
     ]
-    if is_tokenize_job(plan):
+    if plan.job is Job.tokenize:
         return lines + [f"data      {_data(plan)}", *tokenize_lines(plan)]
     if plan.trainer.entry is Entry.script:
         return lines + _script_lines(plan)

@@ -11,10 +11,6 @@ CORES_UNKNOWN = 1
 """The cores counted per node where the plan's instance says none (local containers, a cluster's nodes)."""
 
 
-def is_tokenize_job(config: schema.Config | Plan) -> bool:
-    return config.job is schema.Job.tokenize
-
-
 def tokenize_lines(plan: Plan) -> list[str]:
     """The workers, and, where the plan knows the data's token count (`data.tokens`, an earlier cache), how long
     they take and what that costs."""
