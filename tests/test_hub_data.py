@@ -83,6 +83,7 @@ def test_plan_refuses_what_the_nodes_could_not_read(folders, tmp_path):
     assert "record 1 has columns question, answer" in wrong.one_line()
     assert "messages | prompt+completion | conversations | instruction+output" in wrong.one_line()
     assert refusal(["data=local", f"data.path={tmp_path}", "data.name=x/y"]).key == "data.name"
+    assert refusal(["data=local", f"data.path={tmp_path}", "data.roles={human: user}"]).key == "data.roles"
 
 
 def test_records_of_a_mixture_keep_each_weight_and_shape(folders):

@@ -29,8 +29,9 @@ SHAPES = {
 def check_hub(data: schema.DataConfig) -> list[Path]:
     """The local folders the datasets are in (each checked), after the names and the mixture."""
     if data.source is not schema.DataSource.hf:
-        if data.name or data.mixture or any(getattr(data, rename) for rename in RENAMES):
-            key = "data.name" if data.name else "data.mixture" if data.mixture else "data.columns"
+        named = ["name", "mixture", *RENAMES]
+        if given := [key for key in named if getattr(data, key)]:
+            key = f"data.{given[0]}"
             raise ConfigError(
                 key, f"names Hugging Face datasets, and data={data.source.value} reads none", "use data=hf"
             )
