@@ -1,6 +1,6 @@
-"""What the tests of the Kubernetes target's I/O (`tests/test_kubernetes_cluster.py`,
-`tests/test_kubernetes_verbs.py`) share: a run's request, a client of the stand-in API server
-(`tests.kube_api_server`), and the Job and pods the JobSet's controllers would write for it."""
+"""What the tests against the stand-in API server (`tests.kube_api_server`) share: the CRDs it installs and a
+client of it; for those of the Kubernetes target's I/O (`tests/test_kubernetes_cluster.py`,
+`tests/test_kubernetes_verbs.py`), a run's request and the Job and pods the JobSet's controllers would write."""
 
 from kubernetes import client as k8s
 
