@@ -4,10 +4,11 @@ it over real HTTP, exactly as to a cluster. It speaks only the paths that module
 and delete of ConfigMaps, Services, Jobs and custom objects; reading CRDs; listing pods by label; pod logs)
 and keeps objects in memory. Where the module depends on the server's behaviour it behaves as the real one:
 
-- Bodies are validated: core kinds against the OpenAPI schemas `kubernetes-validate` carries, custom kinds
-  against the installed CRD's `openAPIV3Schema`. Unknown fields are dropped (the default `fieldValidation`
-  is Warn, with a `Warning` header) or refused with 400 under `fieldValidation=Strict`; a body the schema
-  refuses is answered 422 with an `Invalid` Status naming the field, as the real server does.
+- Bodies are validated (`tests.kube_api_validation`): core kinds against the OpenAPI schemas
+  `kubernetes-validate` carries, custom kinds against the installed CRD's `openAPIV3Schema`. Unknown fields
+  are dropped (the default `fieldValidation` is Warn, with a `Warning` header) or refused with 400 under
+  `fieldValidation=Strict`; a body the schema refuses is answered 422 with an `Invalid` Status naming the
+  field, as the real server does.
 - Deletion is asynchronous and honours `propagationPolicy`: Foreground marks the object with a
   `deletionTimestamp` and the `foregroundDeletion` finalizer, deletes its dependents (by `ownerReferences`,
   at any depth) and removes it once those with `blockOwnerDeletion` are gone; Background removes it at once
@@ -21,7 +22,6 @@ controllers. A test plays the controllers by writing the Jobs, pods and statuses
 """
 
 import copy
-import functools
 import json
 import re
 import threading
@@ -33,9 +33,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-import jsonschema
-from kubernetes_validate.utils import schema_contents
-from referencing import Registry, Resource
+from tests.kube_api_validation import Refused, check, invalid, is_custom, prune
 
 OBJECT = re.compile(
     r"/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)"
@@ -44,7 +42,6 @@ OBJECT = re.compile(
 GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")
 """What the API server's query parameters read as true (Go's strconv.ParseBool)."""
 CRD = re.compile(r"/apis/apiextensions\.k8s\.io/v1/customresourcedefinitions/(?P<name>[^/]+)")
-KUBERNETES_VERSION = "1.35.0"
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 MAX_NAME = 253
 FOREGROUND, BACKGROUND, ORPHAN = "Foreground", "Background", "Orphan"
@@ -55,23 +52,6 @@ PATCHES = (STRATEGIC, "application/merge-patch+json")
 it applies only what the module sends, a change to `metadata`."""
 COLLECT_S = 0.02
 """How often the garbage collector takes one step (a real one reacts within a second or so)."""
-
-
-class Refused(Exception):
-    """A request the server answers with an error Status."""
-
-    def __init__(self, code: int, reason: str, message: str, details: dict | None = None) -> None:
-        super().__init__(message)
-        self.status = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": message,
-            "reason": reason,
-            "details": details or {},
-            "code": code,
-        }
 
 
 class FakeApiServer:
@@ -155,13 +135,13 @@ class FakeApiServer:
         if meta.get("namespace", namespace) != namespace:
             message = "the namespace of the provided object does not match the namespace sent on the request"
             raise Refused(400, "BadRequest", message)
-        dropped = self.prune(obj, plural, group)
+        dropped = prune(self.crds, obj, plural, group)
         if dropped and strict:
             fields = ", ".join(f'unknown field "{field}"' for field in dropped)
             raise Refused(400, "BadRequest", f"strict decoding error: {fields}")
-        self.check(obj, plural, group)
+        check(self.crds, obj, plural, group)
         if not DNS_SUBDOMAIN.fullmatch(name) or len(name) > MAX_NAME:
-            _invalid(obj, group, "metadata.name", f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain")
+            invalid(obj, group, "metadata.name", f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain")
         with self.lock:
             if (plural, namespace, name) in self.objects:
                 resource = f"{plural}.{group}" if group else plural
@@ -170,45 +150,6 @@ class FakeApiServer:
             obj["metadata"] = meta | {"namespace": namespace, "uid": str(uuid.uuid4()), "creationTimestamp": _now()}
             self.objects[(plural, namespace, name)] = obj
         return obj, [f'unknown field "{field}"' for field in dropped]
-
-    def _crd_schema(self, obj: dict, plural: str, group: str) -> dict:
-        crd = self.crds.get(f"{plural}.{group}")
-        if crd is None:
-            raise Refused(404, "NotFound", "the server could not find the requested resource")
-        version = obj.get("apiVersion", "").rpartition("/")[2]
-        for served in crd["spec"]["versions"]:
-            if served["name"] == version:
-                return served["schema"]["openAPIV3Schema"]
-        raise Refused(400, "BadRequest", f"the API version in the data ({obj.get('apiVersion')}) is not served")
-
-    def prune(self, obj: dict, plural: str, group: str | None) -> list[str]:
-        """Drop the fields the schema does not know, as the real server does; their dotted paths."""
-        if _is_custom(group):
-            return _prune(obj, self._crd_schema(obj, plural, group), "")
-        dropped: list[str] = []
-        while unknown := [e for e in _core_validator(obj, strict=True).iter_errors(obj) if _unknown_field(e)]:
-            for error in unknown:  # the strict variant of the core schemas allows no additional properties
-                known = set(error.schema.get("properties", {}))
-                for key in [key for key in error.instance if key not in known]:
-                    del error.instance[key]
-                    dropped.append(".".join([*(str(part) for part in error.absolute_path), key]))
-        return dropped
-
-    def check(self, obj: dict, plural: str, group: str | None) -> None:
-        """422 for what the schema refuses, naming the field."""
-        if _is_custom(group):
-            validator = jsonschema.Draft7Validator(self._crd_schema(obj, plural, group))
-        else:
-            validator = _core_validator(obj, strict=False)
-        error = jsonschema.exceptions.best_match(validator.iter_errors(obj))
-        if error is None:
-            return
-        path = [str(part) for part in error.absolute_path]
-        message = error.message
-        if error.validator == "required":  # as the server says it: the missing field's path
-            path.append(next(name for name in error.validator_value if name not in error.instance))
-            message = "Required value"
-        _invalid(obj, group, ".".join(path), message)
 
     # -- deleting --
 
@@ -288,43 +229,6 @@ class FakeApiServer:
             self._remove(key)
 
 
-def _invalid(obj: dict, group: str | None, field: str, message: str) -> None:
-    kind, name = obj.get("kind", ""), obj.get("metadata", {}).get("name", "")
-    resource = f"{kind}.{group}" if group else kind
-    cause = {"reason": "FieldValueInvalid", "message": message, "field": field}
-    details = {"name": name, "group": group or "", "kind": kind, "causes": [cause]}
-    raise Refused(422, "Invalid", f'{resource} "{name}" is invalid: {field}: {message}', details)
-
-
-def _core_validator(obj: dict, *, strict: bool) -> jsonschema.Draft202012Validator:
-    """A validator for a core kind from the OpenAPI schemas `kubernetes-validate` carries (its `validate`
-    stops at the first error; pruning needs them all)."""
-    try:
-        return _validator(obj.get("kind", ""), obj.get("apiVersion", ""), strict)
-    except FileNotFoundError:
-        message = f"no kind {obj.get('kind')!r} is registered for {obj.get('apiVersion')}"
-        raise Refused(400, "BadRequest", message) from None
-
-
-@functools.cache
-def _validator(kind: str, api_version: str, strict: bool) -> jsonschema.Draft202012Validator:
-    api_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
-    folder = f"kubernetes-json-schema/v{KUBERNETES_VERSION}-local{'-strict' if strict else ''}"
-    schema = schema_contents(f"{folder}/{kind.lower()}-{api_version}.json", KUBERNETES_VERSION)
-    definitions = Resource.from_contents(schema_contents(f"{folder}/_definitions.json", KUBERNETES_VERSION))
-    registry = definitions @ (Resource.from_contents(schema) @ Registry())
-    return jsonschema.Draft202012Validator(schema, registry=registry)
-
-
-def _unknown_field(error: jsonschema.ValidationError) -> bool:
-    return error.validator == "additionalProperties" and isinstance(error.instance, dict)
-
-
-def _is_custom(group: str | None) -> bool:
-    """Custom resources' API groups are domains (jobset.x-k8s.io); built-in ones are not (batch)."""
-    return bool(group) and "." in group
-
-
 def _owner_uids(obj: dict) -> set[str]:
     return {ref["uid"] for ref in obj["metadata"].get("ownerReferences", [])}
 
@@ -332,27 +236,6 @@ def _owner_uids(obj: dict) -> set[str]:
 def _blocks(dependent: dict, uid: str) -> bool:
     """Whether a foreground deletion of owner `uid` waits for `dependent` (`blockOwnerDeletion`)."""
     return any(r["uid"] == uid and r.get("blockOwnerDeletion") for r in dependent["metadata"]["ownerReferences"])
-
-
-def _prune(node, schema: dict, path: str) -> list[str]:
-    """Drop what a CRD's structural schema does not declare (unless it keeps unknown fields), as the real
-    server prunes a custom resource; the dropped fields' dotted paths."""
-    dropped = []
-    if isinstance(node, dict) and schema.get("type") == "object":
-        properties = schema.get("properties")
-        if properties is not None and not schema.get("x-kubernetes-preserve-unknown-fields"):
-            for key in [key for key in node if key not in properties and key not in ("apiVersion", "kind")]:
-                if "additionalProperties" not in schema:
-                    del node[key]
-                    dropped.append(f"{path}{key}")
-        for key, value in node.items():
-            child = (properties or {}).get(key) or schema.get("additionalProperties")
-            if isinstance(child, dict) and key != "metadata":
-                dropped += _prune(value, child, f"{path}{key}.")
-    elif isinstance(node, list) and isinstance(schema.get("items"), dict):
-        for index, item in enumerate(node):
-            dropped += _prune(item, schema["items"], f"{path}[{index}].")
-    return dropped
 
 
 def _now() -> str:
@@ -453,7 +336,7 @@ def _handler(api: FakeApiServer):
             if match is None:
                 return None
             media = self.headers.get("Content-Type", "")
-            if media not in PATCHES or (media == STRATEGIC and _is_custom(match["group"])):
+            if media not in PATCHES or (media == STRATEGIC and is_custom(match["group"])):
                 refused = Refused(
                     415, "UnsupportedMediaType", f"the body of the request was in an unknown format: {media}"
                 )
@@ -465,7 +348,7 @@ def _handler(api: FakeApiServer):
                 patched = copy.deepcopy(obj)
                 patched["metadata"] |= self._body()["metadata"]  # a patch of metadata is all the module sends
                 try:
-                    api.check(patched, match["plural"], match["group"])
+                    check(api.crds, patched, match["plural"], match["group"])
                 except Refused as refused:
                     return self._send(refused.status["code"], refused.status)
                 api.objects[(match["plural"], match["ns"], match["name"])] = patched

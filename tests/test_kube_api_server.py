@@ -15,18 +15,15 @@ from kubernetes.client.exceptions import ApiException
 from compiler.targets.kubernetes import cluster, translate
 from tests.helpers import PRESETS, plan_for
 from tests.kube_api_server import FakeApiServer
+from tests.kubernetes_support import api_for, crd_names
 
 NAMESPACE = "training"
 
 
 @pytest.fixture
 def server(crds):
-    with FakeApiServer({crd["metadata"]["name"]: crd for crd in crds.values()}) as server:
+    with FakeApiServer(crd_names(crds)) as server:
         yield server
-
-
-def api_for(server: FakeApiServer) -> k8s.ApiClient:
-    return k8s.ApiClient(k8s.Configuration(host=server.url))
 
 
 def refusal(call) -> tuple[int, dict]:
