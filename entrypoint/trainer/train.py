@@ -361,7 +361,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
             saver.close()
             save_final_model(engine, plan, paths, data.tokenizer)
             if judged(trainer, trainer.steps):
-                judge(plan, paths, paths.model, last_step, sinks, sample_prompts)
+                judge(plan, paths, paths.model, last_step, sinks, sample_prompts, last=True)
         saver.close()
         guards.close()
         end = RunEnd.finished
