@@ -56,19 +56,27 @@ def judged(trainer: TrainerConfig, done_steps: int) -> bool:
 
 
 def judge(
-    plan: Plan, paths: Paths, model: Path, step: int, sinks: Sequence[MetricsSink], prompts: Sequence[Prompt]
+    plan: Plan,
+    paths: Paths,
+    model: Path,
+    step: int,
+    sinks: Sequence[MetricsSink],
+    prompts: Sequence[Prompt],
+    last: bool = False,
 ) -> None:
-    """Rank 0 scores the exported `model` on the tasks and completes the `prompts` due at `step`, writing both
-    to its sinks; every rank calls it and leaves together (a failed harness fails the run on rank 0, which the
-    others' barrier then reports)."""
+    """Rank 0 scores the exported `model` on the tasks and completes the `prompts` due at `step` (`last`: what is
+    due after the last step, which an early stop makes `step`), writing both to its sinks at `step`; every rank
+    calls it and leaves together (a failed harness fails the run on rank 0, which the others' barrier then
+    reports)."""
+    due = plan.trainer.steps if last else step
     if dist.get_rank() == 0:
-        if scores_tasks(plan.trainer, step):
+        if scores_tasks(plan.trainer, due):
             output = paths.output / EVAL_DIR / f"step-{step:08d}"
             alone = {name: value for name, value in os.environ.items() if not name.startswith(TORCHRUN_VARIABLES)}
             found = score(plan, model, output, plan.trainer.eval_tasks, min(plan.instance.gpus, 1), alone)
             for sink in sinks:
                 sink.write({"step": step, **found})
-        if samples_due(plan.trainer, step):
+        if samples_due(plan.trainer, due):
             device = (
                 torch.device("cuda", torch.cuda.current_device()) if plan.instance.has_gpus else torch.device("cpu")
             )

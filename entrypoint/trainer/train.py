@@ -33,6 +33,7 @@ from entrypoint.trainer.data.base import CacheMeta, TargetsError
 from entrypoint.trainer.data.batches import Batches, data_folder, make_source
 from entrypoint.trainer.data.chat import ChatRecordError
 from entrypoint.trainer.engines import Engine, make_engine
+from entrypoint.trainer.engines.sequence_parallel import parallel_loss
 from entrypoint.trainer.health import this_node
 from entrypoint.trainer.metrics import RunEnd, TrackedRun, open_sinks
 from entrypoint.trainer.metrics.measure import memory_gib, mfu
@@ -118,16 +119,18 @@ def tokenize(plan: Plan, paths: Paths, timeout_s: float) -> None:
 def precompute_reference(engine: Engine, plan: Plan, data: Data, device: torch.device) -> None:
     """trainer.dpo.precompute_reference: the reference model's log-probabilities of every training and held-out
     pair, each rank computing a share, before the first step and before a checkpoint replaces the starting
-    weights; the reference model is let go after."""
+    weights; the reference model is let go after. Outside a step, so under the `loss_parallel()` the engine's
+    steps run their losses in (tensor parallelism's logits split by vocabulary)."""
     if not (isinstance(engine.objective, Preference) and plan.trainer.dpo.precompute_reference):
         return
     rank, ranks = dist.get_rank(), dist.get_world_size()
     splits = [batches.source for batches in (data.train, data.validation) if batches is not None]
-    engine.objective.precompute(
-        (inputs.to(device), targets.to(device))
-        for split in splits
-        for inputs, targets in split.every_pair(rank, ranks, plan.batch.micro_batch)
-    )
+    with parallel_loss(plan.layout.tp):
+        engine.objective.precompute(
+            (inputs.to(device), targets.to(device))
+            for split in splits
+            for inputs, targets in split.every_pair(rank, ranks, plan.batch.micro_batch)
+        )
 
 
 def validation_metrics(engine: Engine, plan: Plan, held_out: Batches) -> dict:
@@ -361,7 +364,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
             saver.close()
             save_final_model(engine, plan, paths, data.tokenizer)
             if judged(trainer, trainer.steps):
-                judge(plan, paths, paths.model, last_step, sinks, sample_prompts)
+                judge(plan, paths, paths.model, last_step, sinks, sample_prompts, last=True)
         saver.close()
         guards.close()
         end = RunEnd.finished

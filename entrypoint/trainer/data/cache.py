@@ -139,7 +139,7 @@ def held_out(plan: Plan, count: int) -> np.ndarray | None:
     held, draw = plan.data.validation, np.random.default_rng(plan.trainer.seed)
     if isinstance(held, float):
         return draw.random(count) < held
-    if not isinstance(held, int) or isinstance(held, bool):
+    if not _row_count(held):
         return None
     if held >= count:
         raise ValueError(f"data.validation={held} rows: the training split has {count:,}; hold out fewer rows")
@@ -154,9 +154,15 @@ def _held_flags(splits: dict[str, list], plan: Plan) -> Iterator[bool] | None:
     if isinstance(plan.data.validation, float):
         draw, fraction = np.random.default_rng(plan.trainer.seed), plan.data.validation
         return (bool(flag) for _ in itertools.count() for flag in draw.random(BATCH_DOCUMENTS) < fraction)
+    if not _row_count(plan.data.validation):
+        return None  # held out whole (a path, a split) or not at all: no training document is drawn, none counted
     count = sum(1 for path in splits["train"] for _ in documents.records(path, plan.data.format, plan.data.field))
-    mask = held_out(plan, count)
-    return None if mask is None else (bool(flag) for flag in mask)
+    return (bool(flag) for flag in held_out(plan, count))
+
+
+def _row_count(validation: object) -> bool:
+    """Whether `data.validation` is a number of rows (an int, not a bool)."""
+    return isinstance(validation, int) and not isinstance(validation, bool)
 
 
 def _drawn(split: str, batch: list, flags: Iterator[bool] | None) -> Iterator[tuple[str, list]]:

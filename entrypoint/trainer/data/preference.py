@@ -45,6 +45,11 @@ class PreferencePairs(SeparateDocuments):
         prompt = int(np.argmax(self.targets[start : int(self.starts[index + 1])]))
         return start + max(0, prompt - self.max_prompt)
 
+    def firsts(self) -> np.ndarray:
+        if self.max_prompt is None:
+            return super().firsts()
+        return np.array([self.first(index) for index in range(len(self.starts) - 1)], dtype=np.int64)
+
     def __call__(self, indices: torch.Tensor) -> Pairs:
         return self.pairs([self.shuffled(index) for index in indices.tolist()])
 

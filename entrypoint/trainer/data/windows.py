@@ -215,10 +215,13 @@ class SeparateDocuments(ShuffledWindows):
         """Where document `index`'s window starts: its first token."""
         return int(self.starts[index])
 
+    def firsts(self) -> np.ndarray:
+        """`first` of every document at once."""
+        return self.starts[:-1]
+
     def overlong(self) -> np.ndarray:
         """Whether each window's document (and its end-of-text token), read from `first`, exceeds the window."""
-        firsts = np.array([self.first(index) for index in range(len(self.starts) - 1)], dtype=np.int64)
-        return self.starts[1:] - firsts > self.seq_len + 1
+        return self.starts[1:] - self.firsts() > self.seq_len + 1
 
     def drop_overlong(self) -> None:
         """`data.overlong=drop`: read only the windows that hold their document whole."""

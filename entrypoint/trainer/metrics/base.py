@@ -1,6 +1,7 @@
 """What every metrics sink shares: its interface, what it is opened with, and the run's parameters."""
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
@@ -90,6 +91,11 @@ def numbers(record: dict[str, Any]) -> dict[str, float]:
         for key, value in record.items()
         if key != "step" and isinstance(value, int | float) and not isinstance(value, bool)
     }
+
+
+def samples_jsonl(samples: list[Sample]) -> str:
+    """The samples as JSON lines, one a sample (samples.jsonl's, and MLflow's artifact)."""
+    return "".join(json.dumps(asdict(sample), ensure_ascii=False) + "\n" for sample in samples)
 
 
 def samples_markdown(samples: list[Sample]) -> str:

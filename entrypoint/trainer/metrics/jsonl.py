@@ -4,11 +4,10 @@ look) and to `metrics.jsonl` in the output folder (which the run reader charts);
 
 import json
 import sys
-from dataclasses import asdict
 from typing import Any, TextIO
 
 from compiler.spec.contract import METRICS_FILE, METRICS_SEPARATORS, SAMPLES_FILE
-from entrypoint.trainer.metrics.base import RunEnd, Sample, TrackedRun
+from entrypoint.trainer.metrics.base import RunEnd, Sample, TrackedRun, samples_jsonl
 
 
 class JsonlSink:
@@ -26,7 +25,7 @@ class JsonlSink:
 
     def write_samples(self, samples: list[Sample]) -> None:
         with self.samples.open("a") as file:
-            file.writelines(json.dumps(asdict(sample), ensure_ascii=False) + "\n" for sample in samples)
+            file.write(samples_jsonl(samples))
 
     def close(self, end: RunEnd) -> None:
         self.file.close()

@@ -8,14 +8,12 @@ MLflow server's ARN goes through the sagemaker-mlflow plugin the image installs 
 the server's URL and signs every request with SigV4 and the node's AWS credentials.
 """
 
-import json
 import os
 import time
-from dataclasses import asdict
 from typing import Any
 
 from compiler.spec.schema.trainer import sagemaker_mlflow
-from entrypoint.trainer.metrics.base import RunEnd, Sample, TrackedRun, numbers
+from entrypoint.trainer.metrics.base import RunEnd, Sample, TrackedRun, numbers, samples_jsonl
 
 QUICK_FAILURE = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 """MLflow's client retries a request 7 times with backoff (minutes) by default: a server that is down should
@@ -59,8 +57,7 @@ class MlflowSink:
 
     def write_samples(self, samples: list[Sample]) -> None:
         """The samples as the run's artifact `samples/step-N.jsonl` (MLflow's metrics are numbers only)."""
-        lines = "".join(json.dumps(asdict(sample), ensure_ascii=False) + "\n" for sample in samples)
-        self.client.log_text(self.run_id, lines, samples_artifact(samples[0].step))
+        self.client.log_text(self.run_id, samples_jsonl(samples), samples_artifact(samples[0].step))
 
     def close(self, end: RunEnd) -> None:
         self.client.set_terminated(self.run_id, status=RUN_STATUS[end])

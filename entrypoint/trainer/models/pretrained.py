@@ -175,12 +175,11 @@ def _packed_arguments(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tup
     targets, chunk = kwargs.pop("targets", None), kwargs.pop("loss_chunk", 0)
     tokens, positions = unpacked(args[0]) if args else (None, None)
     context: ContextParallel | None = module.dockyard_context
-    whole = None
+    gather = None
     if context is not None and tokens is not None:
-        whole = tokens.shape[1]
+        gather = partial(context.whole_sequence, seq=tokens.shape[1])
         kwargs[DOCUMENT_MASK] = None if positions is None else document_mask(positions)
         tokens, positions, targets = context.own_part(tokens, positions, targets)
-    gather = None if whole is None else partial(context.whole_sequence, seq=whole)
     module.get_output_embeddings().streamed = None if targets is None else (targets, chunk, gather)
     if positions is None:
         return args, kwargs

@@ -54,10 +54,11 @@ class QuantizedLinear(nn.Module):
 
     def held_bytes(self) -> int:
         """The quantized weight's bytes, its scales (and their own scales) included."""
-        held = [self.packed, *([self.scales] if self.kind is BaseQuantization.int8 else [])]
         if self.kind is BaseQuantization.nf4:
             state = self.quant_state
-            held += [state.absmax, *([state.state2.absmax] if state.nested else [])]
+            held = [self.packed, state.absmax, *([state.state2.absmax] if state.nested else [])]
+        else:
+            held = [self.packed, self.scales]
         return sum(tensor.numel() * tensor.element_size() for tensor in held)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -91,13 +92,13 @@ def quantize_base(base: nn.Module, config: ModelConfig) -> int:
         for name, part in base.named_modules()
         if type(part) is nn.Linear and part is not head and ".lora_" not in name and not part.weight.requires_grad
     ]
+    if not chosen:
+        raise NotImplementedError(f"{config.architecture} has no nn.Linear layers to quantize")
     lora = config.lora
     for name in chosen:
         owner, _, attribute = name.rpartition(".")
         parent = base.get_submodule(owner)
         setattr(parent, attribute, QuantizedLinear(getattr(parent, attribute), lora.quantize_base, lora.double_quant))
-    if not chosen:
-        raise NotImplementedError(f"{config.architecture} has no nn.Linear layers to quantize")
     return len(chosen)
 
 
