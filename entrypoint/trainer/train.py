@@ -118,18 +118,19 @@ def tokenize(plan: Plan, paths: Paths, timeout_s: float) -> None:
 
 def precompute_reference(engine: Engine, plan: Plan, data: Data, device: torch.device) -> None:
     """trainer.dpo.precompute_reference: the reference model's log-probabilities of every training and held-out
-    pair, each rank computing a share, before the first step and before a checkpoint replaces the starting
+    pair, each data-parallel replica computing a share (the ranks of a replica's tensor- or context-parallel
+    group compute the same pairs together), before the first step and before a checkpoint replaces the starting
     weights; the reference model is let go after. Outside a step, so under the `loss_parallel()` the engine's
     steps run their losses in (tensor parallelism's logits split by vocabulary)."""
     if not (isinstance(engine.objective, Preference) and plan.trainer.dpo.precompute_reference):
         return
-    rank, ranks = dist.get_rank(), dist.get_world_size()
+    replica = plan.layout.coordinates(dist.get_rank()).dp // plan.layout.cp  # as `Batches` reads
     splits = [batches.source for batches in (data.train, data.validation) if batches is not None]
     with parallel_loss(plan.layout.tp):
         engine.objective.precompute(
             (inputs.to(device), targets.to(device))
             for split in splits
-            for inputs, targets in split.every_pair(rank, ranks, plan.batch.micro_batch)
+            for inputs, targets in split.every_pair(replica, plan.layout.data_replicas, plan.batch.micro_batch)
         )
 
 
