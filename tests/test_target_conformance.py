@@ -112,6 +112,6 @@ def test_the_dry_run_prints_the_request_and_leaves_nothing(kind, tmp_path):
     assert result.returncode == 0, result.stderr
     assert not any(tmp_path.iterdir()), list(tmp_path.rglob("*"))
     plan = plan_for(*VALID[kind])
-    run_id = re.search(rf"{re.escape(plan.name)}-\d{{8}}-\d{{6}}", result.stdout)[0]
+    run_id = re.search(rf"{re.escape(plan.name)}-\d{{8}}-\d{{6}}-\d{{3}}", result.stdout)[0]
     image = runs.dry_run_image(plan, planned_reference(plan, cwd=Path.cwd()))
     assert result.stdout == str(runs.translate(plan, image, run_id, run_dir))
