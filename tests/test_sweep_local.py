@@ -77,13 +77,19 @@ def test_four_points_share_one_image_and_end_in_a_summary_and_a_plot(tmp_path, e
     assert not containers_of(engine, folder)
 
 
-def test_skip_invalid_runs_the_valid_points(tmp_path, engine):
-    result = sweep(tmp_path, "hydra.launcher.skip_invalid=true", "parallelism.tp=1,3")
-    assert result.returncode == 1  # the invalid point did not complete
-    assert "job 1 (" in result.stderr and "parallelism.tp: dp=? × tp=3" in result.stderr
+def test_invalid_points_are_skipped_a_failed_point_is_reported_and_the_others_complete(tmp_path, engine):
+    """tp=3 cannot divide one rank: skipped. The second point's gloo cannot find its network interface, so its
+    trainer exits non-zero; the first completes."""
+    interfaces = "+target.environment.GLOO_SOCKET_IFNAME=eth0,no-such-interface"
+    result = sweep(tmp_path, "hydra.launcher.skip_invalid=true", "parallelism.tp=1,3", interfaces)
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("dockyard: error: job ")]
+    assert [line.split(" (")[0] for line in errors] == [f"dockyard: error: job {n}" for n in (1, 2, 3)], errors
+    assert "GLOO_SOCKET_IFNAME=no-such-interface): exit status 1; see " in errors[0]
+    assert all("parallelism.tp: dp=? × tp=3" in line for line in errors[1:]), errors
     rows = summary_rows(tmp_path / "sweep")
-    assert [r["status"] for r in rows] == ["completed", "invalid"]
-    assert float(rows[0]["final_loss"]) > 0
+    assert [r["status"] for r in rows] == ["completed", "failed", "invalid", "invalid"]
+    assert float(rows[0]["final_loss"]) > 0 and rows[1]["final_loss"] == ""
 
 
 def test_optuna_sweep_minimises_the_final_loss(tmp_path, engine):
@@ -106,17 +112,6 @@ def test_optuna_sweep_minimises_the_final_loss(tmp_path, engine):
     assert losses[f"trainer.lr={best['best_params']['trainer.lr']}"] == best["best_value"]
     assert "Best value" in result.stdout + result.stderr
     assert [r["status"] for r in summary_rows(folder)] == ["completed", "completed"]
-
-
-def test_a_failed_point_is_reported_failed_and_the_others_complete(tmp_path, engine):
-    """The second point's gloo cannot find its network interface, so its trainer exits non-zero."""
-    result = sweep(tmp_path, "+target.environment.GLOO_SOCKET_IFNAME=eth0,no-such-interface")
-    assert result.returncode == 1
-    assert "dockyard: error: job 1 (" in result.stderr
-    assert "GLOO_SOCKET_IFNAME=no-such-interface): exit status 1; see " in result.stderr
-    rows = summary_rows(tmp_path / "sweep")
-    assert [r["status"] for r in rows] == ["completed", "failed"]
-    assert float(rows[0]["final_loss"]) > 0 and rows[1]["final_loss"] == ""
 
 
 def interruptible() -> None:

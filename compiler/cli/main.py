@@ -200,7 +200,8 @@ def run_app(task: Callable[[DictConfig], None], overrides: list[str]) -> None:
         else:
             app()
     except PointFailedError as exc:  # a sweep's job failed: the others ran, the summary says how
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        for failure in (exc, *exc.also):
+            print(f"{PROG}: error: {failure}", file=sys.stderr)
         sys.exit(1)
     except (HydraException, OmegaConfBaseException, ValueError, OverflowError, ConfigError, yaml.YAMLError) as exc:
         if user_wants_traceback or task_failed:  # a bug in dockyard, not a user's mistake

@@ -17,4 +17,9 @@ class InvalidSweepError(ConfigError):
 
 
 class PointFailedError(Exception):
-    """A point that did not complete; the JobReturn's value, which Hydra's sweepers raise."""
+    """A point that did not complete; the JobReturn's value, which Hydra's sweepers raise. They raise the first
+    failed point's only, so that one carries the batch's other failures (`also`) and each is reported."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.also: list[PointFailedError] = []

@@ -139,7 +139,11 @@ class Sweep:
             self._submit(valid)
         summary.write(self.sweep_dir)
         print(f"summary   {self.sweep_dir / summary.SUMMARY_MD}", file=self.out)
-        return [self._job_return(point) for point in points]
+        returns = [self._job_return(point) for point in points]
+        failures = [r.failure for r in returns if r.failure is not None]
+        if failures:
+            failures[0].also = failures[1:]
+        return returns
 
     def _prepare_all(self, numbered: list[tuple[tuple[str, ...], int]]) -> list[Point]:
         """Every point prepared, in order: in this process, or by one worker per core for a large batch."""
@@ -302,9 +306,8 @@ class Sweep:
         )
         where = f"; see {point.run_dir}" if point.run_dir and point.run_dir.exists() else ""
         if record.status in (INVALID, FAILED, STOPPED):
-            result.status = JobStatus.FAILED
             reason = record.detail or record.status
-            result.return_value = PointFailedError(f"job {point.num} ({' '.join(point.overrides)}): {reason}{where}")
+            result.fail(PointFailedError(f"job {point.num} ({' '.join(point.overrides)}): {reason}{where}"))
         elif record.status != COMPLETED:
             result.return_value = {"status": record.status, "run_id": record.run_id}
         elif self.options.objective is None:
@@ -312,9 +315,10 @@ class Sweep:
         elif isinstance(record.final.get(self.options.objective), int | float):
             result.return_value = float(record.final[self.options.objective])
         else:
-            result.status = JobStatus.FAILED
-            result.return_value = PointFailedError(
-                f"job {point.num} reported no metric '{self.options.objective}' (hydra.launcher.objective){where}"
+            result.fail(
+                PointFailedError(
+                    f"job {point.num} reported no metric '{self.options.objective}' (hydra.launcher.objective){where}"
+                )
             )
         return result
 
@@ -344,7 +348,12 @@ class PointReturn(JobReturn):
 
     def __init__(self, point: Point, **fields: Any) -> None:
         self.point = point
+        self.failure: PointFailedError | None = None
         super().__init__(**fields)
+
+    def fail(self, failure: PointFailedError) -> None:
+        """Failed: Hydra raises `failure` when the value is read (reading `return_value` here would raise it)."""
+        self.status, self.return_value, self.failure = JobStatus.FAILED, failure, failure
 
 
 def split_hydra_node(cfg: DictConfig) -> tuple[DictConfig, DictConfig]:
