@@ -38,6 +38,7 @@ from compiler.config.recipe_model import (
     load_in_8bit,
     rl,
     special_tokens,
+    unfrozen_parameters,
     use_peft,
 )
 from compiler.spec.errors import ConfigError
@@ -357,6 +358,7 @@ HANDLERS: dict[str, Handler] = {
     "dataset_kwargs": _dataset_kwargs,
     "fsdp_config": _fsdp_config,
     "past_index": _past_index,
+    "unfrozen_parameters": unfrozen_parameters,
 }
 """Every recipe key dockyard reads, by its name in TrainingArguments, TRL, the alignment-handbook or axolotl."""
 
