@@ -84,6 +84,7 @@ TRL_KEYS = frozenset(
         "max_seq_length",
         "max_length",
         "packing",
+        "packing_strategy",
         "assistant_only_loss",
         "beta",
         "use_peft",
