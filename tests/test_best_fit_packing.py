@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compiler.config.recipes import convert
+from compiler.planner.summary import summary_lines
 from compiler.spec.errors import ConfigError
 from compiler.spec.schema import DataFormat, Overlong, PackingStrategy
 from entrypoint.trainer.data import FORMATS
@@ -115,7 +116,9 @@ def test_bfd_is_planned_for_packed_documents_only(tmp_path, hf_tokenizer):
         f"data.tokenizer={hf_tokenizer}",
         "model.vocab=512",
     )
-    assert plan_for(*data, "data.packing_strategy=bfd").data.packing_strategy is PackingStrategy.bfd
+    plan = plan_for(*data, "data.packing_strategy=bfd")
+    assert plan.data.packing_strategy is PackingStrategy.bfd
+    assert "packed whole (best-fit decreasing, longer ones truncated)" in "\n".join(summary_lines(plan))
     with pytest.raises(ConfigError) as caught:
         plan_for(*data, "data.packing_strategy=bfd", "data.packing=false")
     assert caught.value.key == "data.packing_strategy"

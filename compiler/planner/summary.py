@@ -19,6 +19,7 @@ from compiler.spec.schema import (
     LrScaling,
     Objective,
     Overlong,
+    PackingStrategy,
 )
 from compiler.spec.strategies import facts
 from compiler.spec.tokenizer import tokenizer_location
@@ -262,6 +263,8 @@ def _windows(data: DataConfig) -> str:
     windows = f"one document a window ({longer})"
     if data.packing:
         windows = "packed, documents masked from each other" if data.packing_mask else "packed"
+        if data.packing_strategy is PackingStrategy.bfd:
+            windows = windows.replace("packed", f"packed whole (best-fit decreasing, {longer})", 1)
     if data.format is DataFormat.chat:
         return f"{windows}, the loss on {'the replies' if data.loss_on is LossOn.assistant else 'every token'}"
     return windows
