@@ -123,6 +123,7 @@ def test_lora_recipes_keep_their_adapters():
     assert zephyr["model.lora.targets"] == "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"
     llama = ported("axolotl-llama-3-lora-1b.yml")
     assert (llama["model.lora.rank"], llama["model.lora.alpha"], llama["data.packing_mask"]) == ("16", "32", "true")
+    assert llama["data.packing_strategy"] == "bfd"  # sample_packing: whole samples, as axolotl's multipack
     phi3 = ported("axolotl-phi-phi3-ft.yml")  # lora_target_linear: every linear layer, qkv_proj included
     assert (phi3["model.lora.rank"], phi3["model.lora.targets"]) == ("64", "[all-linear]")
     full = ported("axolotl-llama-3-fft-8b.yaml")  # no adapter: a full fine-tune

@@ -259,11 +259,14 @@ def _packing(out: Conversion, key: str, value: Any, recipe: dict) -> None:
 
 
 def _sample_packing(out: Conversion, key: str, value: Any, recipe: dict) -> None:
-    """axolotl's `sample_packing`: packed windows whose documents do not attend to each other."""
+    """axolotl's `sample_packing`: whole samples packed into windows (its multipack sampler's first-fit
+    decreasing; dockyard's best fit keeps them as whole, filling windows a little differently), which do not
+    attend to each other."""
     if not isinstance(value, bool):
         raise ValueError(value)
     out.set("data.packing", value)
     if value:
+        out.set("data.packing_strategy", "bfd")
         out.set("data.packing_mask", True)
 
 
