@@ -1,5 +1,5 @@
 """Real recipes (tests/data/recipes: the alignment-handbook's, axolotl's, TRL's) through `dockyard convert`: each
-key ported, ignored as neutral or refused in one line naming the recipe's own key; the tools' defaults stated;
+key ported or ignored as neutral, and every kept recipe converting with exit status 0; the tools' defaults stated;
 the DPO, LoRA and Phi-3 cases; then each port planned and dry-run on tiny fixture checkpoints and data."""
 
 import json
@@ -22,13 +22,6 @@ RECIPES = Path(__file__).parent / "data" / "recipes"
 
 KEPT = sorted(path.name for path in RECIPES.glob("*.y*ml"))
 
-WAITING = {
-    "axolotl-gemma3-gemma-3-1b-qlora.yml": {"unfrozen_parameters"},
-}
-"""The recipes that still cannot port, by their own keys: Gemma-3's trains only the parameters its
-`unfrozen_parameters` patterns match (dockyard trains the whole model or its adapters). Every other kept recipe
-converts with exit status 0."""
-REFUSED = {name: WAITING.get(name, set()) for name in KEPT}
 
 DATASETS = {
     "handbook-smollm2-sft.yaml": ("data.name", "HuggingFaceTB/smoltalk"),
@@ -45,25 +38,20 @@ DATASETS = {
 
 
 def test_every_kept_recipe_is_listed_with_its_source():
-    assert len(KEPT) == 14 and set(WAITING) < set(KEPT)
+    assert len(KEPT) == 14
     readme = (RECIPES / "README.md").read_text()
     assert all(f"`{name}`" in readme for name in KEPT)
 
 
-@pytest.mark.parametrize("name", sorted(REFUSED))
-def test_each_key_is_ported_ignored_or_refused_by_its_own_name(name, tmp_path):
+@pytest.mark.parametrize("name", KEPT)
+def test_each_key_is_ported_or_ignored_and_the_recipe_converts(name, tmp_path):
     outcome = invoke(["convert", str(RECIPES / name)], tmp_path)
-    prefix = "dockyard: cannot honour "
-    refusals = [line.removeprefix(prefix) for line in outcome.stderr.splitlines() if line.startswith(prefix)]
-    refused = {key for line in refusals for key in line.split(":")[0].split(", ")}
-    assert refused == REFUSED[name], outcome.stderr
-    assert outcome.status == (2 if REFUSED[name] else 0) and outcome.created == set()
+    assert not [line for line in outcome.stderr.splitlines() if line.startswith("dockyard: cannot honour ")]
+    assert outcome.status == 0 and outcome.created == set(), outcome.stderr
     ignored_line = [line for line in outcome.stderr.splitlines() if line.startswith("dockyard: ignored")]
     ignored = ignored_line[0].split(": ", 2)[2].split(", ") if ignored_line else []
     assert len(ignored_line) <= 1 and set(ignored) <= NEUTRAL
-    recipe = read_recipe(RECIPES / name)
-    assert not set(ignored) & refused and set(ignored) <= set(recipe)
-    assert not refused & DATA_KEYS
+    assert set(ignored) <= set(read_recipe(RECIPES / name)) and not set(ignored) & DATA_KEYS
     if name in DATASETS:
         key, value = DATASETS[name]
         assert f"{key}={value}" in outcome.stdout.splitlines() and "data=hf" in outcome.stdout.splitlines()
@@ -127,10 +115,15 @@ def test_lora_recipes_keep_their_adapters():
     assert (zephyr["model.lora.quantize_base"], zephyr["model.lora.double_quant"]) == ("nf4", "false")
     gemma = ported("axolotl-gemma3-gemma-3-1b-qlora.yml")  # adapter: qlora, axolotl's double quantization
     assert (gemma["model.lora.quantize_base"], gemma["model.lora.double_quant"]) == ("nf4", "true")
+    # its unfrozen_parameters, which axolotl does not support beside an adapter, are left out with a note
+    assert "model.trainable_parameters" not in gemma
+    notes = convert(read_recipe(RECIPES / "axolotl-gemma3-gemma-3-1b-qlora.yml")).notes
+    assert any(note.startswith("unfrozen_parameters: left out under adapter: qlora") for note in notes)
     assert ported("axolotl-llama-3-instruct-dpo-lora-8b.yml")["model.lora.quantize_base"] == "int8"  # load_in_8bit
     assert zephyr["model.lora.targets"] == "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"
     llama = ported("axolotl-llama-3-lora-1b.yml")
     assert (llama["model.lora.rank"], llama["model.lora.alpha"], llama["data.packing_mask"]) == ("16", "32", "true")
+    assert llama["data.packing_strategy"] == "bfd"  # sample_packing: whole samples, as axolotl's multipack
     phi3 = ported("axolotl-phi-phi3-ft.yml")  # lora_target_linear: every linear layer, qkv_proj included
     assert (phi3["model.lora.rank"], phi3["model.lora.targets"]) == ("64", "[all-linear]")
     full = ported("axolotl-llama-3-fft-8b.yaml")  # no adapter: a full fine-tune
@@ -291,7 +284,7 @@ def port(name: str, fixtures: dict[str, Path], **changes: str) -> list[str]:
     return [f"{key}={value}" for key, value in overrides.items()]
 
 
-@pytest.mark.parametrize("name", sorted(REFUSED))
+@pytest.mark.parametrize("name", KEPT)
 def test_each_port_plans_and_dry_runs_on_the_fixtures(name, fixtures, tmp_path):
     """The dry run plans (its summary on stderr), then renders the request it would send."""
     dry_run = invoke(["launch", "--dry-run", *port(name, fixtures)], tmp_path)

@@ -1,6 +1,7 @@
 """What a recipe says beyond its optimizer, as dockyard carries it from `dockyard convert` to the nodes: an inline
 chat template and an end-of-sequence token (through Hydra's quoting, the plan, the token cache and the exported
-tokenizer), a held-out size in rows, axolotl's column and role names, and early stopping."""
+tokenizer), a held-out size in rows, axolotl's column and role names, and early stopping (its count kept in
+each checkpoint for a resumed run)."""
 
 import functools
 import http.server
@@ -20,6 +21,7 @@ from compiler.spec.errors import ConfigError
 from compiler.spec.schema import DataFormat
 from compiler.targets.kubernetes import translate as kubernetes
 from compiler.targets.local import translate as local
+from entrypoint.trainer import checkpoint
 from entrypoint.trainer.data import cache as token_cache
 from entrypoint.trainer.data import documents, prepare
 from entrypoint.trainer.data.base import CacheMeta
@@ -210,10 +212,13 @@ def test_a_run_whose_validation_loss_stops_falling_ends_early_with_its_model(tmp
     recipe = [f"data.chat_template={shown(Text(template))}", "data.eos_token='<|end|>'", "data.validation=5"]
     overrides = chat_overrides(folder, hf_tokenizer, *recipe, "trainer.eval_interval=1")
     overrides += ["trainer.early_stopping_patience=1", "trainer.lr=1e-30", "trainer.steps=6"]
-    records = train(tiny_plan(*overrides), tmp_path)
+    records = train(tiny_plan(*overrides, "trainer.checkpoint_interval=1"), tmp_path)
     validations = [row for row in records if "val_loss" in row]
     assert [row["step"] for row in validations] == [1, 2]
     assert validations[0]["val_loss"] == validations[1]["val_loss"]
+    # the checkpoint of step 1 keeps the validation loss the patience counts from, for a resumed run to go on
+    (saved,) = (folder for step, folder in checkpoint.complete(tmp_path / "checkpoints") if step == 1)
+    assert checkpoint.progress(saved)["val_losses"] == pytest.approx([validations[0]["val_loss"]], rel=1e-6)
     (meta,) = (path for path in tmp_path.rglob("meta.json") if "tokenizer-" not in str(path))
     assert json.loads(meta.read_text())["splits"]["validation"]["documents"] == 5
     model = tmp_path / "model"

@@ -1,10 +1,12 @@
 """The tensors a checkpoint folder holds, by name and shape, read from its safetensors headers (the index names
-the shards; only each file's header is read, never the weights): what `model.lora.targets` may name.
+the shards; only each file's header is read, never the weights): what `model.lora.targets` may name and
+`model.trainable_parameters` may match.
 
 A safetensors file starts with the length of its JSON header (8 bytes, little-endian), then the header, which
 maps every tensor's name to its dtype, shape and offsets.
 """
 
+import math
 import re
 from pathlib import Path
 
@@ -13,6 +15,8 @@ from omegaconf import DictConfig
 from compiler.spec.errors import ConfigError, shown
 from compiler.spec.files import FileError, decoded, json_object, read_bytes, read_json_object
 from compiler.spec.schema.model import ALL_LINEAR
+from compiler.spec.trainable import KEY as TRAINABLE
+from compiler.spec.trainable import chosen
 
 INDEX = "model.safetensors.index.json"
 HEADER_LIMIT = 100 * 2**20
@@ -86,3 +90,26 @@ def check_lora_targets(model: DictConfig, folder: Path) -> None:
                 f"{shown(target)} names no module of {folder} (its linear layers: {', '.join(linear) or 'none'})",
                 f"choose among {', '.join(linear)}, or [{ALL_LINEAR}]",
             )
+
+
+def count_trainable(model: DictConfig, folder: Path) -> None:
+    """`model.trainable_parameters` against the checkpoint's tensor names: a pattern that matches none is refused
+    (a recipe's pattern for another architecture would otherwise freeze what it meant to train), and the
+    parameters they choose are counted into `model.trainable_count` for the memory estimate."""
+    if not model.trainable_parameters or model.lora.rank:  # LoRA with them is refused by the planner
+        return
+    shapes = tensor_shapes(folder)
+    if not shapes:  # weights in another format: the trainer checks the names on the nodes
+        return
+    try:
+        names, unmatched = chosen(list(model.trainable_parameters), shapes)
+    except ValueError as error:
+        raise ConfigError(TRAINABLE, str(error), "give regular expressions over parameter names") from None
+    if unmatched:
+        example = next(name for name in sorted(shapes) if IN_A_BLOCK.search(name))
+        raise ConfigError(
+            TRAINABLE,
+            f"{shown(unmatched[0])} matches no tensor of {folder} (its names read like {example})",
+            "match the checkpoint's names from their start, as axolotl's unfrozen_parameters does",
+        )
+    model.trainable_count = sum(math.prod(shapes[name]) for name in names)

@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from compiler.config.checkpoint_tensors import check_lora_targets
+from compiler.config.checkpoint_tensors import check_lora_targets, count_trainable
 from compiler.core import grammar
 from compiler.core.architectures import model_fields
 from compiler.spec.checkpoint_files import check_folder
@@ -68,6 +68,7 @@ def fill_from_checkpoint(model: DictConfig) -> None:
             model[name] = value
     if Path(model.path).is_dir():
         check_lora_targets(model, Path(model.path))
+        count_trainable(model, Path(model.path))
     if OmegaConf.is_missing(model, "seq_len"):
         model.seq_len = min(fields["context"], SHAPE_DEFAULT_SEQ_LEN)
 

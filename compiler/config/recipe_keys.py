@@ -84,6 +84,7 @@ TRL_KEYS = frozenset(
         "max_seq_length",
         "max_length",
         "packing",
+        "packing_strategy",
         "assistant_only_loss",
         "beta",
         "use_peft",
@@ -162,7 +163,6 @@ REFUSED: dict[str, str] = {
     "ignore_data_skip": "a resumed dockyard run always continues its data where it stopped",
     "restore_callback_states_from_checkpoint": "dockyard's trainer has no callbacks",
     "group_by_length": "dockyard's batches follow the data's seeded order, not its lengths",
-    "unfrozen_parameters": "dockyard trains the whole model or its LoRA adapters (model.lora)",
 }
 """Keys that change what is trained in a way dockyard does not, unless left empty: why, and what to do."""
 
@@ -234,5 +234,5 @@ def shown(value: object) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, list):
-        return "[" + ",".join(str(v) for v in value) + "]"
+        return "[" + ",".join(shown(v) for v in value) + "]"
     return f"{value:g}" if isinstance(value, float) else str(value)

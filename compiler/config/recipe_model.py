@@ -1,6 +1,7 @@
 """The recipe keys of what is trained beyond the optimizer: LoRA adapters (axolotl's `adapter`, TRL's
-`use_peft`) and their quantized base (`load_in_4bit`, `load_in_8bit`), the DPO objective (TRL's `beta` and
-`loss_type`, axolotl's `rl`) and the tokenizer's settings (`chat_template`, `special_tokens`)."""
+`use_peft`) and their quantized base (`load_in_4bit`, `load_in_8bit`), the parameters a full fine-tune trains
+(axolotl's `unfrozen_parameters`), the DPO objective (TRL's `beta` and `loss_type`, axolotl's `rl`) and the
+tokenizer's settings (`chat_template`, `special_tokens`)."""
 
 from typing import Any
 
@@ -86,6 +87,21 @@ def _lora(out: Conversion, recipe: dict, defaults: dict[str, float]) -> None:
 
 def _given(recipe: dict, key: str, defaults: dict[str, float]) -> float:
     return defaults[key] if recipe.get(key) is None else recipe[key]
+
+
+def unfrozen_parameters(out: Conversion, key: str, value: Any, recipe: dict) -> None:
+    """axolotl's `unfrozen_parameters`: a full fine-tune trains only the parameters these patterns match
+    (`model.trainable_parameters`, read as axolotl reads them). axolotl applies them after the adapters are added,
+    and does not support them with an adapter (axolotl-ai-cloud/axolotl#1188): there the adapters train, every
+    weight of the model frozen, and the patterns are left out with a note."""
+    patterns = [value] if isinstance(value, str) else [str(pattern) for pattern in value]
+    if recipe.get("adapter"):
+        out.notes.append(
+            f"{key}: left out under adapter: {recipe['adapter']}: the adapters (model.lora) train and every weight of "
+            "the model stays frozen (axolotl does not support unfreezing parameters with an adapter)"
+        )
+        return
+    out.set("model.trainable_parameters", [Text(pattern) for pattern in patterns])
 
 
 def rl(out: Conversion, key: str, value: Any, recipe: dict) -> None:

@@ -38,6 +38,7 @@ from compiler.config.recipe_model import (
     load_in_8bit,
     rl,
     special_tokens,
+    unfrozen_parameters,
     use_peft,
 )
 from compiler.spec.errors import ConfigError
@@ -240,12 +241,32 @@ def _validation(out: Conversion, key: str, value: Any, recipe: dict) -> None:
         out.set("data.validation", held_out(value))
 
 
+def _packing(out: Conversion, key: str, value: Any, recipe: dict) -> None:
+    """TRL's `packing` with its `packing_strategy`: bfd (TRL's default: whole documents per window, which TRL's
+    padding-free forward keeps from attending to each other) or wrapped (the stream cut at window edges, attending
+    across documents)."""
+    if not isinstance(value, bool):
+        raise ValueError(value)
+    out.set("data.packing", value)
+    strategy = recipe.get("packing_strategy") or "bfd"
+    if not value:
+        return
+    if strategy not in ("bfd", "wrapped"):
+        return out.refuse("packing_strategy", f"{strategy}: dockyard packs bfd (whole documents) or wrapped")
+    out.set("data.packing_strategy", strategy)
+    if strategy == "bfd":
+        out.set("data.packing_mask", True)
+
+
 def _sample_packing(out: Conversion, key: str, value: Any, recipe: dict) -> None:
-    """axolotl's `sample_packing`: packed windows whose documents do not attend to each other."""
+    """axolotl's `sample_packing`: whole samples packed into windows (its multipack sampler's first-fit
+    decreasing; dockyard's best fit keeps them as whole, filling windows a little differently), which do not
+    attend to each other."""
     if not isinstance(value, bool):
         raise ValueError(value)
     out.set("data.packing", value)
     if value:
+        out.set("data.packing_strategy", "bfd")
         out.set("data.packing_mask", True)
 
 
@@ -315,7 +336,8 @@ HANDLERS: dict[str, Handler] = {
     "sequence_len": _to("model.seq_len", int),
     "max_prompt_length": _to("data.max_prompt_length", int),
     "max_prompt_len": _to("data.max_prompt_length", int),
-    "packing": _flag("data.packing", True, False),
+    "packing": _packing,
+    "packing_strategy": _nothing,
     "sample_packing": _sample_packing,
     "dataset_text_field": _to("data.field", str),
     "assistant_only_loss": _flag("data.loss_on", "assistant", "all"),
@@ -357,6 +379,7 @@ HANDLERS: dict[str, Handler] = {
     "dataset_kwargs": _dataset_kwargs,
     "fsdp_config": _fsdp_config,
     "past_index": _past_index,
+    "unfrozen_parameters": unfrozen_parameters,
 }
 """Every recipe key dockyard reads, by its name in TrainingArguments, TRL, the alignment-handbook or axolotl."""
 

@@ -80,10 +80,19 @@ def check_format(config: schema.Config, targets: TargetCapabilities) -> Iterator
 
 
 def check_packing_mask(config: schema.Config, layout: Layout) -> None:
-    """Document-boundary masking needs documents packed into windows, and a model whose every layer sees the
-    documents' positions: the built-in decoder unpipelined, or a transformers architecture whose causal mask
-    follows position_ids that restart (`find_packed_sequence_indices`, transformers 5.x)."""
+    """Whole-document packing needs documents packed (text, chat). Document-boundary masking needs documents
+    packed into windows, and a model whose every layer sees the documents' positions: the built-in decoder
+    unpipelined, or a transformers architecture whose causal mask follows position_ids that restart
+    (`find_packed_sequence_indices`, transformers 5.x)."""
     data, model = config.data, config.model
+    if data.packing_strategy is schema.PackingStrategy.bfd and (
+        not data.packing or data.format not in (schema.DataFormat.text, schema.DataFormat.chat)
+    ):
+        raise ConfigError(
+            "data.packing_strategy",
+            "bfd places whole documents into packed windows, and this data packs none",
+            "set data.packing=true with data.format=text or chat, or drop data.packing_strategy",
+        )
     if not data.packing_mask:
         return
     if data.format is schema.DataFormat.tokens:

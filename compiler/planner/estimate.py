@@ -309,11 +309,11 @@ def _share_memory(
 
 
 def trainable_fraction(model: schema.ModelConfig) -> float:
-    """The share of the parameters that get gradients and optimizer states: all, or with LoRA the adapters
-    (frozen base weights keep only their weights)."""
-    if not model.lora.rank:
-        return 1.0
-    return model_facts(model).lora / parameter_count(model)
+    """The share of the parameters that get gradients and optimizer states: all, LoRA's adapters, or those
+    `model.trainable_parameters` chose, as counted in the checkpoint (frozen weights keep only their weights)."""
+    if model.lora.rank:
+        return model_facts(model).lora / parameter_count(model)
+    return min(1.0, model.trainable_count / parameter_count(model)) if model.trainable_count else 1.0
 
 
 def checkpoint_bytes(model: schema.ModelConfig) -> int:

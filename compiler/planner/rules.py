@@ -32,6 +32,7 @@ from compiler.planner.sample_rules import check_samples
 from compiler.planner.schedule_rules import check_schedule
 from compiler.planner.target_rules import SECRET_NAME, check_target
 from compiler.planner.tracker_rules import check_trackers
+from compiler.planner.trainable_rules import check_trainable
 from compiler.spec import InstanceType, schema
 from compiler.spec.contract import PLAN_CHANNEL
 from compiler.spec.errors import ConfigError, UnsupportedError
@@ -429,6 +430,7 @@ CROSS_FIELD_CHECKS = (
     check_groups,
     check_pretrained,
     check_quantized_base,
+    check_trainable,
     check_eval,
     check_samples,
 )

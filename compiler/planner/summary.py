@@ -19,6 +19,7 @@ from compiler.spec.schema import (
     LrScaling,
     Objective,
     Overlong,
+    PackingStrategy,
 )
 from compiler.spec.strategies import facts
 from compiler.spec.tokenizer import tokenizer_location
@@ -105,7 +106,8 @@ def _training(plan: Plan) -> str:
 
 
 def _carried_over(plan: Plan) -> list[str]:
-    """The objective and the adapters, so that a ported recipe's DPO and LoRA are seen to have carried over."""
+    """The objective, the adapters or the parameters trained, so that a ported recipe's DPO, LoRA and
+    `unfrozen_parameters` are seen to have carried over."""
     trainer, lora = plan.trainer, plan.model.lora
     if trainer.objective is Objective.dpo:
         dpo = trainer.dpo
@@ -121,6 +123,9 @@ def _carried_over(plan: Plan) -> list[str]:
             f"{', '.join(lora.targets)}; the checkpoint's weights frozen"
             + (f", its blocks' linear layers held {lora.quantize_base.value} (QLoRA)" if quantized else "")
         )
+    if plan.model.trainable_parameters:
+        counted = f"{plan.model.trainable_count:,} parameters" if plan.model.trainable_count else "the parameters"
+        lines.append(f"trains    {counted} matching {', '.join(plan.model.trainable_parameters)}; the rest frozen")
     return lines
 
 
@@ -258,6 +263,8 @@ def _windows(data: DataConfig) -> str:
     windows = f"one document a window ({longer})"
     if data.packing:
         windows = "packed, documents masked from each other" if data.packing_mask else "packed"
+        if data.packing_strategy is PackingStrategy.bfd:
+            windows = windows.replace("packed", f"packed whole (best-fit decreasing, {longer})", 1)
     if data.format is DataFormat.chat:
         return f"{windows}, the loss on {'the replies' if data.loss_on is LossOn.assistant else 'every token'}"
     return windows

@@ -32,6 +32,7 @@ from compiler.spec.schema import TrainerConfig
 MARKER = CHECKPOINT_MARKER
 KEEP = 2
 NAME = re.compile(r"^step-(\d{8})$")
+PROGRESS = "progress"
 
 
 class Saver(Protocol):
@@ -58,6 +59,11 @@ def complete(root: Path) -> list[tuple[int, Path]]:
         if match and (path / MARKER).is_file():
             found.append((int(match[1]), path))
     return sorted(found)
+
+
+def progress(folder: Path) -> dict:
+    """The training loop's progress a complete checkpoint's marker holds (empty for one written without)."""
+    return json.loads((folder / MARKER).read_text()).get(PROGRESS, {})
 
 
 def save(engine: Saver, root: Path, step: int, local_leader: bool, metadata: dict) -> Path:
@@ -109,7 +115,7 @@ class Checkpoints:
         self.local_leader, self.metadata = local_leader, metadata
         self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
         self.last_saved = time.monotonic()
-        self.pending: tuple[int, Future] | None = None
+        self.pending: tuple[int, Future, dict] | None = None
         self.group = self.stager = None
         if trainer.checkpoint_async:
             # the background write's collectives run beside training's, so they get a process group of their
@@ -136,19 +142,22 @@ class Checkpoints:
         dist.broadcast(flag, src=0)
         return bool(flag.item())
 
-    def save(self, step: int) -> None:
-        """The checkpoint after `step` steps: written now, or started in the background."""
+    def save(self, step: int, progress: dict | None = None) -> None:
+        """The checkpoint after `step` steps: written now, or started in the background. `progress` (what the
+        training loop keeps beside the engine's state at this step: the validation losses early stopping
+        compares) goes into its marker, as `progress` reads it back on resuming."""
         self.wait()
         self.last_saved = time.monotonic()
+        metadata = self.metadata | {PROGRESS: progress or {}}
         if self.group is None:
-            save(self.engine, self.root, step, self.local_leader, self.metadata)
+            save(self.engine, self.root, step, self.local_leader, metadata)
             return
         partial = _begin(self.root, step, self.local_leader)
         state = self.engine.checkpoint_state()  # type: ignore[attr-defined]
         written = dcp.async_save(state, checkpoint_id=str(partial), process_group=self.group, async_stager=self.stager)
         if not isinstance(written, Future):  # torch returns a response object only when staging is asynchronous
             written = written.upload_completion
-        self.pending = (step, written)
+        self.pending = (step, written, metadata)
 
     def poll(self) -> None:
         """Complete the background write once every rank's part is written (one scalar all-reduce per step
@@ -164,10 +173,10 @@ class Checkpoints:
         """Wait for the background write, if one is under way, and complete it."""
         if self.pending is None:
             return
-        step, written = self.pending
+        step, written, metadata = self.pending
         self.pending = None
         written.result()
-        _finish(self.root, step, self.local_leader, self.metadata)
+        _finish(self.root, step, self.local_leader, metadata)
 
     def close(self) -> None:
         self.wait()

@@ -286,11 +286,12 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
     guards.time_compute(plan, engine)
     data = prepare_data(plan, paths, leader)
     precompute_reference(engine, plan, data, device)
-    start = 0
+    start, val_losses = 0, list[float]()
     done = checkpoint.complete(paths.checkpoints)
     if done:
         start, folder = done[-1]
         engine.load(folder)
+        val_losses = checkpoint.progress(folder).get("val_losses", [])  # early stopping's count goes on
     failed = restarts.failures(notes, leader) if restarted else []
     if rank == 0:
         backend = dist.get_backend()
@@ -311,7 +312,6 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
     try:
         started = last_time = time.perf_counter()
         last_step, window_loss = start, torch.zeros((), device=device)  # the losses' sum since the last record
-        val_losses: list[float] = []
         completed = False
         for step in range(start, trainer.steps):
             guards.before_step(step)
@@ -353,7 +353,7 @@ def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> No
             saver.poll()
             stopped = stop.agreed(device)
             if (stopped and done_steps < trainer.steps) or saver.due(done_steps):
-                saver.save(done_steps)
+                saver.save(done_steps, {"val_losses": list(val_losses)})
             if stopped:
                 saver.close()
                 raise JobStoppedError(f"stopped by SIGTERM after step {done_steps}; its checkpoint is saved")

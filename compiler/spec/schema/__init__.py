@@ -18,6 +18,7 @@ from compiler.spec.schema.data import (
     InputMode,
     LossOn,
     Overlong,
+    PackingStrategy,
 )
 from compiler.spec.schema.evaluation import (
     EvalConfig,
@@ -88,6 +89,7 @@ __all__ = [
     "DataFormat",
     "LossOn",
     "Overlong",
+    "PackingStrategy",
     "EvalConfig",
     "InstanceGroup",
     "HardwareConfig",

@@ -45,6 +45,17 @@ class LossOn(Enum):
     all = "all"
 
 
+class PackingStrategy(Enum):
+    """How `data.packing` fills windows (TRL's `packing_strategy`)."""
+
+    wrapped = "wrapped"
+    """The stream of documents cut into consecutive windows: every slot filled, a document split where a window
+    ends (TRL's `wrapped`)."""
+    bfd = "bfd"
+    """Whole documents placed into windows by best-fit decreasing, the room left padded: no document split (TRL's
+    `bfd`); one longer than a window follows `data.overlong`."""
+
+
 class Overlong(Enum):
     """What becomes of a record longer than its own window (seq_len + 1 tokens)."""
 
@@ -109,13 +120,15 @@ class DataConfig:
     packing: bool = True
     """text/chat: documents packed into seq_len windows with EOS between them; false gives each document a
     window of its own (padded, long ones truncated)."""
+    packing_strategy: PackingStrategy = PackingStrategy.wrapped
+    """text/chat with data.packing: wrapped (documents cut at window edges) or bfd (whole documents per window)."""
     packing_mask: bool = False
     """Document-boundary masking inside packed windows: attention does not cross documents and positions restart
     at each one (the built-in decoder unpipelined, and transformers architectures dockyard knows)."""
     overlong: Overlong = Overlong.truncate
     """A record longer than seq_len + 1 tokens where each has a window of its own (chat or text with
-    data.packing=false, preference pairs): truncate (cut at the end) or drop (left out); the run's first lines
-    count them. Packed windows cut documents at window edges instead."""
+    data.packing=false or data.packing_strategy=bfd, preference pairs): truncate (cut at the end) or drop (left
+    out); the run's first lines count them. Wrapped packing cuts documents at window edges instead."""
     max_prompt_length: int | None = None
     """preference: a pair's prompt cut to its last this many tokens (from the left, as TRL's DPO truncates it);
     None keeps the whole prompt."""

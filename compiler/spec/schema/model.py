@@ -118,6 +118,15 @@ class ModelConfig:
     """hf only: start from the checkpoint's weights (pretrained) or from its architecture alone (random)."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """hf only: train low-rank adapters instead of the whole model (`lora.rank` > 0)."""
+    trainable_parameters: list[str] = field(default_factory=list)
+    """hf only: a full fine-tune trains only the parameters whose names one of these regular expressions
+    matches, the rest frozen (axolotl's `unfrozen_parameters`, read as axolotl reads them:
+    `compiler/spec/trainable.py`); empty trains every parameter. Checked against a local checkpoint's tensor
+    names, where a pattern that matches none is refused. Not with LoRA, which freezes every weight of the model
+    and trains its adapters."""
+    trainable_count: int = 0
+    """hf: the parameters `trainable_parameters` chooses, counted from a local checkpoint's safetensors headers
+    (the memory estimate gives gradients and optimizer states to these only); 0 where not counted."""
     architecture: str = ""
     """hf: the checkpoint's `model_type` (llama, qwen2, gpt2 …), filled from config.json."""
     head_dim: int = 0

@@ -9,10 +9,16 @@ from pathlib import Path
 import numpy as np
 
 from compiler.spec import Plan
-from compiler.spec.schema import DataFormat, LossOn, Overlong
+from compiler.spec.schema import DataFormat, LossOn, Overlong, PackingStrategy
 from compiler.spec.tokenizer import TOKENIZER_FILE
 from entrypoint.trainer.data.base import Batch, CacheMeta, Encoded
-from entrypoint.trainer.data.windows import PackedDocuments, SeparateDocuments, ShuffledWindows, Split
+from entrypoint.trainer.data.windows import (
+    PackedDocuments,
+    SeparateDocuments,
+    ShuffledWindows,
+    Split,
+    WholeDocuments,
+)
 
 
 class TextFormat:
@@ -40,10 +46,13 @@ class TextFormat:
 
     def windows(self, split: Split, plan: Plan, eos: int) -> ShuffledWindows:
         seq_len, seed = plan.model.seq_len, plan.trainer.seed
+        drop = plan.data.overlong is Overlong.drop
+        if plan.data.packing and plan.data.packing_strategy is PackingStrategy.bfd:
+            return WholeDocuments(split, seq_len, seed, eos, plan.data.packing_mask, drop)
         if plan.data.packing:
             return PackedDocuments(split, seq_len, seed, plan.data.packing_mask)
         documents = SeparateDocuments(split, seq_len, seed, eos)
-        if plan.data.overlong is Overlong.drop:
+        if drop:
             documents.drop_overlong()
         return documents
 
@@ -56,7 +65,7 @@ class TextFormat:
         held = meta.splits.get("validation")
         if held and held.documents:
             lines.append(f"validation        {held.documents:,} documents, {held.tokens:,} tokens held out")
-        lines.append(_packing_line(plan, train_split.starts))
+        lines.append(_packing_line(plan, train_split.starts, windows))
         lines.extend(self.target_lines(plan, meta))
         epochs = plan.trainer.steps * plan.batch.global_batch / windows
         lines.append(
@@ -69,22 +78,22 @@ class TextFormat:
         return []
 
 
-def _packing_line(plan: Plan, starts: np.ndarray) -> str:
-    """Packing efficiency: document tokens (not separators or padding) ÷ the slots of the windows."""
+def _packing_line(plan: Plan, starts: np.ndarray, windows: int) -> str:
+    """Packing efficiency: document tokens (not separators or padding) ÷ the slots of the `windows` windows."""
     window = plan.model.seq_len + 1
     lengths = np.diff(starts)  # each document and its end-of-text token
-    if plan.data.packing:
-        windows = (int(starts[-1]) - 1) // plan.model.seq_len
+    masked = ", attention inside documents" if plan.data.packing_mask else ""
+    whole = plan.data.packing_strategy is PackingStrategy.bfd
+    if plan.data.packing and not whole:
         efficiency = (int(starts[-1]) - len(lengths)) / max(int(starts[-1]), 1)
-        masked = ", attention inside documents" if plan.data.packing_mask else ""
         return f"packing           {windows:,} windows of {window}, efficiency {efficiency:.1%}, 0 truncated{masked}"
     overlong = lengths > window
-    if plan.data.overlong is Overlong.drop:
-        lengths = lengths[~overlong]
-    used = np.minimum(lengths - 1, window)
-    efficiency = used.sum() / max(len(lengths) * window, 1)
-    fate = "dropped (data.overlong=drop)" if plan.data.overlong is Overlong.drop else "truncated"
-    return (
-        f"packing           off: {len(lengths):,} windows of {window}, efficiency {efficiency:.1%}, "
-        f"{int(overlong.sum()):,} {fate}"
-    )
+    dropped = plan.data.overlong is Overlong.drop
+    used = np.minimum((lengths[~overlong] if dropped else lengths) - 1, window)
+    efficiency = used.sum() / max(windows * window, 1)
+    fate = "dropped (data.overlong=drop)" if dropped else "truncated"
+    if plan.data.packing:
+        how = f"bfd: {windows:,} windows of {window} of whole documents"
+    else:
+        how, masked = f"off: {windows:,} windows of {window}", ""
+    return f"packing           {how}, efficiency {efficiency:.1%}, {int(overlong.sum()):,} {fate}{masked}"

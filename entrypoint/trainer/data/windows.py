@@ -4,8 +4,9 @@ stream) or over token files, memory-mapped: a rank reads only the windows it tra
 
 Packing (`data.packing=true`) cuts the stream of documents, each followed by the end-of-text token, into
 consecutive windows of seq_len + 1 tokens (with `data.packing_mask`, each token's position in its document
-goes with it, so that attention stays inside documents); without packing each document has a window of its
-own, padded with end-of-text tokens that are no targets and truncated (counted) when it is longer.
+goes with it, so that attention stays inside documents); `data.packing_strategy=bfd` instead places whole
+documents into windows (`best_fit`), padded; without packing each document has a window of its own, padded with
+end-of-text tokens that are no targets and truncated (counted) when it is longer.
 """
 
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from entrypoint.trainer.data.best_fit import best_fit_decreasing
 from entrypoint.trainer.models.loss import IGNORE_INDEX
 from entrypoint.trainer.models.packed import packed
 
@@ -242,3 +244,47 @@ class SeparateDocuments(ShuffledWindows):
         pad = self.seq_len + 1 - (end - start)
         tokens = np.concatenate([self.tokens[start:end], np.full(pad, self.eos, dtype=self.tokens.dtype)])
         return tokens, np.concatenate([self.targets[start:end], np.zeros(pad, dtype=np.uint8)])
+
+
+class WholeDocuments(ShuffledWindows):
+    """`data.packing_strategy=bfd`: each window holds whole documents (best-fit decreasing), padded with end-of-text
+    tokens that are no targets; a document longer than the window has one of its own, cut at the end, or with
+    `drop_overlong` none. With `mask_boundaries` each token's position in its document goes with it, as in
+    `PackedDocuments`."""
+
+    def __init__(
+        self, split: Path | Split, seq_len: int, seed: int, eos: int, mask_boundaries: bool, drop_overlong: bool
+    ) -> None:
+        split = opened(split)
+        self.tokens, self.targets, self.starts, self.eos = split.tokens, split.targets, split.starts, eos
+        self.mask_boundaries = mask_boundaries
+        lengths = np.diff(self.starts)
+        numbers = np.flatnonzero(lengths <= seq_len + 1) if drop_overlong else np.arange(len(lengths))
+        self.documents = [numbers[placed].tolist() for placed in best_fit_decreasing(lengths[numbers], seq_len + 1)]
+        """The documents of each window, by number."""
+        super().__init__(len(self.documents), seq_len, seed)
+
+    def _pieces(self, index: int) -> list[tuple[int, int]]:
+        """(start, end) of each document window `index` holds, cut to the window."""
+        room, pieces = self.seq_len + 1, []
+        for document in self.documents[index]:
+            start = int(self.starts[document])
+            end = min(int(self.starts[document + 1]), start + room)
+            pieces.append((start, end))
+            room -= end - start
+        return pieces
+
+    def window(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        pieces = self._pieces(index)
+        pad = self.seq_len + 1 - sum(end - start for start, end in pieces)
+        tokens = [self.tokens[start:end] for start, end in pieces] + [np.full(pad, self.eos, self.tokens.dtype)]
+        targets = [self.targets[start:end] for start, end in pieces] + [np.zeros(pad, dtype=np.uint8)]
+        return np.concatenate(tokens), np.concatenate(targets)
+
+    def positions(self, index: int) -> np.ndarray | None:
+        """With `data.packing_mask`: each token's position in its document (the padding one more document)."""
+        if not self.mask_boundaries:
+            return None
+        pieces = self._pieces(index)
+        pad = self.seq_len + 1 - sum(end - start for start, end in pieces)
+        return np.concatenate([np.arange(end - start) for start, end in pieces] + [np.arange(pad)])

@@ -24,6 +24,8 @@ from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, Ro
 
 from compiler.spec.schema import BaseQuantization, Checkpointing, Init, ModelConfig
 from compiler.spec.schema.model import ALL_LINEAR
+from compiler.spec.trainable import KEY as TRAINABLE
+from compiler.spec.trainable import chosen
 from entrypoint.trainer.context_parallel import ContextParallel
 from entrypoint.trainer.models.conversion import checkpoint_map, converted_tensor
 from entrypoint.trainer.models.experts import EXPERT_OFFSET, held_rows
@@ -64,6 +66,8 @@ class PretrainedSpec:
         model = AutoModelForCausalLM.from_config(hf_config, attn_implementation="sdpa", dtype=torch.float32)
         if config.lora.rank:
             model = with_lora(model, config)
+        elif config.trainable_parameters:
+            freeze_all_but(model, config.trainable_parameters)
         model.dockyard_config = config
         model.dockyard_context = None
         _stream_output_projection(model.get_output_embeddings())
@@ -218,6 +222,19 @@ def with_lora(model: nn.Module, config: ModelConfig) -> nn.Module:
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, adapters)
+
+
+def freeze_all_but(model: nn.Module, patterns: list[str]) -> None:
+    """`model.trainable_parameters`: only the parameters a pattern matches train, before the engine wraps the
+    model and the optimizer takes its trainable parameters. The planner checked the patterns against the
+    checkpoint's names; a pattern that matches none of the model's (another naming than the checkpoint's) stops
+    the run here rather than freezing what it meant to train."""
+    names = [name for name, _ in model.named_parameters()]
+    trained, unmatched = chosen(patterns, names)
+    if unmatched:
+        raise ValueError(f"{TRAINABLE}: {unmatched[0]!r} matches no parameter of the model (like {names[0]})")
+    for name, param in model.named_parameters():
+        param.requires_grad_(name in trained)
 
 
 def reset_adapters(module: nn.Module) -> None:
