@@ -54,7 +54,8 @@ def test_an_adapters_base_column_is_its_base_evaluated_alone(folders, tmp_path, 
     assert base_scores.base_scores(on_base) == {}
     base_scores.keep(on_base, [("dockyard_mc", "acc", 0.75, 0.1)])  # the adapter's own: not its base's
     assert base_scores.base_scores(on_base) == {}
-    base_scores.keep(plan_for(*evaluation(base, tasks, "job=evaluate", "hardware.nodes=1")), [("dockyard_mc", "acc", 0.25, 0.1)])
+    alone = plan_for(*evaluation(base, tasks, "job=evaluate", "hardware.nodes=1"))
+    base_scores.keep(alone, [("dockyard_mc", "acc", 0.25, 0.1)])
     assert base_scores.base_scores(on_base) == {"eval/dockyard_mc/acc": 0.25}
 
 
