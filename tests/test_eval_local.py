@@ -49,7 +49,7 @@ def test_dockyard_eval_scores_an_adapter_as_lm_eval_does_by_hand(engine, tmp_pat
     plan = Plan.from_json((run_dir / "plan.json").read_text())
     assert (plan.model.path, plan.eval and plan.eval.adapter) == (str(base), str(adapter))  # the base travels
     results = newest_results(run_dir / "eval")
-    assert f"peft={EVAL_ADAPTER_DIR}" in results["config"]["model_args"]  # the image's copy, unmerged
+    assert results["config"]["model_args"]["peft"] == EVAL_ADAPTER_DIR  # the image's copy, unmerged
     dockyard, expected = scores(results["results"]), scores(newest_results(tmp_path / "by-hand")["results"])
 
     assert {"eval/dockyard_mc/acc", "eval/dockyard_gen/exact_match"} <= set(expected), expected
