@@ -52,7 +52,7 @@ def adapter_base(adapter: Path) -> Path:
     if base is None or not (base / MODEL_CONFIG).is_file():
         raise ConfigError(
             "model.path",
-            f"{adapter} is a PEFT adapter whose base ({BASE_KEY}: {named!r} in its {ADAPTER_CONFIG}) is not a "
+            f"{adapter} is a PEFT adapter whose base ({BASE_KEY}: {shown(named)} in its {ADAPTER_CONFIG}) is not a "
             "model folder here",
             "give the base too: model.path=BASE eval.adapter=ADAPTER (BASE a folder, s3:// prefix or Hub id)",
         )
