@@ -76,6 +76,7 @@ def test_an_adapter_whose_base_cannot_be_found_is_one_line_and_nothing_is_built(
         (["eval", *evaluation(elsewhere, tasks)], "model.path", "whose base (base_model_name_or_path: 'org/llama'"),
         (["eval", *evaluation(export / "adapter", tasks)], "model.path", "the merged model around it"),
         (["eval", *evaluation(base, tasks), f"eval.adapter={base}"], "eval.adapter", "is not a PEFT adapter"),
+        (["eval", *evaluation(export, tasks), f"eval.adapter={export / 'adapter'}"], "eval.adapter", "around it"),
         (["launch", "--dry-run", "model=hf", f"model.path={base}", f"eval.adapter={adapter}"], "eval.adapter", ""),
     ]
     for args, key, error in cases:

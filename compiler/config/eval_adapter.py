@@ -37,6 +37,8 @@ def on_base(cfg: DictConfig) -> None:
                 f"{shown(given)} is not a PEFT adapter folder ({ADAPTER_CONFIG} without a model)",
                 "give the absolute path of the folder peft's save_pretrained wrote",
             )
+        if base := OmegaConf.select(cfg, "model.path"):
+            refuse_merged(Path(given), Path(base), "eval.adapter")
         return
     path = OmegaConf.select(cfg, "model.path")
     if evaluating and path and is_adapter(Path(path)):
@@ -56,11 +58,16 @@ def adapter_base(adapter: Path) -> Path:
             "model folder here",
             "give the base too: model.path=BASE eval.adapter=ADAPTER (BASE a folder, s3:// prefix or Hub id)",
         )
-    if adapter.resolve().is_relative_to(base):  # a LoRA run's export: the merged model, its adapter inside
+    refuse_merged(adapter, base, "model.path")
+    return base
+
+
+def refuse_merged(adapter: Path, base: Path, key: str) -> None:
+    """A LoRA run's export is the merged model with its adapter inside: the adapter on it would count twice."""
+    if base.is_dir() and adapter.resolve().is_relative_to(base.resolve()):
         raise ConfigError(
-            "model.path",
+            key,
             f"{adapter} is the adapter of the merged model around it ({base}), which already holds it",
             f"evaluate the merged model (model.path={base}), or the adapter on the checkpoint the run trained from: "
             f"model.path=CHECKPOINT eval.adapter={adapter}",
         )
-    return base
