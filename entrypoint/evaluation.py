@@ -1,7 +1,8 @@
 """`python -m entrypoint.evaluation --plan PATH`: what an evaluation job runs (`dockyard eval`, a plan with an
 `eval` section), once, on its one node: EleutherAI's lm-evaluation-harness with its Hugging Face backend on
-the model at `model.path`, exactly as a user runs `lm_eval --model hf` by hand; on a node of several GPUs under
-`accelerate launch`, a process a GPU (data parallel), and on a CPU node in one process with its cores.
+the model at `model.path` (with `eval.adapter`, a PEFT adapter on it: `peft=`), exactly as a user runs
+`lm_eval --model hf` by hand; on a node of several GPUs under `accelerate launch`, a process a GPU (data
+parallel), and on a CPU node in one process with its cores.
 
 The harness writes its results JSON and samples into the job's output folder (`output/data/eval`); the
 scores also go into the metrics file as one line (`eval/<task>/<metric>`), which the host reads back. The
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 
 from compiler.spec import Plan
-from compiler.spec.contract import EVAL_DIR, EVAL_TASKS_DIR, METRICS_FILE, METRICS_SEPARATORS
+from compiler.spec.contract import EVAL_ADAPTER_DIR, EVAL_DIR, EVAL_TASKS_DIR, METRICS_FILE, METRICS_SEPARATORS
 from compiler.spec.scores import scores
 from entrypoint.launcher.cluster import SAGEMAKER_ROOT, Paths
 from entrypoint.trainer.models.source import checkpoint_folder, fetch
@@ -35,7 +36,8 @@ def harness_command(plan: Plan, model: Path, output: Path, tasks: list[str], gpu
     harness = [sys.executable, "-m", "lm_eval"]
     if gpus > 1:  # data parallel, one process a GPU, as the harness documents it
         harness = [sys.executable, "-m", "accelerate.commands.launch", f"--num_processes={gpus}", "-m", "lm_eval"]
-    command = [*harness, "run", "--model", "hf", "--model_args", f"pretrained={model}"]
+    model_args = f"pretrained={model}" + (f",peft={adapter_folder(plan)}" if evaluation.adapter else "")
+    command = [*harness, "run", "--model", "hf", "--model_args", model_args]
     command += ["--tasks", ",".join(tasks), "--batch_size", str(evaluation.batch_size)]
     command += ["--device", "cuda" if plan.instance.has_gpus else "cpu"]
     command += ["--output_path", str(output), "--log_samples"]
@@ -51,10 +53,19 @@ def harness_command(plan: Plan, model: Path, output: Path, tasks: list[str], gpu
 
 
 def tasks_folder(plan: Plan) -> Path:
-    """The plan's own tasks (`eval.include_path`): the image's copy, or, for a trainer started by hand on the
+    """The plan's own tasks (`eval.include_path`)."""
+    return carried(EVAL_TASKS_DIR, plan.eval.include_path if plan.eval else "")
+
+
+def adapter_folder(plan: Plan) -> Path:
+    """The PEFT adapter scored on the model (`eval.adapter`)."""
+    return carried(EVAL_ADAPTER_DIR, plan.eval.adapter if plan.eval else "")
+
+
+def carried(image_copy: str, planned: str) -> Path:
+    """A folder the evaluation's image carries: the image's copy, or, for a trainer started by hand on the
     machine that made the plan (no image), the folder the planner checked."""
-    image_copy = Path(EVAL_TASKS_DIR)
-    return image_copy if image_copy.is_dir() or plan.eval is None else Path(plan.eval.include_path)
+    return Path(image_copy) if Path(image_copy).is_dir() or not planned else Path(planned)
 
 
 def score(

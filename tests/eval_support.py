@@ -64,3 +64,18 @@ def tiny_model(folder: Path, tokenizer: Path) -> Path:
     for file in tokenizer.iterdir():
         shutil.copy(file, folder / file.name)
     return folder
+
+
+def tiny_adapter(folder: Path, base: Path) -> Path:
+    """A LoRA adapter on `base`, saved by peft's save_pretrained naming `base` as its base. Its B matrices are
+    random (peft starts them at zero, which would score exactly as the base does)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(1)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    get_peft_model(AutoModelForCausalLM.from_pretrained(base), lora).save_pretrained(folder)
+    for file in folder.iterdir():
+        file.chmod(0o644)
+    return folder

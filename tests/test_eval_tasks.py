@@ -1,15 +1,20 @@
 """`trainer.eval_tasks`: a run on two real torchrun ranks (gloo, CPU) scores its model as it stands on local task
 YAMLs every `trainer.eval_tasks_interval` steps and after the last step, rank 0 running the harness while the
 other rank waits; the scores land in metrics.jsonl and in a real MLflow server at their steps, the harness's
-results beside them, and the final scores are the harness's own on the exported model. At the same evaluations
-the model completes the first held-out conversations' prompts (`trainer.sample_prompts`): samples.jsonl and the
-MLflow run's artifacts hold them, the last ones what transformers' greedy generation makes of the exported model."""
+results beside them (copied into the run folder's `eval/step-N/`, as a launch does when the run ends), and the
+final scores are the harness's own on the exported model. At the same evaluations the model completes the first
+held-out conversations' prompts (`trainer.sample_prompts`): samples.jsonl and the MLflow run's artifacts hold them,
+the last ones what transformers' greedy generation makes of the exported model.
+
+Two steps, scored after each (`eval_tasks_interval=1`): the fewest that show a mid-run evaluation (on a copy) and
+the last one (on the export), each a harness process of its own, which is most of the test's time."""
 
 import json
 from pathlib import Path
 
 import pytest
 
+from compiler.launch.evaluation import keep_results
 from compiler.spec.scores import scores
 from entrypoint.evaluation import newest_results
 from tests.entrypoint_support import metrics, tiny_plan, train
@@ -32,11 +37,11 @@ def test_a_run_logs_its_task_scores_to_metrics_and_mlflow(tmp_path, hf_tokenizer
         "model=hf",
         f"model.path={model}",
         *("data=local", f"data.path={data}", "data.format=chat", "data.validation=validation.jsonl"),
-        "trainer.eval_batches=1",
+        *("trainer.steps=2", "trainer.warmup_steps=1", "trainer.eval_batches=1"),
         "trainer.sample_prompts=2",
         "trainer.sample_max_new_tokens=5",
         f"trainer.eval_tasks=[{','.join(TASKS)}]",
-        "trainer.eval_tasks_interval=3",
+        "trainer.eval_tasks_interval=1",
         f"eval.include_path={tasks}",
         "eval.limit=2",
         "trainer.trackers=[mlflow]",
@@ -47,12 +52,15 @@ def test_a_run_logs_its_task_scores_to_metrics_and_mlflow(tmp_path, hf_tokenizer
     train(plan, root, timeout=400)
 
     scored = {record["step"]: scores_of(record) for record in metrics(root) if scores_of(record)}
-    assert list(scored) == [3, 6]
+    assert list(scored) == [1, 2]
+    assert keep_results(root) == root / "eval"  # what a launch does when the run ends: into the run folder
     for step, found in scored.items():
         assert {"eval/dockyard_mc/acc", "eval/dockyard_gen/exact_match"} <= set(found), found
-        results = newest_results(root / f"output/data/eval/step-{step:08d}")
+        results = newest_results(root / f"eval/step-{step:08d}")
+        assert results == newest_results(root / f"output/data/eval/step-{step:08d}")
         assert scores(results["results"]) == found  # the harness's own numbers, at the step they were taken
-        assert str(root / ("checkpoints/eval-model" if step == 3 else "model")) in str(results["config"]["model_args"])
+        assert str(root / ("checkpoints/eval-model" if step == 1 else "model")) in str(results["config"]["model_args"])
+        assert list((root / f"eval/step-{step:08d}").rglob("samples_dockyard_mc_*.jsonl"))
     assert not (root / "checkpoints/eval-model").exists()  # the copy scored mid-run is let go
 
     client = MlflowClient(mlflow_server)
@@ -64,12 +72,12 @@ def test_a_run_logs_its_task_scores_to_metrics_and_mlflow(tmp_path, hf_tokenizer
 
     samples = [json.loads(line) for line in (root / "output/data/samples.jsonl").read_text().splitlines()]
     prompts = [conversation[-2]["content"] for conversation in held_out[:2]]  # the user's turn before the reply
-    by_step = {3: samples[:2], 6: samples[2:]}
+    by_step = {1: samples[:2], 2: samples[2:]}
     for step, taken in by_step.items():
         assert [(sample["step"], sample["prompt"]) for sample in taken] == [(step, prompt) for prompt in prompts]
         shown = client.download_artifacts(run.info.run_id, f"samples/step-{step:08d}.jsonl", str(tmp_path))
         assert [json.loads(line) for line in Path(shown).read_text().splitlines()] == taken
-    assert [sample["completion"] for sample in by_step[6]] == greedy(root / "model", held_out[:2], 5)
+    assert [sample["completion"] for sample in by_step[2]] == greedy(root / "model", held_out[:2], 5)
 
 
 def greedy(folder: Path, held_out: list[list[dict]], tokens: int) -> list[str]:

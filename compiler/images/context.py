@@ -27,6 +27,7 @@ from compiler.images.digests import file_sha256
 from compiler.images.render import (
     CONSTRAINTS,
     EVAL_CONSTRAINTS,
+    has_eval_adapter,
     has_eval_tasks,
     has_user_code,
     render_dockerfile,
@@ -102,7 +103,9 @@ def build_context(plan: Plan, *, cwd: Path, base_id: str = "") -> BuildContext:
             )
         files.update(code)
     if plan.eval is not None and has_eval_tasks(plan):  # read where the planner checked it, as data.path is
-        files.update(eval_task_files(Path(plan.eval.include_path)))
+        files.update(folder_files("eval_tasks", Path(plan.eval.include_path)))
+    if plan.eval is not None and has_eval_adapter(plan):
+        files.update(folder_files("eval_adapter", Path(plan.eval.adapter)))
     return BuildContext(render_dockerfile(plan), files, base_id)
 
 
@@ -167,9 +170,10 @@ def user_code_files(source_dir: Path) -> dict[str, Path]:
     return {f"code/{name}": source_dir / name for name in sorted(kept) if (source_dir / name).is_file()}
 
 
-def eval_task_files(folder: Path) -> dict[str, Path]:
-    """Every file of `eval.include_path` (the task YAMLs and the data files they name), as the image holds them."""
-    return {f"eval_tasks/{path.relative_to(folder)}": path for path in sorted(folder.rglob("*")) if path.is_file()}
+def folder_files(prefix: str, folder: Path) -> dict[str, Path]:
+    """Every file of a folder the image carries under `prefix` (`eval.include_path`: the task YAMLs and the data
+    files they name; `eval.adapter`)."""
+    return {f"{prefix}/{path.relative_to(folder)}": path for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
 def code_commit(source_dir: Path) -> str | None:

@@ -11,7 +11,7 @@ import jinja2
 
 from compiler.images import PACKAGE_DIR
 from compiler.spec import Plan, schema
-from compiler.spec.contract import CODE_DIR, EVAL_TASKS_DIR, RUN_AS_USER
+from compiler.spec.contract import CODE_DIR, EVAL_ADAPTER_DIR, EVAL_TASKS_DIR, RUN_AS_USER
 from compiler.spec.schema.trainer import sagemaker_mlflow
 
 TEMPLATES = {
@@ -54,6 +54,7 @@ def render_dockerfile(plan: Plan) -> str:
         constrained=uses_constraints(image),
         constraints=CONSTRAINTS_IN_IMAGE,
         eval_tasks=EVAL_TASKS_DIR if has_eval_tasks(plan) else "",
+        eval_adapter=EVAL_ADAPTER_DIR if has_eval_adapter(plan) else "",
     )
 
 
@@ -64,6 +65,11 @@ def has_user_code(plan: Plan) -> bool:
 def has_eval_tasks(plan: Plan) -> bool:
     """An evaluation with a folder of its own tasks (`eval.include_path`), which the image carries."""
     return plan.eval is not None and bool(plan.eval.include_path)
+
+
+def has_eval_adapter(plan: Plan) -> bool:
+    """An evaluation of a PEFT adapter on its base (`eval.adapter`), which the image carries."""
+    return plan.eval is not None and bool(plan.eval.adapter)
 
 
 def system_packages(plan: Plan) -> list[str]:

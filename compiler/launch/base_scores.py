@@ -4,10 +4,12 @@ settings a score depends on (the tasks, their folder's files, limit, few-shot ex
 harness's version). Evaluating a run's export (`<run>/model`) of a run that started from a checkpoint
 (`model=hf model.path=BASE`, read from the run's `plan.json`) looks BASE up under the same settings: evaluate
 the base once (`dockyard eval model=hf model.path=BASE ...`) and every fine-tune of it shows the base's values.
+An adapter evaluated on its base (`eval.adapter`) is kept under its own digest too, and shows its base's values.
 
 Only local folders are digested: a model named by an `s3://` prefix or a Hub id has no base column.
 """
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -38,6 +40,8 @@ def settings_key(model: Path, evaluation: EvalConfig) -> str | None:
         "batch_size": evaluation.batch_size,
         "lm_eval": evaluation.lm_eval,
     }
+    if evaluation.adapter:  # a model of its own; a plain model's key stays what it was before adapters
+        settings["adapter"] = folder_digest(Path(evaluation.adapter))
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
 
 
@@ -70,9 +74,13 @@ def base_of(model: Path) -> Path | None:
 
 
 def base_scores(plan: Plan) -> dict[str, float]:
-    """The scores kept for the base of the plan's model under the same settings (empty when none are)."""
-    base = base_of(Path(plan.model.path or ""))
-    key = None if base is None or plan.eval is None else settings_key(base, plan.eval)
+    """The scores kept for the base of the plan's model under the same settings (empty when none are): of an
+    adapter (`eval.adapter`), its base's own, evaluated alone."""
+    if plan.eval is not None and plan.eval.adapter:
+        key = settings_key(Path(plan.model.path), dataclasses.replace(plan.eval, adapter=""))
+    else:
+        base = base_of(Path(plan.model.path or ""))
+        key = None if base is None or plan.eval is None else settings_key(base, plan.eval)
     kept = None if key is None else cache(CACHE) / f"{key}.json"
     if kept is None or not kept.is_file():
         return {}

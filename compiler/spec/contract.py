@@ -91,6 +91,8 @@ EVAL_TASKS_DIR = "/opt/dockyard/eval_tasks"
 """Where an evaluation's image holds `eval.include_path` (the harness's task YAMLs and their data files): the
 folder travels in the image, so the job reads it on every target; the harness runs there, so `data_files`
 relative to it resolve."""
+EVAL_ADAPTER_DIR = "/opt/dockyard/eval_adapter"
+"""Where an evaluation's image holds `eval.adapter` (a PEFT adapter scored on its base, the model)."""
 EVAL_DIR = "eval"
 """In the job's output folder (`output/data/eval`): the harness's results JSON and its samples."""
 EVAL_METRIC_PREFIX = "eval/"

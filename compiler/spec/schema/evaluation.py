@@ -22,5 +22,9 @@ class EvalConfig:
     seed: int | None = None
     """One seed for all the harness's generators (Python, NumPy, torch, few-shot sampling), as its `--seed N`
     sets them; None keeps the harness's own (0 for Python's, 1234 for the others)."""
+    adapter: str = ""
+    """A PEFT adapter folder (adapter_config.json) scored on the model at `model.path`, its base, without merging
+    (the harness's `peft=`). Set from `model.path` when that names an adapter: its base is then the folder its
+    adapter_config.json names (`base_model_name_or_path`). It travels in the image, as `include_path` does."""
     lm_eval: str = "0.4.13"
     """The lm-eval version installed in the evaluation's image."""
