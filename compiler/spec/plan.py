@@ -37,7 +37,8 @@ SCHEMA_VERSION = 7
    presence; `data.overlong`, `chat_template`, `eos_token`, `columns`, `message_keys`, `roles`; `model.revision`;
    `model.lora.quantize_base` and `double_quant` with `image.bitsandbytes` (QLoRA);
    `parallelism.activation_checkpointing_every`; `trainer.early_stopping_patience`, `sample_prompts` and
-   `sample_max_new_tokens`; `model.trainable_parameters` and `trainable_count`; `data.packing_strategy`."""
+   `sample_max_new_tokens`; `model.trainable_parameters` and `trainable_count`; `data.packing_strategy`;
+   `eval.adapter`."""
 PREDICTIONS = ("estimate", "warnings", "dataset")
 """Fields that describe the planner's view of the run, not the run: outside the content hash."""
 ONLY_WHEN_SET = ("eval",)
