@@ -43,6 +43,7 @@ from compiler.spec.errors import ConfigError, shown
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 store.register()
+store.store_lazily()
 cache.install()
 interpolations.install()
 MAX_INT = 2**63 - 1
