@@ -230,13 +230,16 @@ def smoke_image(engine):
     return build_image(plan, engine, cwd=Path.cwd()).reference
 
 
-def start_job(plan, image: str, run_dir: Path, run_id: str) -> tuple[threading.Thread, list]:
+def start_job(plan, image: str, run_dir: Path, name: str) -> tuple[threading.Thread, list, str]:
+    """The job in a thread, under a run id of its own (`name` and a nonce: a killed test run's containers and
+    network, left on the shared engine, must not meet the next run's); the thread, its record-to-be, the id."""
+    run_id = f"{name}-{time.time_ns() % 10**9}"
     request = local.to_request(plan, image, run_id=run_id, run_dir=run_dir)
     result = []
     log = open(run_dir.parent / f"{run_id}.out", "w")  # noqa: SIM115 - closed with the thread's output
     thread = threading.Thread(target=lambda: result.append(run_locally(plan, request, run_dir, log)))
     thread.start()
-    return thread, result
+    return thread, result, run_id
 
 
 def run_locally(plan, request, run_dir: Path, out) -> RunRecord:
@@ -272,16 +275,16 @@ def test_zero_trains_in_the_cpu_image_which_has_no_compiler_on_an_s3_channel(eng
 def test_killed_node_fails_the_job_within_a_minute(engine, smoke_image, tmp_path):
     plan = plan_for(*SHORT, *ONE_PER_NODE, "trainer.steps=400", "trainer.checkpoint_interval=2")
     run_dir = tmp_path / "run"
-    thread, result = start_job(plan, smoke_image, run_dir, "dockyard-fault-test")
+    thread, result, run_id = start_job(plan, smoke_image, run_dir, "dockyard-fault-test")
     wait_for_checkpoint(run_dir)
-    engine.containers.get("dockyard-dockyard-fault-test-algo-2").kill()
+    engine.containers.get(f"dockyard-{run_id}-algo-2").kill()
     killed = time.monotonic()
     thread.join(timeout=120)
     assert not thread.is_alive()
     assert time.monotonic() - killed < 60
     assert result[0].exit_status != 0
-    assert "algo-2 failed with exit status 137" in (tmp_path / "dockyard-fault-test.out").read_text()
-    assert leftovers(engine, "dockyard-fault-test") == []
+    assert "algo-2 failed with exit status 137" in (tmp_path / f"{run_id}.out").read_text()
+    assert leftovers(engine, run_id) == []
 
 
 @pytest.mark.timed
@@ -294,17 +297,17 @@ def test_a_job_past_max_run_hours_is_stopped_with_a_checkpoint_and_not_retried(e
     plan = plan_for(*SHORT, *ONE_PER_NODE, "trainer.steps=100000", *overrides)
     run_dir = tmp_path / "run"
     started = time.monotonic()
-    thread, result = start_job(plan, smoke_image, run_dir, "dockyard-deadline-test")
+    thread, result, run_id = start_job(plan, smoke_image, run_dir, "dockyard-deadline-test")
     thread.join(timeout=limit_s + 120)
     assert not thread.is_alive()
     assert limit_s <= time.monotonic() - started < limit_s + local_runner.STOP_TIMEOUT_S + 30
     record = result[0]
     assert (record.status, record.attempts, record.detail) == ("failed", 1, "ran past target.max_run_hours")
-    output = (tmp_path / "dockyard-deadline-test.out").read_text()
+    output = (tmp_path / f"{run_id}.out").read_text()
     assert "the job ran past target.max_run_hours (0.00416667); stopping its nodes" in output
     assert "restarting the job" not in output
     assert any((run_dir / "checkpoints").glob("step-*/dockyard.json")), "no checkpoint was saved at SIGTERM"
-    assert leftovers(engine, "dockyard-deadline-test") == []
+    assert leftovers(engine, run_id) == []
 
 
 @pytest.mark.torchrun
@@ -312,12 +315,12 @@ def test_retry_resumes_from_the_last_checkpoint(engine, smoke_image, tmp_path):
     # killed after the checkpoint at step 3, with 9 steps left to run: the kill lands long before the job ends
     plan = plan_for(*SHORT, *ONE_PER_NODE, "trainer.steps=12", "trainer.checkpoint_interval=3", "target.max_retries=1")
     run_dir = tmp_path / "run"
-    thread, result = start_job(plan, smoke_image, run_dir, "dockyard-retry-test")
+    thread, result, run_id = start_job(plan, smoke_image, run_dir, "dockyard-retry-test")
     wait_for_checkpoint(run_dir)
-    engine.containers.get("dockyard-dockyard-retry-test-algo-2").kill()
+    engine.containers.get(f"dockyard-{run_id}-algo-2").kill()
     thread.join(timeout=400)
     assert [record.exit_status for record in result] == [0]
-    output = (tmp_path / "dockyard-retry-test.out").read_text()
+    output = (tmp_path / f"{run_id}.out").read_text()
     assert "restarting the job (retry 1 of 1)" in output
     assert "(resumed)" in output
     cores = len(os.sched_getaffinity(0))
@@ -363,12 +366,12 @@ def test_a_killed_rank_recovers_inside_the_job(engine, smoke_image, tmp_path):
     killed once step 6 is logged (after the checkpoint at 5), four steps before the next checkpoint at 10."""
     plan = plan_for(*SHORT, "trainer.steps=10", "trainer.checkpoint_interval=5", "trainer.restarts=1")
     run_dir = tmp_path / "run"
-    thread, result = start_job(plan, smoke_image, run_dir, "dockyard-restart-test")
+    thread, result, run_id = start_job(plan, smoke_image, run_dir, "dockyard-restart-test")
     wait_for_step(run_dir, 6)
-    killed = engine.containers.get("dockyard-dockyard-restart-test-algo-2").exec_run(["python3", "-c", KILL_A_RANK])
+    killed = engine.containers.get(f"dockyard-{run_id}-algo-2").exec_run(["python3", "-c", KILL_A_RANK])
     assert killed.output.strip(), killed.output
     thread.join(timeout=400)
-    output = (tmp_path / "dockyard-restart-test.out").read_text()
+    output = (tmp_path / f"{run_id}.out").read_text()
     assert [record.exit_status for record in result] == [0], output[-3000:]
     assert (result[0].restarts, result[0].attempts) == (1, 1)
     assert "restart 1 of 1: local rank" in output and "killed by SIGKILL" in output
