@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from compiler.core import catalog, grammar
 from compiler.core.capabilities import TargetCapabilities
-from compiler.planner import estimate, fit, rules, schedule_rules, speed
+from compiler.planner import estimate, fit, host_memory, rules, schedule_rules, speed
 from compiler.planner.layout import resolve_batch, resolve_layout
 from compiler.planner.models import model_facts
 from compiler.planner.tracker_rules import resolve_trackers
@@ -83,7 +83,7 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
         )
         memory = max(stages, key=lambda m: m.total)
         warnings += fit.check_fits(config, instance, memory)
-        host = estimate.host_memory(
+        host = host_memory.host_memory(
             config.model, config.parallelism, layout, batch.micro_batch, config.trainer.checkpoint_async
         )
         host = fit.host_memory_per_node(host, layout)
@@ -120,7 +120,7 @@ def compile_plan(config: schema.Config, targets: TargetCapabilities, target_chec
             flops_per_token=speed.flops_per_token(config.model),
             lr=scaled_lr(config.trainer, batch.global_batch),
             warmup_steps=schedule_rules.warmup_steps(config.trainer),
-            checkpoint_bytes=estimate.checkpoint_bytes(config.model),
+            checkpoint_bytes=host_memory.checkpoint_bytes(config.model),
             deepspeed_buckets=estimate.deepspeed_buckets(config.model)
             if facts(config.parallelism.strategy).engine == DEEPSPEED_ENGINE
             else {},

@@ -146,5 +146,5 @@ class Derived:
     deepspeed_buckets: dict[str, int] = field(default_factory=dict)
     """DeepSpeed's bucket sizes in elements (`compiler.planner.estimate.deepspeed_buckets`)."""
     checkpoint_bytes: int = 0
-    """One checkpoint's size on disk (`compiler.planner.estimate.checkpoint_bytes`): the health check looks for
+    """One checkpoint's size on disk (`compiler.planner.host_memory.checkpoint_bytes`): the health check looks for
     that much room."""
