@@ -94,6 +94,7 @@ from pathlib import Path
 from types import SimpleNamespace
 import torch, torch.distributed as dist
 from compiler.spec import Plan
+from entrypoint.trainer.data.batches import Batches
 from entrypoint.trainer.data.preference import PreferencePairs
 from entrypoint.trainer.engines import make_engine
 from entrypoint.trainer.train import precompute_reference
@@ -104,7 +105,8 @@ for name, path in PLANS.items():
     plan = Plan.from_json(Path(path).read_text())
     engine = make_engine(plan, torch.device("cpu"))
     pairs = PreferencePairs(Path(sys.argv[1]).with_name("train"), seq_len=plan.model.seq_len, seed=0, eos=0)
-    data = SimpleNamespace(train=SimpleNamespace(source=pairs), validation=None)
+    dp_rank = plan.layout.coordinates(dist.get_rank()).dp
+    data = SimpleNamespace(train=Batches(pairs, plan, dp_rank), validation=None)
     precompute_reference(engine, plan, data, torch.device("cpu"))
     if dist.get_rank() == 0:
         print(f"RESULT {name} {json.dumps(sorted(engine.objective.precomputed.values()))}", flush=True)

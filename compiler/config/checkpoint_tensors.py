@@ -106,7 +106,7 @@ def count_trainable(model: DictConfig, folder: Path) -> None:
     except ValueError as error:
         raise ConfigError(TRAINABLE, str(error), "give regular expressions over parameter names") from None
     if unmatched:
-        example = next(name for name in sorted(shapes) if IN_A_BLOCK.search(name))
+        example = next((name for name in sorted(shapes) if IN_A_BLOCK.search(name)), min(shapes))
         raise ConfigError(
             TRAINABLE,
             f"{shown(unmatched[0])} matches no tensor of {folder} (its names read like {example})",

@@ -10,17 +10,17 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from compiler.config.pretrained import CONFIG_FILE
 from compiler.spec import files, schema
 from compiler.spec.errors import ConfigError, shown
 
 ADAPTER_CONFIG = "adapter_config.json"
-MODEL_CONFIG = "config.json"
 BASE_KEY = "base_model_name_or_path"
 
 
 def is_adapter(folder: Path) -> bool:
     """A folder of peft's `save_pretrained`: an adapter's config and weights, no model of its own."""
-    return (folder / ADAPTER_CONFIG).is_file() and not (folder / MODEL_CONFIG).is_file()
+    return (folder / ADAPTER_CONFIG).is_file() and not (folder / CONFIG_FILE).is_file()
 
 
 def on_base(cfg: DictConfig) -> None:
@@ -51,7 +51,7 @@ def adapter_base(adapter: Path) -> Path:
     """The model folder the adapter's config names as its base."""
     named = files.read_json_object(adapter / ADAPTER_CONFIG, "model.path").get(BASE_KEY)
     base = (adapter / named).resolve() if isinstance(named, str) and named else None
-    if base is None or not (base / MODEL_CONFIG).is_file():
+    if base is None or not (base / CONFIG_FILE).is_file():
         raise ConfigError(
             "model.path",
             f"{adapter} is a PEFT adapter whose base ({BASE_KEY}: {shown(named)} in its {ADAPTER_CONFIG}) is not a "

@@ -248,9 +248,9 @@ def _packing(out: Conversion, key: str, value: Any, recipe: dict) -> None:
     if not isinstance(value, bool):
         raise ValueError(value)
     out.set("data.packing", value)
-    strategy = recipe.get("packing_strategy") or "bfd"
     if not value:
         return
+    strategy = recipe.get("packing_strategy") or "bfd"
     if strategy not in ("bfd", "wrapped"):
         return out.refuse("packing_strategy", f"{strategy}: dockyard packs bfd (whole documents) or wrapped")
     out.set("data.packing_strategy", strategy)
@@ -262,12 +262,7 @@ def _sample_packing(out: Conversion, key: str, value: Any, recipe: dict) -> None
     """axolotl's `sample_packing`: whole samples packed into windows (its multipack sampler's first-fit
     decreasing; dockyard's best fit keeps them as whole, filling windows a little differently), which do not
     attend to each other."""
-    if not isinstance(value, bool):
-        raise ValueError(value)
-    out.set("data.packing", value)
-    if value:
-        out.set("data.packing_strategy", "bfd")
-        out.set("data.packing_mask", True)
+    _packing(out, key, value, {})  # bfd and masked, TRL's default strategy
 
 
 def _dataset_kwargs(out: Conversion, key: str, value: Any, recipe: dict) -> None:

@@ -262,9 +262,9 @@ def _windows(data: DataConfig) -> str:
         return f"each completion a window of its own ({longer}){cut}, the loss on the completions"
     windows = f"one document a window ({longer})"
     if data.packing:
-        windows = "packed, documents masked from each other" if data.packing_mask else "packed"
-        if data.packing_strategy is PackingStrategy.bfd:
-            windows = windows.replace("packed", f"packed whole (best-fit decreasing, {longer})", 1)
+        bfd = data.packing_strategy is PackingStrategy.bfd
+        packed = f"packed whole (best-fit decreasing, {longer})" if bfd else "packed"
+        windows = f"{packed}, documents masked from each other" if data.packing_mask else packed
     if data.format is DataFormat.chat:
         return f"{windows}, the loss on {'the replies' if data.loss_on is LossOn.assistant else 'every token'}"
     return windows

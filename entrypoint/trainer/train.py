@@ -124,13 +124,12 @@ def precompute_reference(engine: Engine, plan: Plan, data: Data, device: torch.d
     steps run their losses in (tensor parallelism's logits split by vocabulary)."""
     if not (isinstance(engine.objective, Preference) and plan.trainer.dpo.precompute_reference):
         return
-    replica = plan.layout.coordinates(dist.get_rank()).dp // plan.layout.cp  # as `Batches` reads
-    splits = [batches.source for batches in (data.train, data.validation) if batches is not None]
+    shares = [batches for batches in (data.train, data.validation) if batches is not None]
     with parallel_loss(plan.layout.tp):
         engine.objective.precompute(
             (inputs.to(device), targets.to(device))
-            for split in splits
-            for inputs, targets in split.every_pair(replica, plan.layout.data_replicas, plan.batch.micro_batch)
+            for share in shares
+            for inputs, targets in share.source.every_pair(share.replica, share.replicas, plan.batch.micro_batch)
         )
 
 

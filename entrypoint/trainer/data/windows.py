@@ -264,19 +264,18 @@ class WholeDocuments(ShuffledWindows):
         """The documents of each window, by number."""
         super().__init__(len(self.documents), seq_len, seed)
 
-    def _pieces(self, index: int) -> list[tuple[int, int]]:
-        """(start, end) of each document window `index` holds, cut to the window."""
+    def _pieces(self, index: int) -> tuple[list[tuple[int, int]], int]:
+        """(start, end) of each document window `index` holds, cut to the window, and the padding after them."""
         room, pieces = self.seq_len + 1, []
         for document in self.documents[index]:
             start = int(self.starts[document])
             end = min(int(self.starts[document + 1]), start + room)
             pieces.append((start, end))
             room -= end - start
-        return pieces
+        return pieces, room
 
     def window(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        pieces = self._pieces(index)
-        pad = self.seq_len + 1 - sum(end - start for start, end in pieces)
+        pieces, pad = self._pieces(index)
         tokens = [self.tokens[start:end] for start, end in pieces] + [np.full(pad, self.eos, self.tokens.dtype)]
         targets = [self.targets[start:end] for start, end in pieces] + [np.zeros(pad, dtype=np.uint8)]
         return np.concatenate(tokens), np.concatenate(targets)
@@ -285,6 +284,5 @@ class WholeDocuments(ShuffledWindows):
         """With `data.packing_mask`: each token's position in its document (the padding one more document)."""
         if not self.mask_boundaries:
             return None
-        pieces = self._pieces(index)
-        pad = self.seq_len + 1 - sum(end - start for start, end in pieces)
+        pieces, pad = self._pieces(index)
         return np.concatenate([np.arange(end - start) for start, end in pieces] + [np.arange(pad)])
