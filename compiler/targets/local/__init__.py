@@ -6,7 +6,7 @@ restarts a failed job up to `target.max_retries` times and removes everything on
 
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from compiler.core.capabilities import Capabilities
 from compiler.spec import Plan
@@ -14,8 +14,10 @@ from compiler.spec.schema import Config
 from compiler.targets.base import COMPLETED, FAILED, RUNNING, STOPPED, JobState, require_shared_checkpoint
 from compiler.targets.host_user import invoking_user
 from compiler.targets.local import rules
-from compiler.targets.local.translate import LocalRequest, to_request
 from compiler.targets.logs import LogLine, merged, split_timestamp
+
+if TYPE_CHECKING:  # the request's types only where one is made: `dockyard plan` checks, and makes none
+    from compiler.targets.local.translate import LocalRequest
 
 STOPPED_DETAIL = "stopped by `dockyard stop`"
 
@@ -31,26 +33,28 @@ class LocalTarget:
     def account_defaults(self, config: Config) -> dict[str, object]:
         return {}  # this machine is the account: nothing to look up
 
-    def to_request(self, plan: Plan, image: str, *, run_id: str, run_dir: Path) -> LocalRequest:
+    def to_request(self, plan: Plan, image: str, *, run_id: str, run_dir: Path) -> "LocalRequest":
         """Pure but for who asks: training runs as the invoking user, passed to the translator."""
+        from compiler.targets.local.translate import to_request
+
         return to_request(plan, image, run_id=run_id, run_dir=run_dir, runs_as=invoking_user())
 
     def image_reference(self, plan: Plan, planned: str) -> str:
         return planned
 
-    def preflight(self, request: LocalRequest) -> None:
+    def preflight(self, request: "LocalRequest") -> None:
         """Nothing to ask: the engine is checked when the containers start."""
 
     def resume_checkpoints(self, run_id: str, run_dir: Path) -> list[str]:
         return require_shared_checkpoint(run_id, run_dir)
 
-    def submit(self, request: LocalRequest, plan_json: str, *, out: IO[str]) -> dict:
+    def submit(self, request: "LocalRequest", plan_json: str, *, out: IO[str]) -> dict:
         from compiler.targets.local import runner  # the Docker SDK only where a job runs
 
         runner.prepare_host_folders(request, plan_json)
         return {"run_id": request.run_id, "run_dir": request.run_dir, "submitted": time.time()}
 
-    def follow(self, request: LocalRequest, handle: dict, *, out: IO[str], interrupted) -> JobState:
+    def follow(self, request: "LocalRequest", handle: dict, *, out: IO[str], interrupted) -> JobState:
         from compiler.targets.local import runner
 
         ending = runner.run(request, out=out, interrupted=interrupted)

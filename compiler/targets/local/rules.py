@@ -7,7 +7,6 @@ from compiler.spec.contract import CONTAINER_ROOT, NODES_PER_HOST, SYSTEM_FOLDER
 from compiler.spec.errors import ConfigError
 from compiler.targets.channels import check_checkpoint_readable
 from compiler.targets.host_user import invoking_user
-from compiler.targets.local.translate import dataset_mounts
 
 MAX_CONTAINERS = 64
 """The most nodes (containers) one local job starts. They all run on this machine, and each is given the
@@ -64,11 +63,20 @@ def _check_data(plan: Plan) -> None:
             raise ConfigError(
                 "data.path", f"'{data.path}' is not a folder on this machine", "give the token files' folder"
             )
-    for mount in dataset_mounts(plan):
-        parts = Path(mount.source).parts
-        if len(parts) < 2 or parts[1] in SYSTEM_FOLDERS or mount.source.startswith(CONTAINER_ROOT):
+    for folder in dataset_folders(plan):
+        parts = Path(folder).parts
+        if len(parts) < 2 or parts[1] in SYSTEM_FOLDERS or folder.startswith(CONTAINER_ROOT):
             raise ConfigError(
                 "data.mixture" if data.mixture else "data.name",
-                f"{mount.source} is mounted at its own path in the containers, where it would hide the image's files",
+                f"{folder} is mounted at its own path in the containers, where it would hide the image's files",
                 "move the dataset's folder elsewhere, like under /data or your home folder",
             )
+
+
+def dataset_folders(plan: Plan) -> list[str]:
+    """`data=hf`'s datasets in folders of this machine (`data.name`, `data.mixture`): each is mounted read-only at
+    the same path in every node, where `load_dataset` on the node finds them under the plan's names."""
+    if plan.data.source is not DataSource.hf:
+        return []
+    names = [entry["name"] for entry in plan.data.mixture] if plan.data.mixture else [plan.data.name]
+    return list(dict.fromkeys(str(name) for name in names if Path(str(name)).is_absolute()))

@@ -21,6 +21,7 @@ from compiler.spec.schema import DataFormat
 from compiler.spec.tokenizer import tokenizer_location
 from compiler.targets.channels import pretrained_channel
 from compiler.targets.host_user import HostUser
+from compiler.targets.local import rules
 
 HOST_ALIAS = "host.docker.internal"
 """The host, as the containers name it (Docker Desktop's name, given to every container here)."""
@@ -193,13 +194,7 @@ def token_cache_mount(plan: Plan) -> list[Mount]:
 
 
 def dataset_mounts(plan: Plan) -> list[Mount]:
-    """`data=hf`'s datasets in folders of this machine (`data.name`, `data.mixture`), each mounted read-only at the
-    same path in every node, where `load_dataset` on the node finds them under the plan's names."""
-    if plan.data.source is not DataSource.hf:
-        return []
-    names = [entry["name"] for entry in plan.data.mixture] if plan.data.mixture else [plan.data.name]
-    folders = dict.fromkeys(str(name) for name in names if Path(str(name)).is_absolute())
-    return [Mount(folder, folder, read_only=True) for folder in folders]
+    return [Mount(folder, folder, read_only=True) for folder in rules.dataset_folders(plan)]
 
 
 def alongside(request: LocalRequest, runs: int) -> LocalRequest:
