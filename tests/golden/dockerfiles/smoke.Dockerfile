@@ -21,11 +21,14 @@ RUN pip install --constraint /etc/dockyard/constraints.txt --find-links /tmp/whe
 RUN pip install --no-build-isolation --constraint /etc/dockyard/constraints.txt deepspeed==0.19.8 boto3==1.44.5 safetensors==0.8.0 huggingface_hub==2.4.0
 
 # dockyard's runtime: the entrypoint and the plan's types, nothing of the compiler's host side, so a
-# change there (the CLI, the planner, the docs) leaves this layer and the image's tag as they are.
+# change there (the CLI, the planner, the docs) leaves this layer and the image's tag as they are. Its
+# bytecode is compiled here, as pip compiles the packages': training runs as a user who cannot write beside
+# root's files, so each of its processes would otherwise compile these modules again as it starts.
 COPY dockyard/ /opt/dockyard/
 ENV PYTHONPATH=/opt/dockyard
 RUN printf '#!/bin/sh\nexec python -m entrypoint "$@"\n' > /usr/local/bin/dockyard-entrypoint \
-    && chmod 755 /usr/local/bin/dockyard-entrypoint
+    && chmod 755 /usr/local/bin/dockyard-entrypoint \
+    && python -m compileall -q --invalidation-mode checked-hash /opt/dockyard
 
 # The container starts as root, as SageMaker (and its SDK's local mode) mounts /opt/ml from root-owned
 # folders: the entrypoint prepares those paths and starts training as dockyard (setpriv).
