@@ -37,6 +37,7 @@ class ContextParallel:
 
     def __init__(self, group: dist.ProcessGroup, size: int, rank: int) -> None:
         self.group, self.size, self.rank = group, size, rank
+        self._orders: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def __deepcopy__(self, memo: dict) -> "ContextParallel":
         return self  # a copy of the model (DPO's reference) splits its sequences over the same group
@@ -57,14 +58,20 @@ class ContextParallel:
         """`attend` over the whole sequence, for q, k, v (batch, heads, this rank's tokens, head_dim)."""
 
         def exchanged(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-            seq = q.shape[2] * self.size
-            gathered = torch.cat([balanced_indices(seq, self.size, rank) for rank in range(self.size)]).to(q.device)
-            in_order = torch.argsort(gathered)
+            gathered, in_order = self._order(q.shape[2] * self.size, q.device)
             whole = [self._to_sequence(x).index_select(2, in_order) for x in (q, k, v)]
             out = attend(*whole, mask)
             return self._to_heads(out.index_select(2, gathered))
 
         return exchanged
+
+    def _order(self, seq: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The group's tokens in rank order (each rank's indices in turn) and the permutation back to the
+        sequence's order: made once per sequence length, not in every layer of every step."""
+        if (seq, device) not in self._orders:
+            gathered = torch.cat([balanced_indices(seq, self.size, rank) for rank in range(self.size)]).to(device)
+            self._orders[seq, device] = gathered, torch.argsort(gathered)
+        return self._orders[seq, device]
 
     def _to_sequence(self, x: torch.Tensor) -> torch.Tensor:
         """(batch, heads, own tokens, d) → (batch, heads / cp, every rank's tokens in rank order, d)."""
