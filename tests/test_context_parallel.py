@@ -193,3 +193,19 @@ def test_at_32k_the_streamed_logits_stay_under_2_gib_where_the_whole_ones_take_t
     assert streamed.estimate.memory.logits < 2 * 2**30  # one chunk's: below the layers' moment, so not the peak
     assert whole.estimate.memory.logits > 40 * 2**30
     assert whole.estimate.memory.total - streamed.estimate.memory.total > 30 * 2**30
+
+
+def test_a_hugging_face_llama_at_128k_that_does_not_fit_is_offered_cp(tmp_path):
+    """The fit search offers cp for the `model=hf` architectures whose attention splits, as for the built-in
+    decoder: a config.json of Llama 3.1 8B's shape, made here with transformers, planned at 128K tokens."""
+    from transformers import LlamaConfig
+
+    shape = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32)
+    LlamaConfig(**shape, num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072).save_pretrained(
+        tmp_path
+    )
+    hf = ("experiment=llama3-8b-p5x4", "hardware.nodes=1", "model=hf", f"model.path={tmp_path}")
+    with pytest.raises(ConfigError) as error:
+        plan_for(*hf, "model.seq_len=131072")
+    assert "parallelism.cp=2 (" in error.value.one_line()
+    assert plan_for(*hf, "model.seq_len=131072", "parallelism.cp=8").layout.cp == 8

@@ -237,7 +237,8 @@ def _context_parallel_candidates(config: schema.Config) -> Iterator[tuple[str, s
     """Higher cp degrees the context-parallel rules allow (`context_rules`), each splitting the sequence further;
     one that does not divide the data-parallel ranks or the batch fails in `peak` and is skipped."""
     par, model = config.parallelism, config.model
-    if par.strategy not in context_rules.STRATEGIES or par.tp > 1 or par.pp > 1 or model.family != "decoder":
+    splits = model.family == "decoder" or (model.family == "hf" and model.architecture in context_rules.PRETRAINED)
+    if par.strategy not in context_rules.STRATEGIES or par.tp > 1 or par.pp > 1 or not splits:
         return
     cp = par.cp * 2
     while cp <= model.heads and model.seq_len % (2 * cp) == 0:
