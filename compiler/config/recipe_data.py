@@ -7,6 +7,7 @@ prompt/completion and pairs with an explicit or implicit prompt row by row), so 
 from typing import Any
 
 from compiler.config.recipe_keys import Conversion
+from compiler.spec.schema import RENAMES
 
 READ_AS_ROWS = ("type", "field_messages", "message_property_mappings", "field_chosen", "field_rejected", "roles")
 """axolotl's per-dataset keys that say how to read a row: ported as the entry's renames where they differ from
@@ -31,7 +32,7 @@ def port_data(out: Conversion, recipe: dict[str, Any]) -> None:
             out.set("data.config", only["config"])
         if only.get("split", "train") != "train":
             out.set("data.split", only["split"])
-        for rename in ("columns", "message_keys", "roles"):
+        for rename in RENAMES:
             if rename in only:
                 out.set(f"data.{rename}", _value(only[rename]))
     else:

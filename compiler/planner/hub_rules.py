@@ -13,9 +13,7 @@ from compiler.spec import schema
 from compiler.spec.errors import ConfigError
 from compiler.spec.token_cache_key import sources
 
-RENAMES = ("columns", "message_keys", "roles")
-"""The keys that name a dataset's columns, message keys and roles otherwise than the row shapes do."""
-MIXTURE_KEYS = ("name", "config", "split", "weight", *RENAMES)
+MIXTURE_KEYS = ("name", "config", "split", "weight", *schema.RENAMES)
 ROW_COLUMNS = ("messages", "tools", "prompt", "completion", "chosen", "rejected", "conversations", "instruction")
 MESSAGE_KEYS = ("role", "content")
 ROLES = ("system", "user", "assistant", "tool")
@@ -29,7 +27,7 @@ SHAPES = {
 def check_hub(data: schema.DataConfig) -> list[Path]:
     """The local folders the datasets are in (each checked), after the names and the mixture."""
     if data.source is not schema.DataSource.hf:
-        named = ["name", "mixture", *RENAMES]
+        named = ["name", "mixture", *schema.RENAMES]
         if given := [key for key in named if getattr(data, key)]:
             key = f"data.{given[0]}"
             raise ConfigError(
@@ -44,7 +42,7 @@ def check_hub(data: schema.DataConfig) -> list[Path]:
         )
     entries = data.mixture or [
         {"name": data.name, "config": data.config, "split": data.split}
-        | {rename: getattr(data, rename) for rename in RENAMES if getattr(data, rename)}
+        | {rename: getattr(data, rename) for rename in schema.RENAMES if getattr(data, rename)}
     ]
     return [folder for number, entry in enumerate(entries, 1) if (folder := _entry(data, entry, number)) is not None]
 
@@ -62,7 +60,7 @@ def _entry(data: schema.DataConfig, entry: object, number: int) -> Path | None:
         raise ConfigError(
             f"{key}.weight", f"{weight!r} is not a fraction in (0, 1]", "give the share of rows kept, like 0.5"
         )
-    for rename, allowed in zip(RENAMES, (ROW_COLUMNS, MESSAGE_KEYS, ROLES), strict=True):
+    for rename, allowed in zip(schema.RENAMES, (ROW_COLUMNS, MESSAGE_KEYS, ROLES), strict=True):
         _check_rename(f"{key if data.mixture else 'data'}.{rename}", entry.get(rename) or {}, allowed)
     folder = Path(str(entry["name"]))
     if not folder.is_absolute():

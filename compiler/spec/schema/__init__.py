@@ -12,6 +12,7 @@ from compiler.spec.schema.config import (
     Job,
 )
 from compiler.spec.schema.data import (
+    RENAMES,
     DataConfig,
     DataFormat,
     DataSource,
@@ -80,6 +81,7 @@ from compiler.spec.schema.trainer import (
 )
 
 __all__ = [
+    "RENAMES",
     "MISSING",
     "Config",
     "Job",

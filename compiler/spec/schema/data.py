@@ -65,6 +65,11 @@ class Overlong(Enum):
     """Left out of training (a preference pair when either completion is too long)."""
 
 
+RENAMES = ("columns", "message_keys", "roles")
+"""The fields (of `data` and of each mixture entry) that name a dataset's columns, message keys and roles
+otherwise than the row shapes do."""
+
+
 @dataclass
 class DataConfig:
     source: DataSource = DataSource.synthetic
