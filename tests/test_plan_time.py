@@ -70,3 +70,21 @@ def test_a_lazily_stored_plugin_schema_composes_as_stored(tmp_path):
         cfg = compose(CONFIG_NAME, ["hydra/sweeper=optuna"], return_hydra_config=True)
     assert cfg.hydra.sweeper._target_ == "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
     assert cfg.hydra.sweeper.n_trials == 20 and cfg.hydra.sweeper.sampler._target_ == "optuna.samplers.TPESampler"
+
+
+STARTED = """
+import contextlib, gc, io, json, sys
+sys.argv = ["dockyard", "plan", "experiment=smoke"]
+from compiler.cli import start
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    start.main()
+print(json.dumps(["compiler.cli.main" in sys.modules, gc.isenabled(), gc.get_freeze_count() > 20_000]))
+"""
+
+
+def test_the_command_imports_without_the_cyclic_collector_and_leaves_it_running(tmp_path):
+    """`compiler.cli.start`: the imports' objects frozen out of later collections, and the collector on again
+    for the command's own work (a launch follows its job for hours)."""
+    result = subprocess.run([sys.executable, "-c", STARTED], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == [True, True, True]
