@@ -295,7 +295,8 @@ def test_a_job_past_max_run_hours_is_stopped_with_a_checkpoint_and_not_retried(e
     time again, as a Slurm job ends at its time limit and a Kubernetes job at its deadline."""
     limit_s = 15  # the workers install their SIGTERM handler within 8 s of the start on a loaded machine, 4 s idle
     overrides = (f"target.max_run_hours={limit_s / 3600}", "target.max_retries=2", "trainer.checkpoint_interval=0")
-    plan = plan_for(*SHORT, *ONE_PER_NODE, "trainer.steps=100000", *overrides)
+    # the smoke model's own seq_len: the deadline, not the steps, sets how long this job runs
+    plan = plan_for(*SHORT, *ONE_PER_NODE, "model.seq_len=256", "trainer.steps=100000", *overrides)
     run_dir = tmp_path / "run"
     started = time.monotonic()
     thread, result, run_id = start_job(plan, smoke_image, run_dir, "dockyard-deadline-test")
