@@ -19,6 +19,9 @@ from tests.kubelet_emulation import LABEL, Emulation
 pytestmark = pytest.mark.torchrun
 
 SHORT = ("trainer.steps=6", "trainer.log_interval=1", "trainer.checkpoint_interval=5", "trainer.warmup_steps=2")
+SHORT += ("model.seq_len=64", "hardware.processes_per_node=1")
+"""The claims are about pods (each finds its rank in what its manifest and controller gave it) and the claim's
+volume: one process a pod, at a quarter of the smoke model's sequence length, proves them as the full shape does."""
 
 
 @pytest.mark.parametrize("kind", ["jobset", "pytorchjob", "indexed_job"])

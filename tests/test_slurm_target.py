@@ -153,17 +153,20 @@ def test_shell_values_are_quoted():
 SHORT = [
     "experiment=smoke",
     "target=slurm",
+    "model.seq_len=128",
     "trainer.steps=20",
     "trainer.warmup_steps=2",
     "trainer.log_interval=2",
     "trainer.checkpoint_interval=10",
 ]
+"""The local target tests' shape (tests/test_local_target.py's SHORT): at half the smoke model's sequence length,
+20 steps still take the loss below 0.8 of the first."""
 ONE_PER_NODE = ["hardware.processes_per_node=1", "++target.environment.DOCKYARD_NODES_PER_HOST=2"]
-"""For the jobs whose claim is about nodes (one killed, the job retried): half the ranks start on these 2 cores,
-and each step trains half the sequences. The test cluster's two nodes share this machine, which the plan tells
-the entrypoint as a user whose nodes share machines would, so each rank computes on its share of the cores
-(one thread here) instead of all of them: two ranks of all the cores each take about eight times as long per
-step here."""
+"""For the jobs whose claim is about nodes (one killed, the job retried, a channel every node reads): half the
+ranks start on these 2 cores, and each step trains half the sequences. The test cluster's two nodes share this
+machine, which the plan tells the entrypoint as a user whose nodes share machines would, so each rank computes on
+its share of the cores (one thread here) instead of all of them: two ranks of all the cores each take about eight
+times as long per step here."""
 
 
 def test_tasks_find_their_rank_and_master_from_slurms_variables(slurm_cluster):
@@ -258,7 +261,7 @@ def test_smoke_job_trains_through_sbatch_on_two_nodes(engine, slurm_cluster, tmp
 @pytest.mark.torchrun
 def test_failed_node_fails_the_job(engine, slurm_image, tmp_path):
     run_dir = tmp_path / "run"
-    plan = plan_for(*SHORT, "trainer.steps=400", "trainer.checkpoint_interval=5")
+    plan = plan_for(*SHORT, *ONE_PER_NODE, "trainer.steps=400", "trainer.checkpoint_interval=5")
     handle = submit(plan, slurm_image, run_dir, "slurm-fault-test")
     wait_for_checkpoint(run_dir)
     engine.containers.get(f"dockyard-{handle['job_id']}-n2").kill()
@@ -317,7 +320,7 @@ def test_stop_cancels_the_job_and_leaves_no_container(engine, slurm_image, tmp_p
 
 @pytest.mark.torchrun
 def test_s3_channel_is_copied_to_the_shared_run_folder_and_read_by_every_node(engine, slurm_image, s3_tokens, tmp_path):
-    plan = plan_for(*SHORT, "trainer.steps=4", "trainer.checkpoint_interval=0", *S3_TOKENS)
+    plan = plan_for(*SHORT, *ONE_PER_NODE, "trainer.steps=4", "trainer.checkpoint_interval=0", *S3_TOKENS)
     run_dir = tmp_path / "run"
     state, output = follow(submit(plan, slurm_image, run_dir, "slurm-s3-test"), timeout=300)
     assert state.status == COMPLETED, output[-3000:]

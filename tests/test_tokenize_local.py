@@ -32,6 +32,7 @@ def test_two_nodes_tokenize_half_each_and_training_reads_the_shards(engine, tmp_
     write_jsonl(tmp_path / "data" / "train.jsonl", [{"text": doc} for doc in docs])
     options = ["experiment=smoke", "data=local", f"data.path={tmp_path / 'data'}", "data.format=text"]
     options += [f"data.tokenizer={tokenizer}", "model.vocab=512", f"data.cache={tmp_path / 'cache'}"]
+    options += ["model.seq_len=64", "hardware.processes_per_node=1"]  # the claims are per node, not per process
     output = dockyard(tmp_path, "tokenize", *options, "hydra.run.dir=tokenize")
     assert "tokenize  2 workers, one per node" in output
     counts = []
