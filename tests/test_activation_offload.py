@@ -16,7 +16,10 @@ from entrypoint.trainer.offload import ActivationOffload
 from tests.entrypoint_support import RERUN_TOLERANCE, losses, tiny_plan, train
 from tests.helpers import plan_for
 
-STEPS = ("trainer.steps=4", "trainer.checkpoint_interval=0")
+STEPS = ("trainer.steps=4", "trainer.checkpoint_interval=0", "hardware.processes_per_node=1")
+"""The torchrun runs: one rank, since offload moves each rank's own activations whatever the number of ranks (DDP
+and FSDP2 still wrap the model and reduce over gloo at one rank); one thread, as the entrypoint gives each of two ranks
+on two CPUs (two threads on a tiny step's small ops wait on each other on loaded cores)."""
 
 
 def gradients(model: nn.Module, tokens: torch.Tensor, micro_batches: int = 2) -> list[torch.Tensor]:
@@ -56,8 +59,12 @@ def test_the_offloaded_model_computes_the_same_gradients(checkpointing, horizon)
 )
 @pytest.mark.torchrun
 def test_torchrun_losses_with_and_without_offload_are_equal(tmp_path, overrides):
-    plain = train(tiny_plan(*overrides, *STEPS), tmp_path / "plain")
-    offloaded = train(tiny_plan(*overrides, *STEPS, "parallelism.activation_offload=true"), tmp_path / "offloaded")
+    plain = train(tiny_plan(*overrides, *STEPS), tmp_path / "plain", OMP_NUM_THREADS="1")
+    offloaded = train(
+        tiny_plan(*overrides, *STEPS, "parallelism.activation_offload=true"),
+        tmp_path / "offloaded",
+        OMP_NUM_THREADS="1",
+    )
     assert losses(offloaded) == pytest.approx(losses(plain), abs=RERUN_TOLERANCE)
     assert len(losses(plain)) == 4
 

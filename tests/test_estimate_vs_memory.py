@@ -12,6 +12,10 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "planner_accuracy.py"
 TOLERANCE = 0.10
 """Micro batches are small: the CPU time grows with the tokens. ZeRO-3 stays at 4: at 2 the planner is 12%
 under the measured peak (DeepSpeed's fixed buffers weigh more there than its terms say), a known gap."""
+HALF_SEQUENCE = "model.seq_len=128"
+"""DDP and FSDP measure half the bench's tokens: activations and logits are still 27% and 70% of their peaks (the
+states-only errors), and the planner stays within 1.1% and 3.5%. The DeepSpeed cases keep 256: at 128 their
+fixed buffers outweigh what the terms miss by 12% (ZeRO-3 x8 mb4 and ZeRO-2 x4 mb1 both), the gap above."""
 
 
 def load_bench():
@@ -28,8 +32,8 @@ accuracy = load_bench()
 @pytest.mark.parametrize(
     ("model", "strategy", "ranks", "micro_batch", "checkpointing"),
     [
-        (accuracy.GPT_SMALL, "ddp", 1, 2, "none"),
-        (accuracy.LLAMA_SMALL, "fsdp", 8, 2, "full"),
+        ((*accuracy.GPT_SMALL, HALF_SEQUENCE), "ddp", 1, 2, "none"),
+        ((*accuracy.LLAMA_SMALL, HALF_SEQUENCE), "fsdp", 8, 2, "full"),
         (accuracy.GPT_SMALL, "zero3", 8, 4, "none"),
         (accuracy.LLAMA_SMALL, "zero2", 4, 1, "selective"),
     ],

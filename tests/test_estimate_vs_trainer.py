@@ -18,12 +18,17 @@ COUNT_SCRIPT = Path(__file__).with_name("count_states.py")
 
 
 @pytest.mark.parametrize(
-    ("model", "strategy", "ranks"),
-    [("tiny", "ddp", 1), ("tiny", "fsdp", 2), ("gpt2-124m", "ddp", 1), ("gpt2-124m", "fsdp", 2)],
+    ("vocab", "strategy", "ranks"),
+    [(2048, "ddp", 1), (2047, "fsdp", 2)],
 )
-def test_predicted_state_bytes_equal_the_trainers_tensors(tmp_path, model, strategy, ranks):
+def test_predicted_state_bytes_equal_the_trainers_tensors(tmp_path, vocab, strategy, ranks):
+    """The tiny model is gpt2-124m's layout (learned positions sized by the context, not the sequence; tied
+    embeddings; biases; layer norms) with a finer tolerance in parameters: 1e-3 is about 1.1k of them here,
+    124k in gpt2-124m (a whole missed position table is 3% here, 0.6% there). FSDP's case has an odd vocabulary,
+    so that its largest tensor splits unevenly across the ranks."""
     plan = plan_for(
-        f"model={model}",
+        "model=tiny",
+        f"model.vocab={vocab}",
         f"parallelism={strategy}",
         "model.seq_len=32",
         "parallelism.micro_batch=1",
