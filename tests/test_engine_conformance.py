@@ -5,12 +5,10 @@ fresh engine loading a checkpoint gives the next step's loss exactly; `full_stat
 parameter of the model; its `parts` hold the blocks that run (the straggler detector times them). All
 engines run in one torchrun (one process group), to keep this quick."""
 
-import json
-
 import pytest
 
 from entrypoint.trainer.engines import ENGINES
-from tests.entrypoint_support import RERUN_TOLERANCE, run_on_two_ranks, tiny_plan, write_plan
+from tests.entrypoint_support import RERUN_TOLERANCE, run_plans_on_two_ranks, tiny_plan
 
 pytestmark = pytest.mark.torchrun
 
@@ -106,17 +104,7 @@ def test_every_engine_meets_the_interface(tmp_path):
         for engine, variants in ENGINE_PLANS.items()
         for index, overrides in enumerate(variants)
     }
-    paths = {}
-    for name, plan in plans.items():
-        (tmp_path / name).mkdir()
-        paths[name] = str(write_plan(plan, tmp_path / name))
-    (tmp_path / "plans.json").write_text(json.dumps(paths))
-    output = run_on_two_ranks(SCRIPT, plans["torch-0"], tmp_path, timeout=300)
-    results: dict[str, dict] = {}
-    for line in output.splitlines():
-        if line.startswith("RESULT"):
-            _, name, data = line.split(" ", 2)
-            results[name] = json.loads(data)
+    results = run_plans_on_two_ranks(SCRIPT, plans, tmp_path, timeout=300)
     assert set(results) == set(plans)
     reference = results["torch-0"]["losses"]
     for name, result in results.items():

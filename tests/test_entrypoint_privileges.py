@@ -53,9 +53,11 @@ def start(engine, image: BuiltImage, volumes: dict[Path, str], user: str | None 
 
 
 def plan_channel(tmp_path: Path, readable: bool) -> Path:
-    """The plan channel: readable by everyone, or only by root (as the SDK's local mode copies it)."""
+    """The plan channel: readable by everyone, or only by root (as the SDK's local mode copies it). One process
+    trains two steps: who trains, and who owns what it writes, are the same for every rank."""
     channel = folder(tmp_path / PLAN_CHANNEL, 0o755 if readable else 0o700)
-    write_plan(tiny_plan("trainer.steps=2", "trainer.warmup_steps=0"), channel).chmod(0o644 if readable else 0o600)
+    plan = tiny_plan("hardware.processes_per_node=1", "trainer.steps=2", "trainer.warmup_steps=0")
+    write_plan(plan, channel).chmod(0o644 if readable else 0o600)
     return channel
 
 

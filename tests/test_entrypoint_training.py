@@ -81,16 +81,9 @@ def test_ddp_fsdp_and_zero_give_the_same_losses(reference_runs):
             assert other[step] == pytest.approx(loss, abs=EQUIVALENCE_TOLERANCE), (strategy, step)
 
 
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        ("parallelism=fsdp", "parallelism.activation_checkpointing=full", *LLAMA_STYLE),
-        ("parallelism=ddp", "parallelism.activation_checkpointing=selective", "parallelism.grad_accum=2"),
-    ],
-    ids=["fsdp-llama-full-checkpointing", "ddp-selective-accum"],
-)
-def test_strategy_trains(tmp_path, overrides):
-    assert_loss_falls(train(tiny_plan(*overrides), tmp_path))
+def test_fsdp_trains_the_llama_shape_with_full_activation_checkpointing(tmp_path):
+    plan = tiny_plan("parallelism=fsdp", "parallelism.activation_checkpointing=full", *LLAMA_STYLE)
+    assert_loss_falls(train(plan, tmp_path))
 
 
 def test_hybrid_shard_and_tensor_parallel_agree(tmp_path):
@@ -125,12 +118,16 @@ def test_resume_equals_uninterrupted(tmp_path, reference_runs, strategy):
         assert resumed[step] == pytest.approx(uninterrupted[step], abs=RERUN_TOLERANCE), step
 
 
-def test_local_token_files(tmp_path):
-    """data=local: memory-mapped uint16 files (learnable walks, as the synthetic source makes them)."""
+def test_ddp_trains_on_local_token_files_with_selective_checkpointing_and_accumulation(tmp_path):
+    """data=local: memory-mapped uint16 files (learnable walks, as the synthetic source makes them), read by DDP
+    accumulating 2 micro batches a step with selective activation checkpointing (one run for both: each only has
+    to train, and the loss falls only if the files are read and the gradients of both micro batches applied)."""
     folder = tmp_path / "tokens"
     folder.mkdir()
     walks = SyntheticTokens(vocab=2048, seq_len=4095, seed=7).walks(torch.arange(4))
     for index, walk in enumerate(walks):
         walk.to(torch.int32).numpy().astype("uint16").tofile(folder / f"shard-{index}.bin")
-    plan = tiny_plan("data=local", f"data.path={folder}")
+    accumulating = ("parallelism=ddp", "parallelism.activation_checkpointing=selective", "parallelism.grad_accum=2")
+    plan = tiny_plan("data=local", f"data.path={folder}", *accumulating)
+    assert plan.batch.grad_accum == 2
     assert_loss_falls(train(plan, tmp_path / "root"))

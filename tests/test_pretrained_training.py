@@ -113,14 +113,16 @@ def test_every_strategy_loads_the_checkpoint_and_trains_alike(tmp_path, hf_check
 def test_a_pretrained_model_fine_tunes_on_conversations_with_its_own_tokenizer(tmp_path, hf_tokenizer):
     """model=hf with data.format=chat and no data.tokenizer: the checkpoint's tokenizer (with its chat template)
     encodes the conversations, the loss counts the assistant's tokens only, LoRA trains, and the export
-    carries the tokenizer."""
+    carries the tokenizer. One process: none of this is per rank (the strategies' loading over two ranks, LoRA's
+    included: test_every_strategy_loads_the_checkpoint_and_trains_alike)."""
     checkpoint = save_checkpoint(tmp_path / "llama", "llama", vocab=512)
     for file in hf_tokenizer.iterdir():
         shutil.copy(file, checkpoint / file.name)
     data = tmp_path / "data"
     write_jsonl(data / "train.jsonl", [{"messages": conversation} for conversation in conversations(300)])
     overrides = ("data=local", f"data.path={data}", "data.format=chat", "data.validation=0.2")
-    plan = tiny_plan("model=hf", f"model.path={checkpoint}", "model.lora.rank=4", "trainer.eval_interval=3", *overrides)
+    lora = ("model=hf", f"model.path={checkpoint}", "model.lora.rank=4", "hardware.processes_per_node=1")
+    plan = tiny_plan(*lora, "trainer.eval_interval=3", *overrides)
     records = train(plan, tmp_path / "run")
     validation = [row["val_loss"] for row in records if "val_loss" in row]
     assert len(validation) == 2 and validation[-1] < validation[0]

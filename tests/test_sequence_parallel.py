@@ -4,8 +4,11 @@ norms tp=1 (FSDP over the same two ranks, the same global batch) gives, with the
 the whole logits and with the op-level selective checkpointing, and holds 1/tp of the residual stream and of the
 logits."""
 
+from pathlib import Path
+
 import pytest
 
+from compiler.spec import Plan
 from tests.entrypoint_support import LLAMA_STYLE, run_plans_on_two_ranks, tiny_plan
 from tests.pretrained import save_checkpoint
 from tests.test_text_data import hand_made_split
@@ -20,20 +23,29 @@ vocabulary shards' log-sum-exp). Observed: losses within 5e-7 of tp=1, gradient 
 the norms' weight gradients left unsummed over the sequence shards, the gradient norm moves by 1e-5 relative at
 step 1 and 7e-5 at step 2, the loss by 1.4e-5 at step 2."""
 
-SCRIPT = """
+HEADER = """
 import json, sys
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 import torch, torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from compiler.spec import Plan
 from entrypoint.trainer.data.batches import Batches, make_source
+from entrypoint.trainer.data.preference import PreferencePairs
 from entrypoint.trainer.engines import make_engine
+from entrypoint.trainer.train import precompute_reference
 
 PLANS = json.loads(Path(sys.argv[1]).with_name("plans.json").read_text())
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-for name, path in PLANS.items():
+TRAINING = {name: path for name, path in PLANS.items() if not name.startswith("precompute-")}
+PRECOMPUTING = {name: path for name, path in PLANS.items() if name.startswith("precompute-")}
+"""
+"""Both tests' plans run in one launch (`results`): the precomputed reference's plans are named `precompute-*`."""
+
+SCRIPT = """
+for name, path in TRAINING.items():
     plan = Plan.from_json(Path(path).read_text())
     batches = Batches(make_source(plan, None), plan, plan.layout.coordinates(rank).dp)
     engine = make_engine(plan, torch.device("cpu"))
@@ -60,48 +72,46 @@ for name, path in PLANS.items():
 """
 
 
-def test_sequence_and_loss_parallel_tp_trains_to_the_tp1_losses(tmp_path, hf_checkpoints):
-    decoder = (*LLAMA_STYLE, "trainer.lr=1e-3")
-    hf = ("model=hf", f"model.path={hf_checkpoints['llama']}", "trainer.lr=1e-3")
+DECODER = (*LLAMA_STYLE, "trainer.lr=1e-3")
+
+
+def hf_llama(hf_checkpoints) -> tuple[str, ...]:
+    return ("model=hf", f"model.path={hf_checkpoints['llama']}", "trainer.lr=1e-3")
+
+
+def training_plans(hf_checkpoints) -> dict[str, Plan]:
+    hf = hf_llama(hf_checkpoints)
     tp1 = ("parallelism=fsdp", "parallelism.micro_batch=2")
     tp2 = ("parallelism=fsdp", "parallelism.tp=2", "parallelism.micro_batch=4")
     cases = {
-        "decoder-tp1": (*decoder, *tp1),
-        "decoder-tp2": (*decoder, *tp2, "trainer.loss_chunk=0", "parallelism.activation_checkpointing=selective"),
-        "decoder-tp2-streamed": (*decoder, *tp2, "trainer.loss_chunk=96"),
+        "decoder-tp1": (*DECODER, *tp1),
+        "decoder-tp2": (*DECODER, *tp2, "trainer.loss_chunk=0", "parallelism.activation_checkpointing=selective"),
+        "decoder-tp2-streamed": (*DECODER, *tp2, "trainer.loss_chunk=96"),
         "hf-tp1": (*hf, *tp1),
         "hf-tp2": (*hf, *tp2, "trainer.loss_chunk=0"),
         "hf-tp2-streamed": (*hf, *tp2, "trainer.loss_chunk=96"),
     }
-    plans = {name: tiny_plan(*overrides) for name, overrides in cases.items()}
-    results = run_plans_on_two_ranks(SCRIPT, plans, tmp_path, timeout=300)
-    assert set(results) == set(cases)
-    for name, result in results.items():
-        reference = results[name.replace("-streamed", "").replace("tp2", "tp1")]
+    return {name: tiny_plan(*overrides) for name, overrides in cases.items()}
+
+
+def test_sequence_and_loss_parallel_tp_trains_to_the_tp1_losses(results, hf_checkpoints):
+    trained = {name: result for name, result in results.items() if not name.startswith("precompute-")}
+    assert set(trained) == set(training_plans(hf_checkpoints))
+    for name, result in trained.items():
+        reference = trained[name.replace("-streamed", "").replace("tp2", "tp1")]
         assert result["losses"] == pytest.approx(reference["losses"], abs=LOSS_TOLERANCE), name
         assert result["norms"] == pytest.approx(reference["norms"], rel=NORM_TOLERANCE), name
         assert abs(result["losses"][1] - result["losses"][0]) > 1e-2, name  # step 2 runs on updated weights
-    for family, overrides in (("decoder", decoder), ("hf", hf)):  # micro batch 4 of 64 tokens over 2 ranks:
-        model = tiny_plan(*overrides).model  # each holds 32 positions of the residual stream, half the vocabulary
+    # micro batch 4 of 64 tokens over 2 ranks: each holds 32 positions of the residual stream, half the vocabulary
+    for family, overrides in (("decoder", DECODER), ("hf", hf_llama(hf_checkpoints))):
+        model = tiny_plan(*overrides).model
         tp2 = {"residual": [4, 32, model.hidden], "logits": [4, 64, model.vocab // 2]}
-        assert results[f"{family}-tp2"]["shapes"] == tp2
-        assert results[f"{family}-tp1"]["shapes"] == {"residual": [2, 64, model.hidden]}
+        assert trained[f"{family}-tp2"]["shapes"] == tp2
+        assert trained[f"{family}-tp1"]["shapes"] == {"residual": [2, 64, model.hidden]}
 
 
 PRECOMPUTE_SCRIPT = """
-import json, sys
-from pathlib import Path
-from types import SimpleNamespace
-import torch, torch.distributed as dist
-from compiler.spec import Plan
-from entrypoint.trainer.data.batches import Batches
-from entrypoint.trainer.data.preference import PreferencePairs
-from entrypoint.trainer.engines import make_engine
-from entrypoint.trainer.train import precompute_reference
-
-PLANS = json.loads(Path(sys.argv[1]).with_name("plans.json").read_text())
-dist.init_process_group("gloo")
-for name, path in PLANS.items():
+for name, path in PRECOMPUTING.items():
     plan = Plan.from_json(Path(path).read_text())
     engine = make_engine(plan, torch.device("cpu"))
     pairs = PreferencePairs(Path(sys.argv[1]).with_name("train"), seq_len=plan.model.seq_len, seed=0, eos=0)
@@ -114,21 +124,37 @@ for name, path in PLANS.items():
 """
 
 
-def test_the_reference_precomputed_before_the_first_step_is_tp1s_under_loss_parallel(tmp_path):
+def precompute_plans(folder: Path) -> dict[str, Plan]:
+    """DPO plans whose reference is precomputed, on a tiny Llama, over a hand-made split of two pairs in
+    `folder/train` (where the script reads it)."""
+    docs = [[3, 4, 5, 6], [3, 4, 7, 8], [9, 10, 11], [9, 12, 13, 14, 15]]  # two pairs: chosen, then rejected
+    hand_made_split(folder / "train", docs, [[0, 1, 1, 1], [0, 1, 1, 1], [0, 1, 1], [0, 1, 1, 1, 1]])
+    model = save_checkpoint(folder / "model", "llama", vocab=512)
+    train_tokenizer(model)
+    write_jsonl(folder / "data/train.jsonl", [{"prompt": "say: hi\n", "chosen": "hi.", "rejected": "hi!"}])
+    data = ("data=local", f"data.path={folder / 'data'}", "data.format=preference", "trainer.objective=dpo")
+    dpo = ("model=hf", f"model.path={model}", *data, "trainer.dpo.precompute_reference=true", "parallelism=fsdp")
+    cases = {"tp1": (), "tp2": ("parallelism.tp=2",), "tp2-streamed": ("parallelism.tp=2", "trainer.loss_chunk=2")}
+    return {f"precompute-{name}": tiny_plan(*dpo, *overrides) for name, overrides in cases.items()}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, hf_checkpoints) -> dict[str, dict]:
+    """Both tests' plans in one torchrun launch (its start, two ranks importing torch and transformers, costs more
+    than the plans' runs): the training script over the training plans, then the precomputing one over its own."""
+    folder = tmp_path_factory.mktemp("sequence-parallel")
+    plans = training_plans(hf_checkpoints) | precompute_plans(folder)
+    return run_plans_on_two_ranks(HEADER + SCRIPT + PRECOMPUTE_SCRIPT, plans, folder, timeout=400)
+
+
+def test_the_reference_precomputed_before_the_first_step_is_tp1s_under_loss_parallel(results):
     """`trainer.dpo.precompute_reference` runs the reference outside any step: its cross-entropy of the
     vocabulary-split logits needs loss parallelism there too (it failed on every rank without it), and the two
     ranks of one tensor-parallel group must compute the same pairs (each computing its own share of the pairs,
     they mixed two pairs' activations: half the rows 0.6 nats off)."""
-    docs = [[3, 4, 5, 6], [3, 4, 7, 8], [9, 10, 11], [9, 12, 13, 14, 15]]  # two pairs: chosen, then rejected
-    hand_made_split(tmp_path / "plans/train", docs, [[0, 1, 1, 1], [0, 1, 1, 1], [0, 1, 1], [0, 1, 1, 1, 1]])
-    model = save_checkpoint(tmp_path / "model", "llama", vocab=512)
-    train_tokenizer(model)
-    write_jsonl(tmp_path / "data/train.jsonl", [{"prompt": "say: hi\n", "chosen": "hi.", "rejected": "hi!"}])
-    data = ("data=local", f"data.path={tmp_path / 'data'}", "data.format=preference", "trainer.objective=dpo")
-    dpo = ("model=hf", f"model.path={model}", *data, "trainer.dpo.precompute_reference=true", "parallelism=fsdp")
-    cases = {"tp1": (), "tp2": ("parallelism.tp=2",), "tp2-streamed": ("parallelism.tp=2", "trainer.loss_chunk=2")}
-    plans = {name: tiny_plan(*dpo, *overrides) for name, overrides in cases.items()}
-    results = run_plans_on_two_ranks(PRECOMPUTE_SCRIPT, plans, tmp_path / "plans", timeout=300)
-    assert set(results) == set(cases) and len(results["tp1"]) == 4
-    for name in ("tp2", "tp2-streamed"):
-        assert results[name] == pytest.approx(results["tp1"], rel=1e-6), name  # sums of ~30 nats, reordered
+    precomputed = {name for name in results if name.startswith("precompute-")}
+    assert precomputed == {"precompute-tp1", "precompute-tp2", "precompute-tp2-streamed"}
+    reference = results["precompute-tp1"]
+    assert len(reference) == 4
+    for name in ("precompute-tp2", "precompute-tp2-streamed"):
+        assert results[name] == pytest.approx(reference, rel=1e-6), name  # sums of ~30 nats, reordered
