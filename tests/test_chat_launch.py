@@ -31,7 +31,7 @@ def test_phi4_mini_conversations_fine_tune_with_the_replies_as_targets(engine, t
     write_jsonl(data / "held/val.jsonl", records[320:])
     command = [DOCKYARD, "launch", "experiment=smoke", "data=local", f"data.path={data}", "data.format=chat"]
     command += [f"data.tokenizer={tokenizer_folder}", "model.vocab=512", "data.validation=held"]
-    command += ["trainer.steps=10", "trainer.eval_interval=5", "hydra.run.dir=run"]
+    command += ["hardware.processes_per_node=1", "trainer.steps=10", "trainer.eval_interval=5", "hydra.run.dir=run"]
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir = tmp_path / "run"

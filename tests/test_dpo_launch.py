@@ -38,12 +38,13 @@ def test_dpo_with_lora_prefers_the_chosen_answers_of_held_out_pairs(engine, tmp_
     command = [DOCKYARD, "launch", "experiment=smoke", "model=hf", f"model.path={model}", "model.lora.rank=8"]
     command += ["data=local", "data.format=preference", f"data.path={data}", "trainer.objective=dpo"]
     command += ["data.validation=held", f"model.seq_len={SEQ_LEN}", "trainer.steps=10", "trainer.eval_interval=5"]
-    command += ["trainer.lr=1e-2", "trainer.checkpoint_interval=0", "hydra.run.dir=run"]
+    command += ["hardware.processes_per_node=1", "trainer.lr=1e-2", "trainer.checkpoint_interval=0"]
+    command += ["hydra.run.dir=run"]
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     output = result.stdout + result.stderr
     assert f"truncated         2 pairs longer than seq_len {SEQ_LEN} + 1" in output
-    assert "batch             16 pairs = micro 4 × accum 1 × dp 4" in output
+    assert "batch             8 pairs = micro 4 × accum 1 × dp 2" in output
 
     run_dir = tmp_path / "run"
     records = runs.loss_curve(run_dir)

@@ -23,6 +23,8 @@ from compiler.launch import runs
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")
 SOCKET = Path("/var/run/docker.sock")
 STEPS = ("trainer.steps=2", "trainer.warmup_steps=1", "trainer.log_interval=1", "trainer.checkpoint_interval=2")
+SMALL = ("hardware.processes_per_node=1", "model.seq_len=64")
+"""Two container nodes of one process each, short sequences: ownership is per container, not per rank."""
 
 
 @pytest.fixture
@@ -123,7 +125,7 @@ def test_a_user_fine_tunes_their_own_0600_checkpoint_owns_the_run_resumes_and_st
     home, uid = Path(host_user.pw_dir), host_user.pw_uid
     checkpoint = saved_pretrained(hf_checkpoints["llama"], home / "llama", owner=host_user)
     model = ["experiment=smoke", "model=hf", f"model.path={checkpoint}"]
-    launched = run(host_user, "launch", *model, *STEPS, "hydra.run.dir=run")
+    launched = run(host_user, "launch", *model, *SMALL, *STEPS, "hydra.run.dir=run")
     assert launched.returncode == 0, launched.stdout[-3000:] + launched.stderr[-3000:]
     assert f"(uid {uid}, who launched the run (gid {host_user.pw_gid})), dropped to from root" in launched.stdout
     run_dir = home / "run"

@@ -27,7 +27,7 @@ a few steps further)."""
 def launch(folder: Path, checkpoint: Path, ep: int) -> Path:
     command = [DOCKYARD, "launch", "experiment=smoke", "model=hf", f"model.path={checkpoint}", "parallelism=fsdp"]
     command += [f"parallelism.ep={ep}", "trainer.steps=6", "trainer.lr=1e-2", "trainer.log_interval=1"]
-    command += ["trainer.checkpoint_interval=0", "hydra.run.dir=run"]
+    command += ["model.seq_len=64", "trainer.checkpoint_interval=0", "hydra.run.dir=run"]
     folder.mkdir()
     result = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -65,8 +65,8 @@ def test_lora_fine_tunes_a_checkpoint_on_a_mixture_into_an_export_transformers_a
     mixture = f"data.mixture=[{{name: '{alpaca}', weight: {ALPACA_SHARE}}}, {{name: '{sharegpt}'}}]"
     command = [DOCKYARD, "launch", "experiment=smoke", "model=hf", f"model.path={checkpoint}", "model.lora.rank=8"]
     command += ["data=hf", mixture, "data.packing_mask=true"]
-    command += ["parallelism=fsdp", "trainer.steps=8", "trainer.lr=1e-2", "trainer.log_interval=2"]
-    command += ["trainer.checkpoint_interval=4", "hydra.run.dir=run"]
+    command += ["hardware.processes_per_node=1", "parallelism=fsdp", "trainer.steps=8", "trainer.lr=1e-2"]
+    command += ["trainer.log_interval=2", "trainer.checkpoint_interval=4", "hydra.run.dir=run"]
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir = tmp_path / "run"
@@ -91,7 +91,9 @@ def test_lora_fine_tunes_a_checkpoint_on_a_mixture_into_an_export_transformers_a
     torch.testing.assert_close(logits(merged, tokens), logits(adapted, tokens), atol=MERGED_TOLERANCE, rtol=0)
     assert not torch.allclose(logits(merged, tokens), logits(base, tokens), atol=1e-3)  # the adapters trained
 
-    plan = tiny_plan("model=hf", f"model.path={export}", "trainer.steps=2", "trainer.warmup_steps=1")
+    plan = tiny_plan(
+        "model=hf", f"model.path={export}", "hardware.processes_per_node=1", "trainer.steps=2", "trainer.warmup_steps=1"
+    )
     continued = train(plan, tmp_path / "continued")
     assert [row["step"] for row in continued] == [1, 2]
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "continued/model").config.model_type == "llama"

@@ -64,7 +64,13 @@ def test_a_local_run_logs_to_mlflow_and_tensorboard_and_is_plotted(engine, mlflo
     from mlflow.tracking import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    plan = tracked_plan(mlflow_server, "trainer.steps=6", "trainer.mlflow.experiment=local-target")
+    plan = tracked_plan(
+        mlflow_server,
+        "hardware.processes_per_node=1",
+        "model.seq_len=64",
+        "trainer.steps=6",
+        "trainer.mlflow.experiment=local-target",
+    )
     image = tracked_image(engine, plan)
     freeze = engine.containers.run(image, ["pip", "freeze"], entrypoint=[], remove=True, network_mode="none")
     assert unconstrained_packages(freeze.decode(), plan) == []  # the clients' dependencies are constrained
