@@ -95,7 +95,8 @@ def test_image_has_the_stack_and_a_user_to_drop_to(engine: docker.DockerClient, 
 
 
 def test_the_image_runtime_loads_no_host_side_module(engine: docker.DockerClient, smoke: BuiltImage) -> None:
-    """Inside the image, the entrypoint and the trainer import the Plan's types and nothing of the compiler."""
+    """Inside the image, the entrypoint and the trainer import the Plan's types and nothing of the compiler; the
+    runtime's modules come compiled (the image's user cannot write `__pycache__` beside them)."""
     assert run_in(engine, smoke.reference, "python", "-c", RUNTIME_IMPORTS).strip() == "[]"
     shipped = run_in(engine, smoke.reference, "ls", "/opt/dockyard", "/opt/dockyard/compiler").split()
     assert set(shipped) == {
@@ -104,8 +105,12 @@ def test_the_image_runtime_loads_no_host_side_module(engine: docker.DockerClient
         "entrypoint",
         "/opt/dockyard/compiler:",
         "__init__.py",
+        "__pycache__",
         "spec",
     }
+    sources = run_in(engine, smoke.reference, "find", "/opt/dockyard", "-name", "*.py").split()
+    compiled = run_in(engine, smoke.reference, "find", "/opt/dockyard", "-name", "*.pyc").split()
+    assert len(compiled) == len(sources) > 50
 
 
 @pytest.mark.timed
