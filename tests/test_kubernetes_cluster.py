@@ -114,7 +114,6 @@ def test_a_stop_that_does_not_finish_in_time_says_so(server):
 
 REFUSALS = [
     ("jobset", "jobsets", 403, "Forbidden", "target.namespace"),
-    ("jobset", "jobsets", 409, "AlreadyExists", "name"),
     ("jobset", "jobsets", 422, "Invalid", "target"),
     ("jobset", "jobsets", 500, "InternalError", None),
     ("indexed_job", "jobs", 422, "Invalid", "target"),  # after the ConfigMap and the Service
@@ -194,6 +193,17 @@ def test_a_second_submit_of_the_same_run_is_refused_and_the_first_run_stays(serv
     assert {key: obj["metadata"]["uid"] for key, obj in server.objects.items()} == before
 
 
+def test_a_live_job_of_the_same_name_is_refused_and_what_came_before_it_is_undone(server):
+    job = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": RUN}}
+    uid = server.put("jobsets", "training", job)["metadata"]["uid"]
+    with pytest.raises(ConfigError) as error:
+        cluster.submit(request_for(), api_for(server))
+    assert error.value.key == "name"
+    assert f'jobsets.jobset.x-k8s.io "{RUN}" already exists (AlreadyExists, HTTP 409)' in error.value.one_line()
+    assert list(server.objects) == [("jobsets", "training", RUN)]
+    assert server.objects[("jobsets", "training", RUN)]["metadata"]["uid"] == uid
+
+
 def test_a_resubmit_waits_for_the_run_being_deleted_under_its_name(server):
     api = api_for(server)
     handle = cluster.submit(request_for(), api)
@@ -208,6 +218,13 @@ def test_a_resubmit_waits_for_the_run_being_deleted_under_its_name(server):
         server.get("configmaps", "training", f"{RUN}-plan")["metadata"]["ownerReferences"][0]["uid"]
         == (jobset["metadata"]["uid"])
     )
+
+
+def test_a_name_freed_between_the_refusal_and_the_read_is_created(server):
+    """The collector may remove the old run after the API server answered 409 and before the client reads it."""
+    server.refuse("POST", "jobsets", 409, "AlreadyExists", f'jobsets.jobset.x-k8s.io "{RUN}" already exists')
+    cluster.submit(request_for(), api_for(server))
+    assert not server.get("jobsets", "training", RUN)["metadata"].get("deletionTimestamp")
 
 
 def test_a_job_the_api_server_finds_invalid_is_one_line_and_undone(server):

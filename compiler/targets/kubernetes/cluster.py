@@ -227,14 +227,15 @@ def submit(request: KubernetesRequest, api: k8s.ApiClient) -> dict:
 
 def create(resource: Resource, manifest: dict) -> dict:
     """Create the object; one of the same name that is being deleted (a run stopped a moment ago) is waited
-    for first, as the API server refuses the name until it is gone."""
+    for first, as the API server refuses the name until it is gone (which may be between the refusal and
+    the read that follows it)."""
     try:
         return resource.create(manifest)
     except ApiException as error:
         if error.status != CONFLICT:
             raise
         existing = resource.read(manifest["metadata"]["name"])
-        if existing is None or not existing["metadata"].get("deletionTimestamp"):
+        if existing is not None and not existing["metadata"].get("deletionTimestamp"):
             raise
     resource.wait_gone(manifest["metadata"]["name"])
     return resource.create(manifest)
