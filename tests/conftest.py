@@ -53,6 +53,13 @@ take one two-node job at a time (a second would queue behind the first past its 
 are named by a run id unique to the millisecond (`compiler.launch.runs.run_id_for`)."""
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Before any test module imports torch, which reads OMP_WAIT_POLICY once as it loads OpenMP: the two xdist
+    workers share two cores with the runs they start, and threads that spin between operations take the cores
+    from all of them (the trainer's launcher sets the same for CPU training: entrypoint/launcher/threads.py)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden/ from the current output")
 

@@ -24,21 +24,29 @@ from tests.test_entrypoint_cli import entrypoint
     ],
 )
 def test_each_process_gets_its_share_of_the_machines_cpus(cpus, nodes, processes, threads):
-    (row,) = threads_env("gloo", processes, cpus, {NODES_PER_HOST: nodes})
+    row, _ = threads_env("gloo", processes, cpus, {NODES_PER_HOST: nodes})
     assert (row.name, row.value, row.set_here) == ("OMP_NUM_THREADS", threads, True)
     split = f"{cpus} CPUs split among the training processes on this machine: {nodes} node(s) × {processes}"
     assert split in row.reason
 
 
 def test_without_a_hint_the_node_has_the_machine_to_itself():
-    (row,) = threads_env("gloo", 4, 32, {})
+    row, _ = threads_env("gloo", 4, 32, {})
     assert row.value == "8"
 
 
 def test_the_users_value_is_kept():
-    (row,) = threads_env("gloo", 1, 16, {NODES_PER_HOST: "2", "OMP_NUM_THREADS": "3"})
-    assert (row.value, row.set_here) == ("3", False)
-    assert "set by the user (dockyard: 8)" in row.reason
+    threads, wait = threads_env(
+        "gloo", 1, 16, {NODES_PER_HOST: "2", "OMP_NUM_THREADS": "3", "OMP_WAIT_POLICY": "ACTIVE"}
+    )
+    assert (threads.value, threads.set_here) == ("3", False)
+    assert "set by the user (dockyard: 8)" in threads.reason
+    assert (wait.value, wait.set_here) == ("ACTIVE", False)
+
+
+def test_idle_threads_sleep_so_that_a_shared_machine_is_not_spun_away():
+    _, wait = threads_env("gloo", 2, 16, {})
+    assert (wait.name, wait.value, wait.set_here) == ("OMP_WAIT_POLICY", "PASSIVE", True)
 
 
 @pytest.mark.parametrize("backend", ["nccl", "smddp"])
@@ -62,6 +70,7 @@ def test_explain_shows_the_threads_and_a_bad_hint_is_one_line_exit_2(tmp_path):
     shared = entrypoint("--explain", f"--plan={plan}", env=entrypoint_env(tmp_path / "root", **{NODES_PER_HOST: "2"}))
     assert shared.returncode == 0, shared.stderr
     assert f"OMP_NUM_THREADS={max(1, cpus // 2)}  # {cpus} CPUs split among" in shared.stdout
+    assert "OMP_WAIT_POLICY=PASSIVE  # idle threads sleep" in shared.stdout
     bad = entrypoint("--explain", f"--plan={plan}", env=entrypoint_env(tmp_path / "root", **{NODES_PER_HOST: "x"}))
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and f"{NODES_PER_HOST}='x' is not a number of nodes" in bad.stderr
