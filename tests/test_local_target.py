@@ -176,7 +176,7 @@ def test_sequence_and_loss_parallel_tp_trains_on_two_container_nodes_to_the_tp1_
     plan = plan_for(*SHORT, *shape, "parallelism.tp=2")
     assert (plan.layout.nodes, plan.layout.dp, plan.layout.tp) == (2, 2, 2)
     run_dir = tmp_path / "run"
-    request = local.to_request(plan, smoke_image, run_id="dockyard-tp-test", run_dir=run_dir)
+    request = local.to_request(plan, smoke_image, run_id=own_run_id("dockyard-tp-test"), run_dir=run_dir)
     output = io.StringIO()
     assert run_locally(plan, request, run_dir, output).exit_status == 0, output.getvalue()[-3000:]
     one_node = plan_for(*SHORT, *shape, "hardware.nodes=1", "hardware.processes_per_node=2")
@@ -231,10 +231,15 @@ def smoke_image(engine):
     return build_image(plan, engine, cwd=Path.cwd()).reference
 
 
+def own_run_id(name: str) -> str:
+    """`name` and a nonce: a killed test run's containers and network, left on the shared engine, must not meet
+    the next run's."""
+    return f"{name}-{time.time_ns() % 10**9}"
+
+
 def start_job(plan, image: str, run_dir: Path, name: str) -> tuple[threading.Thread, list, str]:
-    """The job in a thread, under a run id of its own (`name` and a nonce: a killed test run's containers and
-    network, left on the shared engine, must not meet the next run's); the thread, its record-to-be, the id."""
-    run_id = f"{name}-{time.time_ns() % 10**9}"
+    """The job in a thread, under a run id of its own (`own_run_id`); the thread, its record-to-be, the id."""
+    run_id = own_run_id(name)
     request = local.to_request(plan, image, run_id=run_id, run_dir=run_dir)
     result = []
     log = open(run_dir.parent / f"{run_id}.out", "w")  # noqa: SIM115 - closed with the thread's output
@@ -263,7 +268,7 @@ def test_zero_trains_in_the_cpu_image_which_has_no_compiler_on_an_s3_channel(eng
     short = ("trainer.steps=4", "trainer.checkpoint_interval=0")
     plan = plan_for(*SHORT, *ONE_PER_NODE, "parallelism=zero3", *short, *S3_TOKENS)
     run_dir = tmp_path / "run"
-    request = local.to_request(plan, smoke_image, run_id="dockyard-zero-test", run_dir=run_dir)
+    request = local.to_request(plan, smoke_image, run_id=own_run_id("dockyard-zero-test"), run_dir=run_dir)
     output = io.StringIO()
     assert run_locally(plan, request, run_dir, output).exit_status == 0, output.getvalue()[-3000:]
     assert "deepspeed_shm_comm" not in output.getvalue()
