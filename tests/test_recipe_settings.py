@@ -212,13 +212,19 @@ def test_a_run_whose_validation_loss_stops_falling_ends_early_with_its_model(tmp
     recipe = [f"data.chat_template={shown(Text(template))}", "data.eos_token='<|end|>'", "data.validation=5"]
     overrides = chat_overrides(folder, hf_tokenizer, *recipe, "trainer.eval_interval=1")
     overrides += ["trainer.early_stopping_patience=1", "trainer.lr=1e-30", "trainer.steps=6"]
-    records = train(tiny_plan(*overrides, "trainer.checkpoint_interval=1"), tmp_path)
+    plan = tiny_plan(*overrides, "trainer.checkpoint_interval=1")
+    records = train(plan, tmp_path)
     validations = [row for row in records if "val_loss" in row]
     assert [row["step"] for row in validations] == [1, 2]
     assert validations[0]["val_loss"] == validations[1]["val_loss"]
     # the checkpoint of step 1 keeps the validation loss the patience counts from, for a resumed run to go on
-    (saved,) = (folder for step, folder in checkpoint.complete(tmp_path / "checkpoints") if step == 1)
-    assert checkpoint.progress(saved)["val_losses"] == pytest.approx([validations[0]["val_loss"]], rel=1e-6)
+    saved = dict(checkpoint.complete(tmp_path / "checkpoints"))
+    assert checkpoint.progress(saved[1])["val_losses"] == pytest.approx([validations[0]["val_loss"]], rel=1e-6)
+    # launched again, it resumes from step 1 (the newest checkpoint: the early stop saves none) and counts on: its
+    # first validation (step 2) ends it, where a fresh count would train on to step 3
+    assert list(saved) == [1]
+    resumed = [row for row in train(plan, tmp_path)[len(records) :] if "val_loss" in row]
+    assert [row["step"] for row in resumed] == [2]
     (meta,) = (path for path in tmp_path.rglob("meta.json") if "tokenizer-" not in str(path))
     assert json.loads(meta.read_text())["splits"]["validation"]["documents"] == 5
     model = tmp_path / "model"
