@@ -60,11 +60,9 @@ def wait_until_training(root: Path, processes, limit: float = 90) -> None:
 
 
 def trainer_process(entrypoint) -> psutil.Process:
+    """The rank: forked from the forkserver of torchrun's agent (entrypoint → agent → forkserver → rank)."""
     children = psutil.Process(entrypoint.pid).children(recursive=True)
-    commands = {child: " ".join(child.cmdline()) for child in children}
-    return next(
-        c for c, line in commands.items() if "entrypoint.trainer" in line and "torch.distributed.run" not in line
-    )
+    return next(c for c in children if "multiprocessing.forkserver" in " ".join(c.parent().cmdline()))
 
 
 def finish(process, limit: float) -> tuple[int, str, float]:

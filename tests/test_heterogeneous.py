@@ -11,7 +11,7 @@ from compiler.spec import Plan
 from compiler.spec.errors import ConfigError
 from compiler.targets.sagemaker import translate as sagemaker
 from entrypoint.launcher.comm import Detected
-from entrypoint.launcher.main import prepare
+from entrypoint.launcher.main import WARM_WORKERS, prepare
 from tests.entrypoint_support import hetero_tree
 from tests.helpers import plan_for
 
@@ -90,7 +90,7 @@ def launch_on(host: str, tmp_path: Path):
 def test_a_training_node_trains_with_its_group_only(tmp_path):
     launch = launch_on("algo-3", tmp_path)
     assert (launch.node.hosts, launch.node.node_rank, launch.node.master_addr) == (("algo-2", "algo-3"), 1, "algo-2")
-    assert "torch.distributed.run" in launch.command and "--nnodes=2" in launch.command
+    assert WARM_WORKERS in launch.command and "--nnodes=2" in launch.command
     env = {row.name: row.value for row in launch.env}
     assert env["SM_CURRENT_INSTANCE_GROUP"] == "train" and env["SM_IS_HETERO"] == "true"
     assert json.loads(env["SM_CURRENT_INSTANCE_GROUP_HOSTS"]) == ["algo-2", "algo-3"]

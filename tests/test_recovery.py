@@ -21,7 +21,7 @@ from compiler.spec.contract import RESTARTS_FILE
 from compiler.spec.errors import ConfigError
 from compiler.targets import records
 from entrypoint.launcher.cluster import Paths, discover
-from entrypoint.launcher.main import launch_command, rendezvous_arguments, restart_env
+from entrypoint.launcher.main import WARM_WORKERS, launch_command, rendezvous_arguments, restart_env
 from entrypoint.trainer.restarts import precedence
 from tests.entrypoint_support import (
     CLUSTER_ENVIRONMENTS,
@@ -222,10 +222,10 @@ def test_restarts_start_torchrun_under_the_c10d_rendezvous_with_a_fresh_store(tm
         "--rdzv-conf=is_host=false",
         "--max-restarts=2",
     )
-    # the built-in trainer's workers fork from a warm interpreter under restarts (entrypoint.trainer.workers)
-    for restarts, launcher in ((0, "torch.distributed.run"), (1, "entrypoint.trainer.workers")):
+    # the built-in trainer's workers fork from a warm interpreter, with restarts or without (entrypoint.trainer.workers)
+    for restarts in (0, 1):
         command = launch_command(tiny_plan(f"trainer.restarts={restarts}"), node, Paths(tmp_path), tmp_path, [])
-        assert command[:3] == ("python", "-m", launcher) and command[-3:-1] == ("-m", "entrypoint.trainer")
+        assert command[:3] == ("python", "-m", WARM_WORKERS) and command[-3:-1] == ("-m", "entrypoint.trainer")
     assert [row.name for row in restart_env(2, {})] == ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"]
     assert restart_env(2, {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}) == []  # the user's setting stands
     assert restart_env(0, {}) == []

@@ -196,7 +196,7 @@ def launch_command(plan: Plan, node: Node, paths: Paths, plan_path: Path, argume
     launcher = (
         "python",
         "-m",
-        WARM_WORKERS if trainer.entry is Entry.builtin and trainer.restarts else "torch.distributed.run",
+        WARM_WORKERS if trainer.entry is Entry.builtin else "torch.distributed.run",
         f"--nnodes={node.nnodes}",
         f"--nproc-per-node={plan.layout.processes_per_node}",
         *rendezvous_arguments(node, trainer.restarts),
@@ -207,8 +207,8 @@ def launch_command(plan: Plan, node: Node, paths: Paths, plan_path: Path, argume
 
 
 WARM_WORKERS = "entrypoint.trainer.workers"
-"""torchrun for the built-in trainer under in-job restarts: its workers, restarted ones too, fork from an
-interpreter that imported the trainer once, instead of each importing torch again."""
+"""torchrun for the built-in trainer: its workers, restarted ones too, fork from an interpreter that imported the
+trainer once per node, instead of each importing torch again (a user's script runs under torchrun itself)."""
 
 RENDEZVOUS_ID = "dockyard"
 """The c10d rendezvous' run id: one job per rendezvous endpoint, so any fixed name will do."""

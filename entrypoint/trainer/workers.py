@@ -1,10 +1,11 @@
-"""torchrun for the built-in trainer under in-job restarts (`trainer.restarts`), whose workers fork from a warm
-interpreter: `python -m entrypoint.trainer.workers <torchrun's options> -m entrypoint.trainer --plan=PLAN`.
+"""torchrun for the built-in trainer, whose workers fork from a warm interpreter:
+`python -m entrypoint.trainer.workers <torchrun's options> -m entrypoint.trainer --plan=PLAN`.
 
 Under torchrun's own launch every worker, also every restarted one, is a fresh Python process that imports
-torch and the trainer before it can rejoin: 3.6 s for one process in the smoke image, and 11.6 s, over half
-of a restart, when a node's ranks import at once on two busy cores (`bench/recovery.py`). Here torchrun's
-agent starts the trainer's `main` as a function through multiprocessing's forkserver, which imports the
+torch and the trainer: 3.6 s for one process in the smoke image, and 11.6 s, over half of an in-job restart,
+when a node's ranks import at once on two busy cores (`bench/recovery.py`); the smoke job (two nodes of two ranks) used
+14 % less CPU for 20 steps once its ranks forked (35.6 against 41.2 CPU-s, means of 4 runs).
+Here torchrun's agent starts the trainer's `main` as a function through multiprocessing's forkserver, which imports the
 trainer once when the job starts (before any CUDA call, so the forked workers may use CUDA) and forks every
 worker of every attempt from it. The options, the rendezvous, the restarts, the environment each worker gets
 and the failures the agent reports are torchrun's, unchanged.
@@ -27,10 +28,10 @@ from entrypoint.trainer.compiled import use_warm_cache
 TRAINER = "entrypoint.trainer"
 """The module the command line names after torchrun's options (`-m entrypoint.trainer`), as for torchrun."""
 DYNAMO = "torch._dynamo"
-"""Imported by the agent and the forkserver at the start: the engines build through it, and torch's log
-formatter imports it when the agent logs a worker's failure (`logger.exception`), which would hold up every
-restart by the import (1.5-2 s on the smoke image's busy cores). Its import fixes inductor's cache folder,
-so the warm cache is set first, as the trainer sets it (`compiled.use_warm_cache`)."""
+"""Imported by the forkserver at the start, and by the agent where restarts are allowed: the engines build
+through it, and torch's log formatter imports it when the agent logs a worker's failure (`logger.exception`),
+which would hold up every restart by the import (1.5-2 s on the smoke image's busy cores). Its import fixes
+inductor's cache folder, so the warm cache is set first, as the trainer sets it (`compiled.use_warm_cache`)."""
 WARM = ["entrypoint.trainer.train", DYNAMO, __name__]
 """What the forkserver imports once: the trainer, torch._dynamo, and this module, which a worker's function
 is found in."""
@@ -51,7 +52,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"entrypoint.trainer.workers starts the built-in trainer only: -m {TRAINER} --plan=PLAN")
     config, _, _ = config_from_args(args)
     use_warm_cache(Paths(Path(os.environ.get("DOCKYARD_ROOT", "/opt/ml"))).checkpoints)
-    importlib.import_module(DYNAMO)
+    if config.max_restarts:
+        importlib.import_module(DYNAMO)
     multiprocessing.set_forkserver_preload(WARM)
     launch = elastic_launch(dataclasses.replace(config, start_method="forkserver"), entrypoint=trainer_main)
     launch(list(args.training_script_args))
