@@ -28,8 +28,11 @@ def apply_compile(model: nn.Module, blocks: Iterable[nn.Module], trainer: Traine
         model.compile(**options)
 
 
-def use_warm_cache(checkpoints: Path) -> None:
-    """Point inductor's and triton's caches into the checkpoints folder (unless the job set them itself)."""
+def use_warm_cache(trainer: TrainerConfig, checkpoints: Path) -> None:
+    """Point inductor's and triton's caches into the checkpoints folder where the plan compiles (unless the job
+    set them itself); an eager run leaves no cache folder there."""
+    if Compile(trainer.compile) is Compile.false:
+        return
     cache = checkpoints / CACHE_FOLDER
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
     os.environ.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))

@@ -22,7 +22,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from compiler.spec import Plan
 from compiler.spec.s3 import download_s3
-from compiler.spec.schema import Compile, DataFormat, DataSource, Job, Objective, TrainerConfig
+from compiler.spec.schema import DataFormat, DataSource, Job, Objective, TrainerConfig
 from compiler.spec.tokenizer import TokenizerFacts, replace_tokens
 from entrypoint.launcher.cluster import Paths
 from entrypoint.launcher.main import DEFAULT_TIMEOUT_S
@@ -270,8 +270,7 @@ def evaluates(trainer: TrainerConfig, done_steps: int) -> bool:
 
 def train(plan: Plan, paths: Paths, timeout_s: float, stop_at: int | None) -> None:
     stop = StopSignal()
-    if Compile(plan.trainer.compile) is not Compile.false:
-        use_warm_cache(paths.checkpoints)
+    use_warm_cache(plan.trainer, paths.checkpoints)
     device = init_distributed(plan, timeout_s)
     rank, leader = dist.get_rank(), int(os.environ.get("LOCAL_RANK", "0")) == 0
     notes = paths.restart_notes(this_node(plan).host)

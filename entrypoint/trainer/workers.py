@@ -11,6 +11,7 @@ worker of every attempt from it. The options, the rendezvous, the restarts, the 
 and the failures the agent reports are torchrun's, unchanged.
 """
 
+import argparse
 import dataclasses
 import importlib
 import multiprocessing
@@ -22,6 +23,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.launcher.api import elastic_launch
 from torch.distributed.run import config_from_args, parse_args
 
+from compiler.spec import Plan
 from entrypoint.launcher.cluster import Paths
 from entrypoint.trainer.compiled import use_warm_cache
 
@@ -32,6 +34,9 @@ DYNAMO = "torch._dynamo"
 through it, and torch's log formatter imports it when the agent logs a worker's failure (`logger.exception`),
 which would hold up every restart by the import (1.5-2 s on the smoke image's busy cores). Its import fixes
 inductor's cache folder, so the warm cache is set first, as the trainer sets it (`compiled.use_warm_cache`)."""
+PLAN_OPTION = argparse.ArgumentParser(add_help=False)
+PLAN_OPTION.add_argument("--plan", type=Path, required=True)
+"""The trainer's `--plan`, read here for what the agent must know before any worker starts."""
 WARM = ["entrypoint.trainer.train", DYNAMO, __name__]
 """What the forkserver imports once: the trainer, torch._dynamo, and this module, which a worker's function
 is found in."""
@@ -39,10 +44,16 @@ is found in."""
 
 def trainer_main(argv: list[str]) -> None:
     """A worker: the trainer's `main`, imported already in the forkserver it was forked from (the agent
-    itself never imports the trainer)."""
+    itself never imports the trainer). Its exception is printed as a worker process prints it at exit (behind
+    its rank, torch's hook), which multiprocessing would keep to itself: the launcher reads a stop's or a
+    failure's reason from the log (`launcher.failures`)."""
     from entrypoint.trainer.train import main as trainer
 
-    trainer(argv)
+    try:
+        trainer(argv)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        raise
 
 
 @record
@@ -51,7 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     if not args.module or args.training_script != TRAINER:
         raise SystemExit(f"entrypoint.trainer.workers starts the built-in trainer only: -m {TRAINER} --plan=PLAN")
     config, _, _ = config_from_args(args)
-    use_warm_cache(Paths(Path(os.environ.get("DOCKYARD_ROOT", "/opt/ml"))).checkpoints)
+    plan = Plan.from_json(PLAN_OPTION.parse_known_args(args.training_script_args)[0].plan.read_text())
+    use_warm_cache(plan.trainer, Paths(Path(os.environ.get("DOCKYARD_ROOT", "/opt/ml"))).checkpoints)
     if config.max_restarts:
         importlib.import_module(DYNAMO)
     multiprocessing.set_forkserver_preload(WARM)
