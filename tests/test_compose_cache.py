@@ -9,10 +9,12 @@ import sys
 import pytest
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+from compiler.cli import folders
 from compiler.cli import main as cli
 from compiler.config import cache
 from compiler.config.compose import CONF_DIR, CONFIG_NAME, compose_config
@@ -136,3 +138,15 @@ def test_a_batch_with_fixed_inputs_reads_the_config_folders_once(loader, monkeyp
     loader.load_configuration(CONFIG_NAME, ["trainer.seed=3"], RunMode.RUN)
     loader.load_configuration(CONFIG_NAME, ["trainer.seed=4"], RunMode.RUN)
     assert len(reads) == 3
+
+
+def test_the_staging_override_is_taken_parsed_as_hydras_parser_reads_it(monkeypatch):
+    """Every command writes a new `hydra.output_subdir=.dockyard-<hex>/.hydra` (`folders.staging_override`); the
+    cache takes it as given, the Override Hydra's parser makes of it, and parses no staging word itself."""
+    words = []
+    for _ in range(50):
+        folders.start()
+        words.append(folders.staging_override())
+    parsed = OverridesParser.create().parse_overrides(words)
+    monkeypatch.setattr(cache, "OverridesParser", None)  # a word it parsed would fail here
+    assert [cache.parse_once(word) for word in words] == parsed

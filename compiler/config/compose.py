@@ -238,7 +238,7 @@ def reject_numbers_for_strings(overrides: Sequence[str]) -> None:
     string field (versions, names, environment values) is refused with the quoting that keeps it. A yes/no
     field takes true or false only: OmegaConf would read `2`, `1` or `yes` as true."""
     try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        parsed = [cache.parse_once(word) for word in overrides]  # the composition reads them again
     except OverrideParseException:
         return  # Hydra reports it while composing
     for override in parsed:
