@@ -110,16 +110,18 @@ def test_a_plan_composes_once(tmp_path, monkeypatch):
 HEAVY = ["torch", "boto3", "botocore", "docker", "kubernetes", "jinja2", "matplotlib", "numpy", "transformers"]
 LAUNCH_ONLY = ["compiler.images", "compiler.launch.runs", "compiler.launch.resume", "packaging.requirements"]
 """What only `launch` (or a config that pins packages) needs: `plan` starts ~25 ms sooner without it."""
+CHECKPOINT_ONLY = ["compiler.config.pretrained", "compiler.config.eval_adapter"]
+"""What reads a Hugging Face checkpoint's folder (`model=hf`): a plan of a built-in model starts without it."""
 
 
 def test_plan_imports_nothing_heavy(tmp_path):
-    """`dockyard plan` starts fast: none of the SDKs, the trainer's libraries, the image renderer or the run
-    records."""
+    """`dockyard plan` starts fast: none of the SDKs, the trainer's libraries, the image renderer, the run
+    records or the checkpoint readers."""
     probe = (
         "import sys; from compiler.cli.main import main\n"
         "try: main(['plan', 'experiment=smoke'])\n"
         "except SystemExit: pass\n"
-        f"print(sorted(m for m in {HEAVY + LAUNCH_ONLY!r} if m in sys.modules))"
+        f"print(sorted(m for m in {HEAVY + LAUNCH_ONLY + CHECKPOINT_ONLY!r} if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
