@@ -1,5 +1,6 @@
 """The dataclass methods kept compiled between commands (`compiler.core.dataclass_code`): a class made from the
-cache has the methods compiling makes; a second `dockyard plan` compiles none; a damaged file costs only time."""
+cache has the methods compiling makes; a second `dockyard plan` compiles none; the file keeps other commands'
+methods up to a bound; a damaged or unwritable file costs only time."""
 
 import dataclasses
 import json
@@ -24,16 +25,22 @@ class Plain:
     count: int = 0
     labels: list[str] = field(default_factory=list)
 """
+OTHER = "from dataclasses import dataclass\n@dataclass\nclass Other:\n    size: int = 1\n"
+THIRD = "from dataclasses import dataclass\n@dataclass\nclass Third:\n    width: float = 2.0\n"
 
 
-def made(methods: dataclass_code.CompiledMethods | None) -> dict:
-    """The classes of CLASSES, made through `methods` (None: as Python makes them)."""
+def made(methods: dataclass_code.CompiledMethods | None, classes: str = CLASSES) -> dict:
+    """The classes of `classes`, made through `methods` (None: as Python makes them)."""
     namespace: dict = {"__name__": "made"}
     with pytest.MonkeyPatch.context() as patch:
         if methods is not None:
             patch.setattr(dataclasses, "exec", methods.exec, raising=False)
-        exec(CLASSES, namespace)
+        exec(classes, namespace)
     return namespace
+
+
+def kept(path) -> set[str]:
+    return set(dataclass_code.CompiledMethods(path).known)
 
 
 def methods_of(cls: type) -> dict:
@@ -84,19 +91,35 @@ def test_a_second_plan_compiles_no_dataclass_method(tmp_path):
     assert compiled == used > 100 and compiled_again == 0 and used_again == used
 
 
+def test_the_file_keeps_what_other_commands_compiled_up_to_its_bound(tmp_path, monkeypatch):
+    """Each verb makes classes of its own: a command keeps the others' methods, until the file holds more than
+    MAX_METHODS (then mostly of classes since changed) and the next writer starts again from what it used."""
+    path = tmp_path / "code.marshal"
+    commands = []
+    for classes in (CLASSES, OTHER, THIRD):
+        commands.append(dataclass_code.CompiledMethods(path))
+        made(commands[-1], classes)
+        commands[-1].save()
+        if classes is OTHER:
+            assert commands[1].compiled == 3  # Other's __init__, __repr__ and __eq__
+            assert kept(path) == commands[0].used | commands[1].used
+            monkeypatch.setattr(dataclass_code, "MAX_METHODS", len(kept(path)))
+    assert kept(path) == commands[2].used
+
+
 def test_a_damaged_file_is_compiled_again(tmp_path):
     path = tmp_path / "code.marshal"
     methods = dataclass_code.CompiledMethods(path)
     made(methods)
     methods.save()
     content = path.read_bytes()
-    for damaged in (content[:-1], content[:8], b"", content[:20] + b"x" + content[21:]):
+    for damaged in (content[:-1], content[:8], b"", content[:20] + bytes([content[20] ^ 1]) + content[21:]):
         path.write_bytes(damaged)
         again = dataclass_code.CompiledMethods(path)
         assert again.known == {}
         made(again)
         again.save()
-        assert dataclass_code.CompiledMethods(path).known.keys() == methods.used.keys()
+        assert kept(path) == methods.used
 
 
 def test_an_unwritable_cache_costs_only_time(tmp_path):

@@ -4,55 +4,63 @@ Python 3.11 writes a dataclass's `__init__`, `__repr__` and `__eq__` (a frozen o
 `__delattr__` and `__hash__` too) as source text and compiles that text each time the class is made: every
 command compiles them again for Hydra's, its plug-ins' and dockyard's dataclasses, a sixth of what
 `dockyard plan` executes. `install` gives the `dataclasses` module an `exec` that looks each text up first
-among the code compiled from it by an earlier command (`$DOCKYARD_HOME/cache/code`); the text is the key, so a
-class gets the very code that compiling its text makes. `save` writes the code this command used, only where
-it compiled any (a new or changed class): the file holds what one command makes, not every class ever seen.
+among the code compiled from it by earlier commands (`$DOCKYARD_HOME/cache/code`); the text is the key, so a
+class gets the very code that compiling its text makes. A command that compiled any text (a class new to the
+file, or changed) writes the file again with it. The file keeps what other commands compiled (each verb makes
+classes of its own), until it holds more than MAX_METHODS, most of them then of classes since changed: it
+starts again from what the writing command used.
 
 The file is named by the interpreter's bytecode tag and magic number (as a `__pycache__` file is), written
-whole (a rename), and starts with a checksum: a file cut short or overwritten is compiled again, so a damaged
-cache costs time, never a wrong method. The folder (mode 700) is the user's own, like their bytecode caches:
-what is there is run.
+whole (a rename), and starts with a checksum (CRC-32: every command reads the file, and a CRC reads it 3 times
+faster than blake2b): a file cut short or overwritten is compiled again, so a damaged cache costs time, never
+a wrong method. The folder (mode 700) is the user's own, like their bytecode caches: what is there is run.
 """
 
 import dataclasses
-import hashlib
 import marshal
 import sys
+import zlib
 from importlib.util import MAGIC_NUMBER
 from pathlib import Path
-from types import CodeType
 from typing import Any
 
 from compiler.core.home import cache, write_whole
 
-CHECKSUM_BYTES = 16
+CHECKSUM_BYTES = 4
+MAX_METHODS = 1000
+"""Methods the file keeps: a plan makes about 350, every verb together about 450 (Python 3.11, Hydra 1.3)."""
 
 
 class CompiledMethods:
-    """The `exec` that `dataclasses` calls, and the code this process used."""
+    """The `exec` that `dataclasses` calls, and the compiled methods by their text, each kept marshalled: a
+    command unmarshals only the methods of the classes it makes."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.known = _load(path)
-        self.used: dict[str, CodeType] = {}
+        self.used: set[str] = set()
         self.compiled = 0
         """Texts compiled by this process (none once the file holds every class the command makes)."""
 
     def exec(self, source: Any, scope: dict[str, Any] | None = None, names: dict[str, Any] | None = None) -> None:
         if isinstance(source, str):
-            code = self.known.get(source)
-            if code is None:
-                code = self.known[source] = compile(source, "<string>", "exec", dont_inherit=True)
+            self.used.add(source)
+            marshalled = self.known.get(source)
+            if marshalled is None:
+                code = compile(source, "<string>", "exec", dont_inherit=True)
+                self.known[source] = marshal.dumps(code)
                 self.compiled += 1
-            self.used[source] = code
+            else:
+                code = marshal.loads(marshalled)
             source = code
         exec(source, scope, names)
 
     def save(self) -> None:
-        """Write the code this process used, where it compiled any (a failure to write only costs time)."""
+        """Write the methods, where this process compiled any (a failure to write only costs time)."""
         if not self.compiled:
             return
-        content = marshal.dumps(self.used)
+        kept = self.known if len(self.known) <= MAX_METHODS else {text: self.known[text] for text in self.used}
+        content = marshal.dumps(kept)
         try:
             write_whole(self.path, _checksum(content) + content)
         except OSError:
@@ -66,7 +74,7 @@ def install() -> CompiledMethods:
     return methods
 
 
-def _load(path: Path) -> dict[str, CodeType]:
+def _load(path: Path) -> dict[str, bytes]:
     try:
         content = path.read_bytes()
     except OSError:
@@ -76,4 +84,4 @@ def _load(path: Path) -> dict[str, CodeType]:
 
 
 def _checksum(content: bytes) -> bytes:
-    return hashlib.blake2b(content, digest_size=CHECKSUM_BYTES).digest()
+    return zlib.crc32(content).to_bytes(CHECKSUM_BYTES, "big")
