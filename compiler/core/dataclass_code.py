@@ -44,7 +44,6 @@ class CompiledMethods:
 
     def exec(self, source: Any, scope: dict[str, Any] | None = None, names: dict[str, Any] | None = None) -> None:
         if isinstance(source, str):
-            self.used.add(source)
             marshalled = self.known.get(source)
             if marshalled is None:
                 code = compile(source, "<string>", "exec", dont_inherit=True)
@@ -52,6 +51,7 @@ class CompiledMethods:
                 self.compiled += 1
             else:
                 code = marshal.loads(marshalled)
+            self.used.add(source)  # once known: `save` may run while another thread makes a class
             source = code
         exec(source, scope, names)
 
@@ -59,7 +59,8 @@ class CompiledMethods:
         """Write the methods, where this process compiled any (a failure to write only costs time)."""
         if not self.compiled:
             return
-        kept = self.known if len(self.known) <= MAX_METHODS else {text: self.known[text] for text in self.used}
+        used = tuple(self.used)  # as it is now, should another thread be making a class
+        kept = self.known if len(self.known) <= MAX_METHODS else {text: self.known[text] for text in used}
         content = marshal.dumps(kept)
         try:
             write_whole(self.path, _checksum(content) + content)
