@@ -128,3 +128,17 @@ def test_an_unwritable_cache_costs_only_time(tmp_path):
     made(methods)
     methods.save()
     assert methods.compiled > 0 and (tmp_path / "file").read_text() == ""
+
+
+def test_without_a_home_folder_every_method_is_compiled(monkeypatch):
+    """`Path.home()` fails for a user without $HOME whom the password database lacks: the command still runs."""
+
+    def no_home(name):
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(dataclass_code, "cache", no_home)
+    monkeypatch.setattr(dataclasses, "exec", exec, raising=False)  # what install() replaces, put back after
+    methods = dataclass_code.install()
+    made(methods)
+    methods.save()
+    assert methods.path is None and methods.compiled > 0

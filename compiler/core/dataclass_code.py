@@ -35,9 +35,10 @@ class CompiledMethods:
     """The `exec` that `dataclasses` calls, and the compiled methods by their text, each kept marshalled: a
     command unmarshals only the methods of the classes it makes."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path | None) -> None:
         self.path = path
-        self.known = _load(path)
+        """None where there is no home folder to keep the file in: every method is compiled, as without it."""
+        self.known = _load(path) if path else {}
         self.used: set[str] = set()
         self.compiled = 0
         """Texts compiled by this process (none once the file holds every class the command makes)."""
@@ -57,7 +58,7 @@ class CompiledMethods:
 
     def save(self) -> None:
         """Write the methods, where this process compiled any (a failure to write only costs time)."""
-        if not self.compiled:
+        if not self.compiled or self.path is None:
             return
         used = tuple(self.used)  # as it is now, should another thread be making a class
         kept = self.known if len(self.known) <= MAX_METHODS else {text: self.known[text] for text in used}
@@ -70,7 +71,11 @@ class CompiledMethods:
 
 def install() -> CompiledMethods:
     """From now on, `dataclasses` compiles only what no earlier command compiled."""
-    methods = CompiledMethods(cache("code") / f"{sys.implementation.cache_tag}-{MAGIC_NUMBER.hex()}.marshal")
+    try:
+        path: Path | None = cache("code") / f"{sys.implementation.cache_tag}-{MAGIC_NUMBER.hex()}.marshal"
+    except RuntimeError:  # Path.home() finds none (no $HOME, a user without a passwd entry): no cache
+        path = None
+    methods = CompiledMethods(path)
     dataclasses.exec = methods.exec  # type: ignore[attr-defined]
     return methods
 
