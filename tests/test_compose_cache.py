@@ -9,10 +9,12 @@ import sys
 import pytest
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+from compiler.cli import folders
 from compiler.cli import main as cli
 from compiler.config import cache
 from compiler.config.compose import CONF_DIR, CONFIG_NAME, compose_config
@@ -108,16 +110,18 @@ def test_a_plan_composes_once(tmp_path, monkeypatch):
 HEAVY = ["torch", "boto3", "botocore", "docker", "kubernetes", "jinja2", "matplotlib", "numpy", "transformers"]
 LAUNCH_ONLY = ["compiler.images", "compiler.launch.runs", "compiler.launch.resume", "packaging.requirements"]
 """What only `launch` (or a config that pins packages) needs: `plan` starts ~25 ms sooner without it."""
+CHECKPOINT_ONLY = ["compiler.config.pretrained", "compiler.config.eval_adapter"]
+"""What reads a Hugging Face checkpoint's folder (`model=hf`): a plan of a built-in model starts without it."""
 
 
 def test_plan_imports_nothing_heavy(tmp_path):
-    """`dockyard plan` starts fast: none of the SDKs, the trainer's libraries, the image renderer or the run
-    records."""
+    """`dockyard plan` starts fast: none of the SDKs, the trainer's libraries, the image renderer, the run
+    records or the checkpoint readers."""
     probe = (
         "import sys; from compiler.cli.main import main\n"
         "try: main(['plan', 'experiment=smoke'])\n"
         "except SystemExit: pass\n"
-        f"print(sorted(m for m in {HEAVY + LAUNCH_ONLY!r} if m in sys.modules))"
+        f"print(sorted(m for m in {HEAVY + LAUNCH_ONLY + CHECKPOINT_ONLY!r} if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -136,3 +140,15 @@ def test_a_batch_with_fixed_inputs_reads_the_config_folders_once(loader, monkeyp
     loader.load_configuration(CONFIG_NAME, ["trainer.seed=3"], RunMode.RUN)
     loader.load_configuration(CONFIG_NAME, ["trainer.seed=4"], RunMode.RUN)
     assert len(reads) == 3
+
+
+def test_the_staging_override_is_taken_parsed_as_hydras_parser_reads_it(monkeypatch):
+    """Every command writes a new `hydra.output_subdir=.dockyard-<hex>/.hydra` (`folders.staging_override`); the
+    cache takes it as given, the Override Hydra's parser makes of it, and parses no staging word itself."""
+    words = []
+    for _ in range(50):
+        folders.start()
+        words.append(folders.staging_override())
+    parsed = OverridesParser.create().parse_overrides(words)
+    monkeypatch.setattr(cache, "OverridesParser", None)  # a word it parsed would fail here
+    assert [cache.parse_once(word) for word in words] == parsed

@@ -19,10 +19,12 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override, OverrideType, ValueType
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from compiler.config import cache
 from compiler.config.compose import CONFIG_NAME, NAME_MAX
 from compiler.config.hydra_errors import as_config_error
 from compiler.core.grammar import check_name
@@ -30,6 +32,7 @@ from compiler.spec.errors import ConfigError
 
 RESOLVER = "dockyard.fresh_dir"
 HYDRA_SUBDIR = ".hydra"
+OUTPUT_SUBDIR = "hydra.output_subdir"
 SWEEP_RECORD = "multirun.yaml"
 """What Hydra writes into a sweep folder before any point runs."""
 
@@ -60,8 +63,12 @@ def start() -> Invocation:
 
 
 def staging_override() -> str:
-    """The override that makes Hydra write its `.hydra` files into this invocation's staging folder."""
-    return f"hydra.output_subdir={_current.staging}/{HYDRA_SUBDIR}"
+    """The override that makes Hydra write its `.hydra` files into this invocation's staging folder, given to
+    the compose cache as parsed: a new word every command, it would cost Hydra's parser ~5 ms."""
+    folder = f"{_current.staging}/{HYDRA_SUBDIR}"
+    word = f"{OUTPUT_SUBDIR}={folder}"
+    cache.remember(word, Override(OverrideType.CHANGE, OUTPUT_SUBDIR, ValueType.ELEMENT, folder, input_line=word))
+    return word
 
 
 def fresh_dir(root: str, name_key: str, stamp: str, *, _root_: DictConfig) -> str:
@@ -103,7 +110,7 @@ def _mkdir_new(wanted: Path) -> Path:
 PATH_MAX = 4096
 """Linux's limit on a path, in bytes with its closing NUL."""
 FOLDER_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
-MADE_BY_HYDRA = (*FOLDER_KEYS, "hydra.output_subdir", "hydra.sweep.subdir")
+MADE_BY_HYDRA = (*FOLDER_KEYS, OUTPUT_SUBDIR, "hydra.sweep.subdir")
 """The folders Hydra makes itself; a subfolder given as an absolute path is made there, not in the run's."""
 
 

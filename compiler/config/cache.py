@@ -40,6 +40,8 @@ from compiler.config import stored
 
 MAX_BASES = 64
 """Distinct sets of group choices kept (an Optuna search over models and strategies stays well below)."""
+MAX_WORDS = 4096
+"""Override words kept parsed (`parse_once`)."""
 
 _hydra_load = ConfigLoaderImpl.load_configuration
 _bases: collections.OrderedDict[tuple, bytes] = collections.OrderedDict()
@@ -47,6 +49,7 @@ _bases: collections.OrderedDict[tuple, bytes] = collections.OrderedDict()
 _enabled = True
 _fixed: dict[Any, Any] | None = None
 """Within `inputs_fixed`: the fingerprints and group lookups, each computed once."""
+_words: dict[str, Override] = {}
 
 
 def install() -> None:
@@ -109,7 +112,7 @@ def _load_configuration(
     if not _enabled:
         return hydras_own()
     try:
-        parsed = [_parsed(word) for word in overrides]
+        parsed = [parse_once(word) for word in overrides]
         if not _cacheable(parsed):
             return hydras_own()
         if validate_sweep_overrides:
@@ -130,7 +133,7 @@ def warm(loader: ConfigLoaderImpl, config_name: str | None, points: list[list[st
     seen: set[tuple[str, ...]] = set()
     for overrides in points:
         try:
-            parsed = [_parsed(word) for word in overrides]
+            parsed = [parse_once(word) for word in overrides]
             choices = tuple(o.input_line for o in _split(loader, parsed)[0])
             if _cacheable(parsed) and choices not in seen and len(seen) < MAX_BASES:
                 seen.add(choices)
@@ -139,11 +142,21 @@ def warm(loader: ConfigLoaderImpl, config_name: str | None, points: list[list[st
             continue
 
 
-@functools.lru_cache(maxsize=4096)
-def _parsed(word: str) -> Override:
+def parse_once(word: str) -> Override:
     """One override parsed once per process (a sweep's points repeat the same words; parsing is ~0.1 ms
-    each). Hydra reads an Override and never changes it."""
-    return OverridesParser.create().parse_overrides([word])[0]
+    each, and a process's first words several ms). Hydra reads an Override and never changes it."""
+    override = _words.get(word)
+    if override is None:
+        override = OverridesParser.create().parse_overrides([word])[0]
+        remember(word, override)
+    return override
+
+
+def remember(word: str, override: Override) -> None:
+    """`override` is what `word` parses to: a word dockyard writes itself is taken from here, never parsed."""
+    if len(_words) >= MAX_WORDS:
+        _words.clear()
+    _words[word] = override
 
 
 def _cacheable(parsed: list[Override]) -> bool:

@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf._utils import get_yaml_loader
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from compiler.config import cache, eval_adapter, interpolations, pretrained, store
+from compiler.config import cache, interpolations, store
 from compiler.config.hydra_errors import CONFIG_NAME, as_config_error
 from compiler.spec import schema
 from compiler.spec.errors import ConfigError, shown
@@ -65,6 +65,8 @@ def to_config(cfg: DictConfig) -> schema.Config:
     """The typed config, every interpolation resolved; a missing value or an added key is a ConfigError."""
     try:
         if not OmegaConf.is_missing(cfg, "model") and OmegaConf.select(cfg, "model.family") == "hf":  # ~model
+            from compiler.config import eval_adapter, pretrained  # a checkpoint's readers: only a model=hf plan
+
             eval_adapter.on_base(cfg)
             pretrained.fill_from_checkpoint(cfg.model)
         try:
@@ -238,7 +240,7 @@ def reject_numbers_for_strings(overrides: Sequence[str]) -> None:
     string field (versions, names, environment values) is refused with the quoting that keeps it. A yes/no
     field takes true or false only: OmegaConf would read `2`, `1` or `yes` as true."""
     try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        parsed = [cache.parse_once(word) for word in overrides]  # the composition reads them again
     except OverrideParseException:
         return  # Hydra reports it while composing
     for override in parsed:

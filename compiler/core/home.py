@@ -1,6 +1,7 @@
 """Where dockyard keeps what outlives one command: `$DOCKYARD_HOME` (default `~/.dockyard`). It holds the
 runs index (`runs/`, `compiler.targets.index`) and caches (`cache/`): composed configs
-(`compiler.config.stored`) and large files' digests (`compiler.images.digests`)."""
+(`compiler.config.stored`), large files' digests (`compiler.images.digests`) and dataclasses' compiled methods
+(`compiler.core.dataclass_code`)."""
 
 import os
 from pathlib import Path

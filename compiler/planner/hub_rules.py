@@ -3,7 +3,6 @@ entry well formed, and a dataset in a folder on this machine checked as a data f
 and its first record has a row shape the format reads. A Hub id is read by the nodes only.
 """
 
-import gzip
 import itertools
 import json
 from pathlib import Path
@@ -92,6 +91,8 @@ def _check_first_record(data: schema.DataConfig, key: str, found: list[Path], co
     first = next((p for p in found if p.name.endswith((".jsonl", ".jsonl.gz", ".json"))), None)
     if first is None:
         return  # Parquet and saved datasets are read on the nodes only
+    import gzip  # only where a local folder's first record is read: other plans start without it
+
     opener = gzip.open if first.name.endswith(".gz") else open
     with opener(first, "rt", encoding="utf-8") as stream:
         line = next(itertools.islice((line for line in stream if line.strip()), 1), "")
