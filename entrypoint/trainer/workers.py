@@ -51,6 +51,8 @@ def trainer_main(argv: list[str]) -> None:
 
     try:
         trainer(argv)
+    except SystemExit:
+        raise  # multiprocessing prints its message, as Python does at exit: a data error stays one line
     except BaseException:
         sys.excepthook(*sys.exc_info())
         raise
