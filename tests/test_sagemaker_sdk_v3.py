@@ -23,6 +23,7 @@ import pytest
 from compiler.spec.contract import PLAN_CHANNEL, PLAN_PATH
 from tests.test_estimator_script import (
     PLAN_HYPERPARAMETERS,
+    SAGEMAKER_LOCAL_MODE,
     check_run,
     compose_available,
     dockyard,
@@ -32,7 +33,7 @@ from tests.test_estimator_script import (
     reports,
 )
 
-pytestmark = pytest.mark.torchrun
+pytestmark = [pytest.mark.torchrun, SAGEMAKER_LOCAL_MODE]
 
 HERE = Path(__file__).resolve().parent / "sdk_v3"
 REQUIREMENTS = HERE / "requirements.txt"
