@@ -9,11 +9,14 @@ import sys
 from functools import cache
 from pathlib import Path
 
+import psutil
+
 from compiler.config.compose import compose_config
 from compiler.launch.plan import checked_plan
 from compiler.spec import Plan
 from compiler.spec.contract import NODES_PER_HOST
 from compiler.spec.token_cache_key import TOKEN_CACHE_DIR
+from entrypoint.launcher.main import WARM_WORKERS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -261,3 +264,13 @@ def hetero_tree(root: Path, current: str) -> Path:
     (config / "resourceconfig.json").write_text(json.dumps(resources))
     (config / "inputdataconfig.json").write_text(json.dumps({"plan": {"TrainingInputMode": "File"}}))
     return root
+
+
+def is_rank(process: psutil.Process) -> bool:
+    """A rank of a built-in training: forked by the forkserver that torchrun's agent forked, so the agent, the
+    forkserver and each rank run the same command line (entrypoint → agent → forkserver → rank)."""
+    try:
+        parent = process.parent()
+        return all(WARM_WORKERS in " ".join(p.cmdline()) for p in (process, parent, parent.parent()))
+    except (psutil.Error, AttributeError):  # gone, or no parent (the machine's first process)
+        return False

@@ -18,6 +18,7 @@ from tests.entrypoint_support import (
     SHARED_CORES,
     entrypoint_env,
     free_port,
+    is_rank,
     metrics,
     start_entrypoint,
     tiny_plan,
@@ -61,8 +62,7 @@ def wait_until_training(root: Path, processes, limit: float = 90) -> None:
 
 def trainer_process(entrypoint) -> psutil.Process:
     """The rank: forked from the forkserver of torchrun's agent (entrypoint → agent → forkserver → rank)."""
-    children = psutil.Process(entrypoint.pid).children(recursive=True)
-    return next(c for c in children if "multiprocessing.forkserver" in " ".join(c.parent().cmdline()))
+    return next(filter(is_rank, psutil.Process(entrypoint.pid).children(recursive=True)))
 
 
 def finish(process, limit: float) -> tuple[int, str, float]:

@@ -25,6 +25,7 @@ from compiler.targets.local import runner as local_runner
 from compiler.targets.local import translate as local
 from compiler.targets.logs import split_timestamp
 from compiler.targets.records import RunRecord
+from entrypoint.launcher.main import WARM_WORKERS
 from tests.entrypoint_support import LLAMA_STYLE, RERUN_TOLERANCE
 from tests.entrypoint_support import train as train_on_host
 from tests.helpers import PRESETS, S3_TOKENS, plan_for
@@ -340,9 +341,11 @@ KILL_A_RANK = (
     "import os, signal\n"
     "def parent(pid):\n"
     "    return open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1]\n"
+    "def workers(pid):\n"
+    f"    return b'{WARM_WORKERS}' in open(f'/proc/{{pid}}/cmdline', 'rb').read()\n"
     "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
     "    try:\n"
-    "        forked = b'multiprocessing.forkserver' in open(f'/proc/{parent(pid)}/cmdline', 'rb').read()\n"
+    "        forked = workers(pid) and workers(parent(pid)) and workers(parent(parent(pid)))\n"
     "    except OSError:\n"
     "        continue\n"
     "    if forked:\n"
@@ -350,8 +353,8 @@ KILL_A_RANK = (
     "        print(pid)\n"
     "        break\n"
 )
-"""SIGKILL one trainer process inside a node's container: one that torchrun's agent forked from its forkserver
-(`entrypoint.trainer.workers`, which starts every built-in training's ranks)."""
+"""SIGKILL one trainer process inside a node's container: one forked from the forkserver that torchrun's agent
+forked, all three running `entrypoint.trainer.workers` (which starts every built-in training's ranks)."""
 
 
 def wait_for_step(run_dir: Path, step: int, timeout: float = 300) -> None:

@@ -29,6 +29,7 @@ from tests.entrypoint_support import (
     SHARED_CORES,
     entrypoint_env,
     free_port,
+    is_rank,
     losses,
     metrics,
     plan_for,
@@ -62,12 +63,8 @@ def wait_for_step(root: Path, step: int, timeout: float = 180) -> None:
 
 def kill_one_rank(node: subprocess.Popen) -> None:
     """SIGKILL the node's worker: the trainer process torchrun's agent forked from its forkserver
-    (entrypoint → torchrun → forkserver → worker; `entrypoint.trainer.workers`)."""
-    (worker,) = [
-        process
-        for process in psutil.Process(node.pid).children(recursive=True)
-        if "multiprocessing.forkserver" in " ".join(process.parent().cmdline())
-    ]
+    (entrypoint → agent → forkserver → worker; `entrypoint.trainer.workers`)."""
+    (worker,) = filter(is_rank, psutil.Process(node.pid).children(recursive=True))
     worker.send_signal(signal.SIGKILL)
 
 

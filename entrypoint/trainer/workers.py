@@ -5,10 +5,10 @@ Under torchrun's own launch every worker, also every restarted one, is a fresh P
 torch and the trainer: 3.6 s for one process in the smoke image, and 11.6 s, over half of an in-job restart,
 when a node's ranks import at once on two busy cores (`bench/recovery.py`); the smoke job (two nodes of two ranks) used
 14 % less CPU for 20 steps once its ranks forked (35.6 against 41.2 CPU-s, means of 4 runs).
-Here torchrun's agent starts the trainer's `main` as a function through multiprocessing's forkserver, which imports the
-trainer once when the job starts (before any CUDA call, so the forked workers may use CUDA) and forks every
-worker of every attempt from it. The options, the rendezvous, the restarts, the environment each worker gets
-and the failures the agent reports are torchrun's, unchanged.
+Here torchrun's agent starts the trainer's `main` as a function through multiprocessing's forkserver, which holds
+the trainer imported (before any CUDA call, so the forked workers may use CUDA) and forks every worker of every
+attempt from it. The options, the rendezvous, the restarts, the environment each worker gets and the failures
+the agent reports are torchrun's, unchanged.
 """
 
 import argparse
@@ -16,7 +16,9 @@ import dataclasses
 import importlib
 import multiprocessing
 import os
+import socket
 import sys
+from multiprocessing import connection, forkserver, resource_tracker
 from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.errors import record
@@ -29,17 +31,19 @@ from entrypoint.trainer.compiled import use_warm_cache
 
 TRAINER = "entrypoint.trainer"
 """The module the command line names after torchrun's options (`-m entrypoint.trainer`), as for torchrun."""
-DYNAMO = "torch._dynamo"
-"""Imported by the forkserver at the start, and by the agent where restarts are allowed: the engines build
-through it, and torch's log formatter imports it when the agent logs a worker's failure (`logger.exception`),
-which would hold up every restart by the import (1.5-2 s on the smoke image's busy cores). Its import fixes
-inductor's cache folder, so the warm cache is set first, as the trainer sets it (`compiled.use_warm_cache`)."""
+WARM = ["entrypoint.trainer.train", "torch._dynamo"]
+"""What the forkserver holds imported: the trainer, and torch._dynamo, which the engines build through (DDP's
+constructor imports it) and torch's log formatter imports when the agent logs a worker's failure
+(`logger.exception`), which would hold up every restart by the import (1.5-2 s on the smoke image's busy
+cores). Its import fixes inductor's cache folder, so the warm cache is set first, as the trainer sets it
+(`compiled.use_warm_cache`)."""
 PLAN_OPTION = argparse.ArgumentParser(add_help=False)
 PLAN_OPTION.add_argument("--plan", type=Path, required=True)
 """The trainer's `--plan`, read here for what the agent must know before any worker starts."""
-WARM = ["entrypoint.trainer.train", DYNAMO, __name__, "entrypoint.trainer.forkserver"]
-"""What the forkserver imports once: the trainer, torch._dynamo, this module, which a worker's function is
-found in, and last `forkserver`, which ends it without tearing all that down again."""
+FORKSERVER_STATE = {"_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid", "_inherited_fds", "_lock",
+                    "_preload_modules"}  # fmt: skip
+"""multiprocessing's forkserver client as Python 3.11 keeps it (`forkserver.ForkServer`, the images' Python):
+where a Python keeps it otherwise, the forkserver is multiprocessing's own, which imports `WARM` again."""
 
 
 def trainer_main(argv: list[str]) -> None:
@@ -63,14 +67,44 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if not args.module or args.training_script != TRAINER:
         raise SystemExit(f"entrypoint.trainer.workers starts the built-in trainer only: -m {TRAINER} --plan=PLAN")
-    config, _, _ = config_from_args(args)
     plan = Plan.from_json(PLAN_OPTION.parse_known_args(args.training_script_args)[0].plan.read_text())
     use_warm_cache(plan.trainer, Paths(Path(os.environ.get("DOCKYARD_ROOT", "/opt/ml"))).checkpoints)
-    if config.max_restarts:
-        importlib.import_module(DYNAMO)
-    multiprocessing.set_forkserver_preload(WARM)
+    for module in WARM:
+        importlib.import_module(module)
+    start_forkserver()
+    config, _, _ = config_from_args(args)  # after the fork: torchrun's config asks CUDA how many GPUs there are
     launch = elastic_launch(dataclasses.replace(config, start_method="forkserver"), entrypoint=trainer_main)
     launch(list(args.training_script_args))
+
+
+def start_forkserver() -> None:
+    """multiprocessing's forkserver, forked from this process, which has imported the trainer and has yet to call
+    CUDA or start torchrun's threads, where multiprocessing would start a new interpreter that imports it all
+    again: torch is imported once per node instead of twice (2.4 s of CPU in the smoke image). The server's loop and its
+    workers are multiprocessing's (`forkserver.main`); it ends, as multiprocessing's does, when this process
+    closes its end of the alive pipe, and without finalizing its interpreter: it has nothing to flush or
+    release, tearing down torch and the trainer took 1-2 s of CPU, and the node's log pipe, which it holds,
+    stayed open meanwhile (every forked worker ends through `os._exit` too)."""
+    client = forkserver._forkserver
+    if set(vars(client)) != FORKSERVER_STATE:
+        multiprocessing.set_forkserver_preload([*WARM, __name__])
+        return
+    resource_tracker.ensure_running()
+    with socket.socket(socket.AF_UNIX) as listener:
+        address = connection.arbitrary_address("AF_UNIX")
+        listener.bind(address)
+        os.chmod(address, 0o600)
+        listener.listen()
+        alive_r, alive_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(alive_w)
+            try:
+                forkserver.main(listener.fileno(), alive_r, preload=[])
+            finally:
+                os._exit(0)
+        os.close(alive_r)
+    client._forkserver_address, client._forkserver_alive_fd, client._forkserver_pid = address, alive_w, pid
 
 
 if __name__ == "__main__":
