@@ -67,8 +67,8 @@ PATHS = [
 """Each CUDA path once. `engine`: the trainer's engine (`make_engine`) for two steps; `hf`: a tiny Hugging
 Face checkpoint made on the spot, loaded, trained and exported, the export read back by transformers;
 `checkpoint`: two steps, a checkpoint (async: pinned staging on a GPU), a second engine loading it;
-`trainer`: torchrun and `python -m entrypoint.trainer` itself for three steps (process group from the
-environment, the health check, metrics, the final model). A pipeline's stages exchange shapes and
+`trainer`: the trainer as the entrypoint starts it (`entrypoint.trainer.workers`) for three steps (process group
+from the environment, the health check, metrics, the final model). A pipeline's stages exchange shapes and
 activations, which the fake group cannot carry: it runs as a real job of two ranks, on CPU or where two
 GPUs are, and is skipped on one GPU (NCCL takes a GPU per rank). On CPU the pipeline's job is the trainer loop's
 (torchrun of two gloo ranks), and the one-rank loop is left out to keep the suite's run short."""

@@ -4,7 +4,7 @@ result, so that the parent knows which job a crash or a hang took down and resta
     python -m bench.gpu_evidence.worker PART DEVICE JOBS.json FIRST
 
 Every job makes its plan with the planner's own code (`compose_config`, `checked_plan`) and runs the
-trainer's own code (`make_engine`, `checkpoint.Checkpoints`, `save_final_model`, `entrypoint.trainer`),
+trainer's own code (`make_engine`, `checkpoint.Checkpoints`, `save_final_model`, `entrypoint.trainer.workers`),
 in the process group `start_group` gives it.
 """
 
@@ -29,6 +29,7 @@ from compiler.config.compose import compose_config
 from compiler.launch.plan import checked_plan
 from compiler.spec import Plan
 from entrypoint.launcher.cluster import Paths
+from entrypoint.launcher.main import WARM_WORKERS
 from entrypoint.trainer.engines import Engine, make_engine
 from entrypoint.trainer.metrics.measure import memory_gib, mfu
 from tests.entrypoint_support import free_port, metrics
@@ -143,11 +144,12 @@ def resumed_losses(engine: Engine, plan: Plan, device: torch.device, root: Path)
 
 
 def trainer_loop(plan: Plan, folder: Path) -> float:
-    """torchrun and `python -m entrypoint.trainer` on the plan's ranks; the last logged loss."""
+    """The trainer on the plan's ranks as the entrypoint starts it (torchrun's agent forking them from one
+    interpreter that imported the trainer, `entrypoint.trainer.workers`); the last logged loss."""
     path = folder / "plan.json"
     path.write_text(plan.to_json())
     ranks = plan.layout.world_size
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks}"]
+    command = [sys.executable, "-m", WARM_WORKERS, f"--nproc-per-node={ranks}"]
     command += [f"--master-port={free_port()}", "-m", "entrypoint.trainer", f"--plan={path}"]
     environment = {**os.environ, "DOCKYARD_ROOT": str(folder)}
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):  # torchrun's to set

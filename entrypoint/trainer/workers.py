@@ -21,11 +21,13 @@ import sys
 from multiprocessing import connection, forkserver, resource_tracker
 from pathlib import Path
 
+import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.launcher.api import elastic_launch
 from torch.distributed.run import config_from_args, parse_args
 
 from compiler.spec import Plan
+from compiler.spec.schema import BaseQuantization
 from entrypoint.launcher.cluster import Paths
 from entrypoint.trainer.compiled import use_warm_cache
 
@@ -37,6 +39,10 @@ constructor imports it) and torch's log formatter imports when the agent logs a 
 (`logger.exception`), which would hold up every restart by the import (1.5-2 s on the smoke image's busy
 cores). Its import fixes inductor's cache folder, so the warm cache is set first, as the trainer sets it
 (`compiled.use_warm_cache`)."""
+HUGGING_FACE = ["transformers.modeling_utils"]
+"""Also held for `model=hf`: what the ranks' `from transformers import AutoModelForCausalLM` imports (1.6-1.9 s of
+CPU in an image with transformers), once per node instead of once per rank; with LoRA peft too, unless its base is
+quantized (peft then imports bitsandbytes, which asks CUDA about the GPU as it loads)."""
 PLAN_OPTION = argparse.ArgumentParser(add_help=False)
 PLAN_OPTION.add_argument("--plan", type=Path, required=True)
 """The trainer's `--plan`, read here for what the agent must know before any worker starts."""
@@ -69,25 +75,35 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"entrypoint.trainer.workers starts the built-in trainer only: -m {TRAINER} --plan=PLAN")
     plan = Plan.from_json(PLAN_OPTION.parse_known_args(args.training_script_args)[0].plan.read_text())
     use_warm_cache(plan.trainer, Paths(Path(os.environ.get("DOCKYARD_ROOT", "/opt/ml"))).checkpoints)
-    for module in WARM:
+    modules = warm_modules(plan)
+    for module in modules:
         importlib.import_module(module)
-    start_forkserver()
+    start_forkserver(modules)
     config, _, _ = config_from_args(args)  # after the fork: torchrun's config asks CUDA how many GPUs there are
     launch = elastic_launch(dataclasses.replace(config, start_method="forkserver"), entrypoint=trainer_main)
     launch(list(args.training_script_args))
 
 
-def start_forkserver() -> None:
-    """multiprocessing's forkserver, forked from this process, which has imported the trainer and has yet to call
-    CUDA or start torchrun's threads, where multiprocessing would start a new interpreter that imports it all
-    again: torch is imported once per node instead of twice (2.4 s of CPU in the smoke image). The server's loop and its
-    workers are multiprocessing's (`forkserver.main`); it ends, as multiprocessing's does, when this process
-    closes its end of the alive pipe, and without finalizing its interpreter: it has nothing to flush or
-    release, tearing down torch and the trainer took 1-2 s of CPU, and the node's log pipe, which it holds,
-    stayed open meanwhile (every forked worker ends through `os._exit` too)."""
+def warm_modules(plan: Plan) -> list[str]:
+    """What the forkserver holds imported for `plan`'s ranks."""
+    if plan.model.family != "hf":
+        return WARM
+    lora = plan.model.lora
+    return [*WARM, *HUGGING_FACE, *(["peft"] if lora.rank and lora.quantize_base is BaseQuantization.none else [])]
+
+
+def start_forkserver(modules: list[str]) -> None:
+    """multiprocessing's forkserver, forked from this process, which has imported `modules` and has yet to call
+    CUDA or start torchrun's threads, where multiprocessing would start a new interpreter that imports them all
+    again: torch is imported once per node instead of twice (2.4 s of CPU in the smoke image). Where an import
+    has set up CUDA after all, which a forked worker could not use, multiprocessing's own starts instead. The
+    server's loop and its workers are multiprocessing's (`forkserver.main`); it ends, as multiprocessing's does,
+    when this process closes its end of the alive pipe, and without finalizing its interpreter: it has nothing to
+    flush or release, tearing down torch and the trainer took 1-2 s of CPU, and the node's log pipe, which it
+    holds, stayed open meanwhile (every forked worker ends through `os._exit` too)."""
     client = forkserver._forkserver
-    if set(vars(client)) != FORKSERVER_STATE:
-        multiprocessing.set_forkserver_preload([*WARM, __name__])
+    if set(vars(client)) != FORKSERVER_STATE or torch.cuda.is_initialized():
+        multiprocessing.set_forkserver_preload([*modules, __name__])
         return
     resource_tracker.ensure_running()
     with socket.socket(socket.AF_UNIX) as listener:
