@@ -49,14 +49,14 @@ PLAN_OPTION.add_argument("--plan", type=Path, required=True)
 FORKSERVER_STATE = {"_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid", "_inherited_fds", "_lock",
                     "_preload_modules"}  # fmt: skip
 """multiprocessing's forkserver client as Python 3.11 keeps it (`forkserver.ForkServer`, the images' Python):
-where a Python keeps it otherwise, the forkserver is multiprocessing's own, which imports `WARM` again."""
+where a Python keeps it otherwise, the forkserver is multiprocessing's own, which imports the modules again."""
 
 
 def trainer_main(argv: list[str]) -> None:
-    """A worker: the trainer's `main`, imported already in the forkserver it was forked from (the agent
-    itself never imports the trainer). Its exception is printed as a worker process prints it at exit (behind
-    its rank, torch's hook), which multiprocessing would keep to itself: the launcher reads a stop's or a
-    failure's reason from the log (`launcher.failures`)."""
+    """A worker: the trainer's `main`, imported already in the forkserver it was forked from (`WARM`, which
+    the agent imports before it forks the forkserver). Its exception is printed as a worker process prints
+    it at exit (behind its rank, torch's hook), which multiprocessing would keep to itself: the launcher reads
+    a stop's or a failure's reason from the log (`launcher.failures`)."""
     from entrypoint.trainer.train import main as trainer
 
     try:
