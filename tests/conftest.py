@@ -3,14 +3,18 @@
 
 How `make test` runs the tests (the marks are set here, in `pytest_collection_modifyitems`, from what a test uses):
 
-- quick lane, `-m "not slow"`, on both cores (`-n 2`): tests that start no torchrun, no container, no Slurm job.
-- slow lane, `-m "slow and not timed"`, on both cores too (`-n 2 --dist loadgroup`): most of its time is spent
-  waiting on process start-up, Docker and Slurm. Each slow test gets an xdist group (`xdist_group` below, or
+- main lane, `-m "not timed"`, on both cores (`-n 2 --dist loadgroup`): first the slow tests, those that start
+  torchrun, containers or Slurm jobs (most of their time is process start-up, Docker and Slurm), then the quick
+  ones, which the two workers take one at a time as they come free, so neither worker ends idle behind a long
+  test of the other's. Each slow test gets an xdist group (`xdist_group` below, or
   the test's own `@pytest.mark.xdist_group(NAME)`; pytest-xdist's loadgroup needs pytest 8: under pytest 9 it
   schedules every test alone, so pyproject pins pytest 8.4): the tests of one
   shared resource or expensive fixture run on one worker, so nothing races and each is made once.
   A new slow test needs nothing: its group follows from its fixtures, or else is its module (module fixtures are
-  made once per worker that runs them, and a module's tests may change what its other tests use).
+  made once per worker that runs them, and a module's tests may change what its other tests use). A quick test
+  shares its worker's session fixtures (moto's state is per process) with slow tests: it compares what it
+  checks before and after, not against an empty account. `make test-quick` (`-m "not slow"`) runs the quick
+  tests alone: they need neither the Docker engine nor the Slurm cluster.
 - timed lane, `-m timed`, one test at a time, after the rest: a test that times what it measures (a straggler,
   a deadline, a collective timeout of seconds, a no-op build's second) carries `@pytest.mark.timed`, so no
   neighbour's load shifts its figure.
@@ -43,14 +47,15 @@ CRD_DIR = Path(__file__).parent / "data" / "crds"
 SLOW_FIXTURES = {"engine": "container", "slurm_cluster": "slurm", "mlflow_server": "heavy"}
 """The fixtures that mark a test slow: a test using one (or a fixture built on one) starts containers,
 Slurm jobs or a tracking server. With the `torchrun` and `heavy` marks on the tests themselves they define
-the quick lane, `make test-quick` (-m "not slow")."""
+the quick tests, `make test-quick` (-m "not slow")."""
 SLOW_MARKS = ("torchrun", "heavy", "timed")
 
-SLURM_GROUP, TINY_RUNS_GROUP = "slurm", "tiny-runs"
-"""The slow lane's shared groups (`xdist_group` below), each run on one worker: the Slurm cluster's two nodes
+SLURM_GROUP, TINY_RUNS_GROUP, MLFLOW_GROUP = "slurm", "tiny-runs", "mlflow"
+"""The slow tests' shared groups (`xdist_group` below), each run on one worker: the Slurm cluster's two nodes
 take one two-node job at a time (a second would queue behind the first past its timeout); each strategy of
-`tiny_runs` trains once per worker. Launches on the local target need no group: their containers and network
-are named by a run id unique to the millisecond (`compiler.launch.runs.run_id_for`)."""
+`tiny_runs` trains once per worker; the MLflow server (about 30 CPU-s to start on these cores) starts once.
+Launches on the local target need no group: their containers and network are named by a run id unique to the
+millisecond (`compiler.launch.runs.run_id_for`)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -75,15 +80,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker("slow")
             if not item.get_closest_marker("xdist_group"):
                 item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+    items.sort(key=lambda item: not item.get_closest_marker("slow"))  # the main lane's order (see above)
 
 
 def xdist_group(item: pytest.Item) -> str:
-    """The slow lane's worker group of a test (see the module's docstring)."""
+    """The worker group of a test (see the module's docstring)."""
     fixtures = getattr(item, "fixturenames", ())
     if "slurm_cluster" in fixtures:
         return SLURM_GROUP
     if "tiny_runs" in fixtures:
         return TINY_RUNS_GROUP
+    if "mlflow_server" in fixtures:
+        return MLFLOW_GROUP
     return item.nodeid.split("::")[0]
 
 

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.torchrun
 SAGEMAKER_LOCAL_MODE = pytest.mark.xdist_group("sagemaker-local-mode")
 """The SDK's local mode (v2 and v3) puts every job's containers on one Docker network, `sagemaker-local`, under
 the same host names, algo-1 and algo-2: during two jobs at once Docker's DNS answers either job's algo-1, and a
-node joins the other job's rendezvous and waits there for good (seen as a hang of the v3 test). The slow lane
+node joins the other job's rendezvous and waits there for good (seen as a hang of the v3 test). `make test`
 runs these tests on one worker, one after the other."""
 
 DOCKYARD = str(Path(sys.executable).parent / "dockyard")

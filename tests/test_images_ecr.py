@@ -16,9 +16,14 @@ def test_ecr_registry_names_are_recognised() -> None:
 
 def test_ecr_login_creates_the_repository_once_and_returns_the_token(aws_env: str) -> None:
     ecr = boto3.client("ecr", region_name=REGION)
-    auth = ecr_login("dockyard/smoke", ACCOUNT, REGION)
+
+    def repositories() -> dict[str, str]:  # moto's state is per process: other tests' repositories stay
+        return {r["repositoryName"]: r["imageTagMutability"] for r in ecr.describe_repositories()["repositories"]}
+
+    before = repositories()
+    assert "dockyard/ecr-login" not in before
+    auth = ecr_login("dockyard/ecr-login", ACCOUNT, REGION)
     assert auth["username"] == "AWS" and auth["password"]
-    repositories = ecr.describe_repositories()["repositories"]
-    assert [(r["repositoryName"], r["imageTagMutability"]) for r in repositories] == [("dockyard/smoke", "IMMUTABLE")]
-    assert ecr_login("dockyard/smoke", ACCOUNT, REGION)["username"] == "AWS"
-    assert len(ecr.describe_repositories()["repositories"]) == 1
+    assert repositories() == before | {"dockyard/ecr-login": "IMMUTABLE"}
+    assert ecr_login("dockyard/ecr-login", ACCOUNT, REGION)["username"] == "AWS"
+    assert repositories() == before | {"dockyard/ecr-login": "IMMUTABLE"}

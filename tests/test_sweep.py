@@ -103,11 +103,16 @@ def moto_env(tmp_path):
     server.stop()
 
 
+def objects(session: boto3.Session, bucket: str) -> set[str]:
+    return {item["Key"] for item in session.client("s3").list_objects_v2(Bucket=bucket).get("Contents", [])}
+
+
 def test_sagemaker_dry_run_creates_no_job(tmp_path, moto_env, monkeypatch):
     for name, value in moto_env.items():
         monkeypatch.setenv(name, value)
     session = boto3.Session(region_name="us-east-1")
     session.client("s3").create_bucket(Bucket="dockyard-jobs")
+    stored = objects(session, "dockyard-jobs")  # moto's state is per process: earlier tests' objects stay
     result = dockyard(
         tmp_path,
         *SWEEP,
@@ -127,7 +132,7 @@ def test_sagemaker_dry_run_creates_no_job(tmp_path, moto_env, monkeypatch):
     assert [r["CreateTrainingJob"]["HyperParameters"] for r in requests] == [{}, {}]
     jobs = session.client("sagemaker").list_training_jobs()["TrainingJobSummaries"]  # moto's state is per process
     assert not {job["TrainingJobName"] for job in jobs} & set(names)
-    assert "Contents" not in session.client("s3").list_objects_v2(Bucket="dockyard-jobs", Prefix="sweep/")
+    assert objects(session, "dockyard-jobs") == stored
 
 
 def test_sagemaker_sweep_without_waiting_then_status_collects_the_states(
@@ -188,6 +193,9 @@ def test_a_sweep_the_platform_refuses_builds_and_creates_nothing(tmp_path, moto_
     """A missing role is found for every point before any image is built or pushed (the engine named here
     cannot be reached, so a build attempted first would fail otherwise)."""
     env = {**os.environ, **moto_env, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    session = boto3.Session(region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
+    ecr = session.client("ecr", endpoint_url=moto_env["AWS_ENDPOINT_URL"])
+    repositories = ecr.describe_repositories()["repositories"]  # moto's state is per process
     result = dockyard(
         tmp_path,
         *SWEEP,
@@ -204,7 +212,5 @@ def test_a_sweep_the_platform_refuses_builds_and_creates_nothing(tmp_path, moto_
     assert lines[0].startswith("dockyard: error: sweep: 2 of 2 points are invalid, nothing was launched")
     refusal = "target.role_arn: role arn:aws:iam::123456789012:role/missing cannot be used"
     assert len(lines) == 3 and all(refusal in line for line in lines[1:])
-    session = boto3.Session(region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
-    ecr = session.client("ecr", endpoint_url=moto_env["AWS_ENDPOINT_URL"])
-    assert ecr.describe_repositories()["repositories"] == []
+    assert ecr.describe_repositories()["repositories"] == repositories
     assert not (tmp_path / "sweep").exists()
