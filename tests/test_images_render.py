@@ -77,6 +77,17 @@ def test_layers_go_from_slowest_to_fastest_changing() -> None:
     assert not any(line.startswith("USER ") for line in lines), "the image starts as root, as SageMaker expects"
 
 
+def test_a_compiled_plan_adds_its_toolchain_above_the_eager_plans_python_layers() -> None:
+    """Switching `trainer.compile` on builds one layer (g++ and Python.h), not torch and the pins again."""
+    eager = render_dockerfile(plan_of(*PRESETS["smoke"])).splitlines()
+    compiled = render_dockerfile(plan_of(*PRESETS["smoke-compile"])).splitlines()
+    runtime = next(i for i, line in enumerate(eager) if line.startswith("# dockyard's runtime"))
+    toolchain = next(i for i, line in enumerate(compiled) if "--no-install-recommends g++ python3-dev" in line)
+    assert compiled[:runtime] == eager[:runtime]  # every layer below the runtime, torch's and the pins' among them
+    assert "COPY wheelhouse/ /tmp/wheelhouse/" in eager[:runtime]
+    assert runtime < toolchain < compiled.index(eager[runtime])
+
+
 def test_cuda_image_installs_the_pinned_network_stack_without_cuda_compat() -> None:
     text = render_dockerfile(plan_of(*PRESETS["llama3-8b-p5x4"], "image.nccl=2.26.5-1", "image.efa_installer=1.41.0"))
     assert "aws-efa-installer-1.41.0.tar.gz" in text

@@ -92,6 +92,22 @@ def test_local_dry_run_lists_every_request_and_starts_nothing(tmp_path, engine):
     assert "image     " not in result.stdout  # nothing built either
 
 
+def test_points_that_need_other_layers_get_other_images(tmp_path):
+    """A tracker's client and the compiler's toolchain are layers of the image: each point runs the image its
+    own plan builds (they were once given the first point's, which lacks them)."""
+    axes = {"trainer.trackers": ["[]", "[tensorboard]"], "trainer.compile": ["false", "blocks"]}
+    sweep_axes = [f"{key}={','.join(values)}" for key, values in axes.items()]
+    result = dockyard(tmp_path, *SWEEP, "hydra.launcher.dry_run=true", "experiment=smoke", *sweep_axes)
+    assert result.returncode == 0, result.stderr
+    references = {}
+    for num, row in enumerate(summary_rows(tmp_path / "sweep")):
+        request = json.loads((tmp_path / "sweep" / str(num) / "request.json").read_text())
+        overrides = ["experiment=smoke", *row["overrides"].split()]
+        references[row["overrides"]] = {container["image"] for container in request["containers"]}
+        assert references[row["overrides"]] == {planned_reference(plan_for(*overrides), cwd=tmp_path)}
+    assert len({reference for found in references.values() for reference in found}) == 4
+
+
 @pytest.fixture
 def moto_env(tmp_path):
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)

@@ -83,6 +83,13 @@ class BuildContext:
                     _add(tar, name, file, source.stat().st_size, _mode(source))
 
 
+def context_inputs(plan: Plan) -> str:
+    """All that `build_context` reads of the plan: plans with the same inputs get the same context while the
+    files they name stay as they are (a sweep hashes the context once per distinct value, not per point)."""
+    trainer = plan.trainer
+    return repr((render_dockerfile(plan), plan.image, trainer.entry, trainer.source_dir, trainer.script, plan.eval))
+
+
 def build_context(plan: Plan, *, cwd: Path, base_id: str = "") -> BuildContext:
     """Everything a build of `plan` reads. `cwd` anchors a relative `trainer.source_dir`."""
     files = dict(_dockyard_files())

@@ -5,6 +5,7 @@ strings that reach a shell are quoted; the result depends on nothing on this mac
 can pin it.
 """
 
+import functools
 import shlex
 
 import jinja2
@@ -45,7 +46,8 @@ def render_dockerfile(plan: Plan) -> str:
         code_dir=CODE_DIR,
         user=RUN_AS_USER,
         runtime_dir=RUNTIME_DIR,
-        system_packages=system_packages(plan),
+        system_packages=list(plan.image.system_packages),
+        toolchain=toolchain_packages(plan),
         build_tools=BUILD_TOOLS,
         dependencies=python_dependencies(image),
         features=feature_dependencies(plan),
@@ -72,16 +74,17 @@ def has_eval_adapter(plan: Plan) -> bool:
     return plan.eval is not None and bool(plan.eval.adapter)
 
 
-def system_packages(plan: Plan) -> list[str]:
-    """The config's Debian packages, and a C++ compiler when the plan compiles and the family lacks one."""
-    packages = list(plan.image.system_packages)
+def toolchain_packages(plan: Plan) -> list[str]:
+    """The C++ compiler and headers a compiling plan adds to an image family that lacks them, in a layer of their
+    own above the Python packages: a compiled plan's image then shares every slower layer (torch, the pinned
+    dependencies) with the eager plan's, and switching `trainer.compile` builds only this one."""
     if (
-        schema.Compile(plan.trainer.compile) is not schema.Compile.false
-        and plan.image.family is schema.ImageFamily.cpu_local
+        schema.Compile(plan.trainer.compile) is schema.Compile.false
+        or plan.image.family is not schema.ImageFamily.cpu_local
     ):
-        named = {package.split("=")[0] for package in packages}
-        packages += [package for package in COMPILER_PACKAGES if package not in named]
-    return packages
+        return []
+    named = {package.split("=")[0] for package in plan.image.system_packages}
+    return [package for package in COMPILER_PACKAGES if package not in named]
 
 
 def uses_constraints(image: schema.ImageConfig) -> bool:
@@ -129,7 +132,9 @@ def evaluation_dependencies(plan: Plan) -> list[str]:
     return [] if plan.eval is None else [f"lm_eval[hf]=={plan.eval.lm_eval}"]
 
 
+@functools.cache
 def _environment() -> jinja2.Environment:
+    """One environment per process, so that each template is compiled once (a sweep renders every point's)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(PACKAGE_DIR),
         undefined=jinja2.StrictUndefined,

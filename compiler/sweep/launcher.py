@@ -189,13 +189,12 @@ class Sweep:
         return point
 
     def _expected_image(self, plan: Plan) -> str:
-        """The content-hash reference a build of `plan` makes. The build context depends only on the image
-        section, the trainer's code and the system packages the plan adds (a compiler for torch.compile), so
-        it is hashed once per distinct set of those, not once per point."""
+        """The content-hash reference a build of `plan` makes, hashed once per distinct build input (the
+        Dockerfile, the trainer's code, an evaluation's folders), not once per point."""
         from compiler.images.build import planned_reference
-        from compiler.images.render import system_packages
+        from compiler.images.context import context_inputs
 
-        key = repr((plan.image, plan.trainer.entry, plan.trainer.source_dir, system_packages(plan)))
+        key = context_inputs(plan)
         if key not in self.references:
             self.references[key] = planned_reference(plan, cwd=self.project)
         return self.references[key]

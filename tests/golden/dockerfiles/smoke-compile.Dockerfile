@@ -2,10 +2,7 @@
 FROM dockyard/base:bookworm-py311
 
 # System packages, and the unprivileged user training runs as.
-RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends g++ python3-dev \
- && rm -rf /var/lib/apt/lists/* \
- && useradd --create-home --shell /bin/bash dockyard \
+RUN useradd --create-home --shell /bin/bash dockyard \
  && mkdir -p /opt/ml/code && chown dockyard:dockyard /opt/ml/code
 
 # A virtual environment owned by the image, outside the system Python (PEP 668); pip trusts the system
@@ -22,6 +19,12 @@ RUN pip install --constraint /etc/dockyard/constraints.txt --find-links /tmp/whe
 
 # Pinned Python dependencies (DeepSpeed builds against the torch above).
 RUN pip install --no-build-isolation --constraint /etc/dockyard/constraints.txt deepspeed==0.19.8 boto3==1.44.5 safetensors==0.8.0 huggingface_hub==2.4.0
+
+# What torch.compile's inductor builds its kernels with, above the Python layers so that a compiled plan's
+# image shares them with the eager plan's.
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends g++ python3-dev \
+ && rm -rf /var/lib/apt/lists/*
 
 # dockyard's runtime: the entrypoint and the plan's types, nothing of the compiler's host side, so a
 # change there (the CLI, the planner, the docs) leaves this layer and the image's tag as they are. Its
