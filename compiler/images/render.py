@@ -46,7 +46,6 @@ def render_dockerfile(plan: Plan) -> str:
         code_dir=CODE_DIR,
         user=RUN_AS_USER,
         runtime_dir=RUNTIME_DIR,
-        system_packages=list(plan.image.system_packages),
         toolchain=toolchain_packages(plan),
         build_tools=BUILD_TOOLS,
         dependencies=python_dependencies(image),
