@@ -3,7 +3,7 @@
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 
@@ -14,9 +14,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(command: Sequence[str], port: int, timeout: float = 15.0) -> Iterator[None]:
-    """Run `command` until the block ends; enter once it accepts connections on `port`."""
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def serving(
+    command: Sequence[str], port: int, timeout: float = 15.0, env: Mapping[str, str] | None = None
+) -> Iterator[None]:
+    """Run `command` (in `env`, else this process's environment) until the block ends; enter once it accepts
+    connections on `port`."""
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         deadline = time.monotonic() + timeout
         while True:
