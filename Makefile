@@ -45,17 +45,18 @@ test-services:
 	@scripts/ensure-docker || [ "$${CI:-}" != true ]
 	@scripts/ensure-slurm || [ "$${CI:-}" != true ]
 
+# The tests' processes keep the bytecode they compile (__pycache__, ignored by git and by image contexts):
+# where the environment says not to (PYTHONDONTWRITEBYTECODE, set on the machines this was measured on), every pytest
+# worker, CLI call and torchrun rank compiled the project's modules again (a collection of the suite took
+# 31-35 s without, 25 s with).
+test test-quick torchrun-loop: export PYTHONDONTWRITEBYTECODE :=
+
 # One lane on both cores (pytest-xdist) for all but the timed tests: those that start torchrun, containers or
 # Slurm jobs first, the tests that share a resource or an expensive fixture in one xdist group each
 # (tests/conftest.py says which), then the quick tests, which fill both workers to the end; last the tests
 # that time what they measure, one at a time (collected only from the modules that mark one: a collection of
 # the whole suite takes longer than some of them). Three workers were slower here (28 min 41 s against 26 min 27 s):
 # the lane is CPU-bound.
-# The tests' processes keep the bytecode they compile (__pycache__, ignored by git and by image contexts):
-# where the environment says not to (PYTHONDONTWRITEBYTECODE, set on the machines this was measured on), every pytest
-# worker, CLI call and torchrun rank compiled the project's modules again (a collection of the suite took
-# 31-35 s without, 25 s with).
-test test-quick torchrun-loop: export PYTHONDONTWRITEBYTECODE :=
 test: $(STAMP) test-services
 	@scripts/timed "main lane" $(BIN)/pytest -q -n 2 --dist loadgroup -m "not timed"
 	@scripts/timed "timed lane" $(BIN)/pytest -q -m timed $$(grep -l "mark\.timed" tests/test_*.py)
