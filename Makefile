@@ -46,9 +46,9 @@ test-services:
 	@scripts/ensure-slurm || [ "$${CI:-}" != true ]
 
 # The tests' processes keep the bytecode they compile (__pycache__, ignored by git and by image contexts):
-# where the environment says not to (PYTHONDONTWRITEBYTECODE, set on the machines this was measured on), every pytest
-# worker, CLI call and torchrun rank compiled the project's modules again (a collection of the suite took
-# 31-35 s without, 25 s with).
+# where the environment says not to (PYTHONDONTWRITEBYTECODE, set on the machines this was measured on),
+# every pytest worker, CLI call and torchrun rank compiled the project's modules again (a collection of the
+# suite took 31-35 s without, 25 s with).
 test test-quick torchrun-loop: export PYTHONDONTWRITEBYTECODE :=
 
 # One lane on both cores (pytest-xdist) for all but the timed tests: those that start torchrun, containers or
