@@ -24,7 +24,7 @@ def unconstrained_packages(freeze: str, plan: Plan) -> list[str]:
         CONSTRAINTS,
         EVAL_CONSTRAINTS,
         evaluation_dependencies,
-        feature_dependencies,
+        feature_layers,
         python_dependencies,
     )
 
@@ -35,7 +35,8 @@ def unconstrained_packages(freeze: str, plan: Plan) -> list[str]:
     if plan.eval is not None:
         constrained += EVAL_CONSTRAINTS.read_text().splitlines()
     pinned = {name(line) for line in constrained if line and not line.startswith("#")}
-    pinned |= {"torch"} | {name(p) for p in [*python_dependencies(plan.image), *feature_dependencies(plan)]}
+    pinned |= {"torch"} | {name(p) for p in python_dependencies(plan.image)}
+    pinned |= {name(p) for layer in feature_layers(plan) for p in layer}
     pinned |= {name(p) for p in evaluation_dependencies(plan)}
     pinned |= {name(p) for p in plan.image.python_packages}
     return sorted(line for line in freeze.splitlines() if line.strip() and name(line) not in pinned)

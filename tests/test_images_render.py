@@ -1,5 +1,6 @@
 """Dockerfiles, build contexts and image rules: everything about images that needs no Docker engine."""
 
+import itertools
 import shutil
 import subprocess
 from pathlib import Path
@@ -55,6 +56,33 @@ def test_a_managed_mlflow_arn_adds_the_sagemaker_mlflow_plugin_to_the_trackers_l
     (layer,) = [line for line in managed.splitlines() if "mlflow-skinny==" in line]
     assert "sagemaker-mlflow==0.5.0" in layer
     assert "sagemaker-mlflow" not in render_dockerfile(plan_of(*PRESETS["smoke-trackers"]))
+
+
+def test_plans_with_more_features_build_on_the_layers_of_plans_with_fewer() -> None:
+    """A text plan's image, a chat plan's (transformers renders the conversations) and a tracked chat plan's:
+    each Dockerfile is the one before it up to its feature layers, then one more, so each image's build takes
+    the one before's layers from the cache."""
+    documents = [
+        "data=s3",
+        "data.uri=s3://dockyard-example-data/docs/",
+        "data.tokenizer=s3://dockyard-example-data/tokenizer/",
+    ]
+    plans = [
+        ["experiment=smoke", *documents, "data.format=text"],
+        ["experiment=smoke", *documents, "data.format=chat"],
+        ["experiment=smoke", *documents, "data.format=chat", "trainer.trackers=[tensorboard]"],
+    ]
+    installs = [
+        [line for line in render_dockerfile(plan_of(*plan)).splitlines() if line.startswith("RUN pip install")]
+        for plan in plans
+    ]
+    for fewer, more in itertools.pairwise(installs):
+        assert more[: len(fewer)] == fewer and len(more) == len(fewer) + 1, (fewer, more)
+    assert [line.split()[-1] for line in installs[-1][-3:]] == [
+        "zstandard==0.25.0",
+        "transformers==5.24.0",
+        "tensorboard==2.21.0",
+    ]
 
 
 def test_layers_go_from_slowest_to_fastest_changing() -> None:

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from compiler.config.recipes import convert
-from compiler.images.render import feature_dependencies
+from compiler.images.render import feature_layers
 from compiler.planner.summary import summary_lines
 from compiler.spec.errors import ConfigError, UnsupportedError
 from compiler.spec.schema import BaseQuantization
@@ -116,8 +116,8 @@ def test_the_plan_counts_a_quantized_base_at_its_bytes(kind, double_quant, size,
     assert full.parameters - quantized.estimate.memory.parameters == pytest.approx(held * (4 + 2 - size), abs=1)
     assert quantized.estimate.memory.optimizer == full.optimizer
     assert any(line.endswith(f"held {kind} (QLoRA)") for line in summary_lines(quantized))
-    assert "bitsandbytes==0.50.2" in feature_dependencies(quantized)  # the image installs it for this plan only
-    assert not any(pin.startswith("bitsandbytes") for pin in feature_dependencies(plan_for(*lora)))
+    assert ["bitsandbytes==0.50.2"] in feature_layers(quantized)  # the image installs it for this plan only
+    assert not any(pin.startswith("bitsandbytes") for layer in feature_layers(plan_for(*lora)) for pin in layer)
 
 
 @pytest.mark.parametrize(

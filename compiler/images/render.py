@@ -49,7 +49,7 @@ def render_dockerfile(plan: Plan) -> str:
         toolchain=toolchain_packages(plan),
         build_tools=BUILD_TOOLS,
         dependencies=python_dependencies(image),
-        features=feature_dependencies(plan),
+        features=feature_layers(plan),
         evaluation=evaluation_dependencies(plan),
         eval_constraints=EVAL_CONSTRAINTS_IN_IMAGE,
         constrained=uses_constraints(image),
@@ -100,29 +100,32 @@ def python_dependencies(image: schema.ImageConfig) -> list[str]:
     return pins
 
 
-def feature_dependencies(plan: Plan) -> list[str]:
-    """Pinned packages only some plans need, in a layer of their own above dockyard's (which every plan of
-    the family shares): the document readers for `data.format` text or chat, Hugging Face's transformers for
-    model=hf and for chat (its chat rendering), peft for LoRA and bitsandbytes for its quantized base, the
-    clients of `trainer.trackers` (and the sagemaker-mlflow plugin for a managed MLflow server's ARN); an
-    evaluation's harness reads its tasks' data with the document readers and loads the model with
-    transformers and peft."""
+def feature_layers(plan: Plan) -> list[list[str]]:
+    """Pinned packages only some plans need, a layer per feature above dockyard's dependencies (which every plan
+    of the family shares), always in this order so that plans needing some of them share the layers below:
+    the document readers for `data.format` text or chat, Hugging Face's transformers for model=hf and for chat
+    (its chat rendering), peft for LoRA, bitsandbytes for its quantized base, the clients of `trainer.trackers`
+    (and the sagemaker-mlflow plugin for a managed MLflow server's ARN). An evaluation's harness reads its tasks'
+    data with the document readers and loads the model with transformers and peft. One layer of them all made a
+    chat plan's image install the readers and transformers again beside a text plan's readers."""
     image, model = plan.image, plan.model
-    pins = []
+    layers = []
     if plan.data.format is not schema.DataFormat.tokens or plan.eval is not None:  # the harness reads datasets
-        pins += [f"{name}=={getattr(image, name)}" for name in schema.DOCUMENT_PACKAGES]
+        layers.append([f"{name}=={getattr(image, name)}" for name in schema.DOCUMENT_PACKAGES])
     if model.family == "hf" or plan.data.format.rendered:  # chat and preference: transformers renders
-        pins.append(f"transformers=={image.transformers}")
+        layers.append([f"transformers=={image.transformers}"])
     if model.lora.rank or plan.eval is not None:  # the harness's Hugging Face backend imports peft
-        pins.append(f"peft=={image.peft}")
+        layers.append([f"peft=={image.peft}"])
     if model.lora.rank and model.lora.quantize_base is not schema.BaseQuantization.none:
-        pins.append(f"bitsandbytes=={image.bitsandbytes}")
-    for tracker, field in schema.TRACKER_PINS.items():
-        if tracker in plan.trainer.trackers:
-            pins.append(f"{field.replace('_', '-')}=={getattr(image, field)}")
+        layers.append([f"bitsandbytes=={image.bitsandbytes}"])
+    trackers = [
+        f"{field.replace('_', '-')}=={getattr(image, field)}"
+        for tracker, field in schema.TRACKER_PINS.items()
+        if tracker in plan.trainer.trackers
+    ]
     if "mlflow" in plan.trainer.trackers and sagemaker_mlflow(plan.trainer.mlflow.tracking_uri):
-        pins.append(f"sagemaker-mlflow=={image.sagemaker_mlflow}")
-    return pins
+        trackers.append(f"sagemaker-mlflow=={image.sagemaker_mlflow}")
+    return layers + ([trackers] if trackers else [])
 
 
 def evaluation_dependencies(plan: Plan) -> list[str]:

@@ -20,8 +20,8 @@ RUN pip install --constraint /etc/dockyard/constraints.txt --find-links /tmp/whe
 # Pinned Python dependencies (DeepSpeed builds against the torch above).
 RUN pip install --no-build-isolation --constraint /etc/dockyard/constraints.txt deepspeed==0.19.8 boto3==1.44.5 safetensors==0.8.0 huggingface_hub==2.4.0
 
-# What this plan's features need (feature_dependencies: document readers, transformers, peft), apart so that
-# plans without them share the layers above.
+# What this plan's features need (feature_layers: document readers, transformers, peft, trackers), a layer
+# each in a fixed order, so that plans without them share the layers above and plans with some share those.
 RUN pip install --no-build-isolation --constraint /etc/dockyard/constraints.txt tensorboard==2.21.0 mlflow-skinny==3.17.2 wandb==0.31.0
 
 # dockyard's runtime: the entrypoint and the plan's types, nothing of the compiler's host side, so a
