@@ -40,6 +40,35 @@ def test_a_wider_model_and_longer_micro_batches_run_closer_to_the_peak():
     assert narrow.estimate.throughput.matmul_efficiency < base < long.estimate.throughput.matmul_efficiency
 
 
+LLAMA_TP8_ON_P5 = (
+    "model=llama3-8b", "model.seq_len=8192", "parallelism=fsdp", "parallelism.tp=8", "parallelism.micro_batch=2",
+    "parallelism.grad_accum=1", "parallelism.global_batch=-1", "parallelism.mixed_precision=bf16",
+    "hardware=p5.48xlarge", "hardware.memory_check=false", "image=cuda", "data=synthetic",
+)  # fmt: skip
+"""One node, all of it one tensor-parallel group: no data-parallel traffic, only the activations' collectives."""
+
+
+def test_tensor_parallel_ranks_multiply_products_a_tp_th_as_wide():
+    tp1 = plan_for(*LLAMA_TP8_ON_P5, "parallelism.tp=1").estimate.throughput.matmul_efficiency
+    tp8 = plan_for(*LLAMA_TP8_ON_P5).estimate.throughput.matmul_efficiency
+    fit = MATMUL_EFFICIENCY["H100"]
+    assert tp8 / tp1 == pytest.approx((4096 / 8 / 4096) ** fit.width_exponent)
+
+
+def test_recomputation_adds_the_tensor_parallel_collectives_it_runs_again():
+    """8 activation-sized halves per layer without recomputation, 3 more under full recomputation, 2 under the
+    op-level policy (tests/test_sequence_parallel.py counts them in the runtime)."""
+    exposed = {
+        mode: plan_for(
+            *LLAMA_TP8_ON_P5, f"parallelism.activation_checkpointing={mode}"
+        ).estimate.throughput.exposed_communication_seconds
+        for mode in ("none", "selective", "full")
+    }
+    assert exposed["none"] > 0
+    assert exposed["selective"] / exposed["none"] == pytest.approx(10 / 8)
+    assert exposed["full"] / exposed["none"] == pytest.approx(11 / 8)
+
+
 def test_compile_speeds_the_compute_up_by_the_published_factor():
     eager = plan_for(*LLAMA_ON_P4D).estimate.throughput
     compiled = plan_for(*LLAMA_ON_P4D, "trainer.compile=model").estimate.throughput

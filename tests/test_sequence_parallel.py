@@ -2,13 +2,15 @@
 (gloo, CPU): tp=2 trains the built-in Llama-shaped decoder and a tiny `model=hf` Llama to the losses and gradient
 norms tp=1 (FSDP over the same two ranks, the same global batch) gives, with the loss streamed by chunks or over
 the whole logits and with the op-level selective checkpointing, and holds 1/tp of the residual stream and of the
-logits."""
+logits; and that recomputation runs again the collectives the planner counts."""
 
 from pathlib import Path
 
 import pytest
 
+from compiler.planner.speed import recomputed_collectives
 from compiler.spec import Plan
+from compiler.spec.schema import Checkpointing
 from tests.entrypoint_support import LLAMA_STYLE, run_plans_on_two_ranks, tiny_plan
 from tests.pretrained import save_checkpoint
 from tests.test_text_data import hand_made_split
@@ -39,10 +41,13 @@ from entrypoint.trainer.train import precompute_reference
 PLANS = json.loads(Path(sys.argv[1]).with_name("plans.json").read_text())
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-TRAINING = {name: path for name, path in PLANS.items() if not name.startswith("precompute-")}
+PREFIXES = ("precompute-", "collectives-")
+TRAINING = {name: path for name, path in PLANS.items() if not name.startswith(PREFIXES)}
 PRECOMPUTING = {name: path for name, path in PLANS.items() if name.startswith("precompute-")}
+COUNTING = {name: path for name, path in PLANS.items() if name.startswith("collectives-")}
 """
-"""Both tests' plans run in one launch (`results`): the precomputed reference's plans are named `precompute-*`."""
+"""The tests' plans run in one launch (`results`): the precomputed reference's plans are named `precompute-*`, the
+plans whose collectives are counted `collectives-*`."""
 
 SCRIPT = """
 for name, path in TRAINING.items():
@@ -95,7 +100,7 @@ def training_plans(hf_checkpoints) -> dict[str, Plan]:
 
 
 def test_sequence_and_loss_parallel_tp_trains_to_the_tp1_losses(results, hf_checkpoints):
-    trained = {name: result for name, result in results.items() if not name.startswith("precompute-")}
+    trained = {name: result for name, result in results.items() if not name.startswith(("precompute-", "collectives-"))}
     assert set(trained) == set(training_plans(hf_checkpoints))
     for name, result in trained.items():
         reference = trained[name.replace("-streamed", "").replace("tp2", "tp1")]
@@ -138,13 +143,45 @@ def precompute_plans(folder: Path) -> dict[str, Plan]:
     return {f"precompute-{name}": tiny_plan(*dpo, *overrides) for name, overrides in cases.items()}
 
 
+COUNTING_SCRIPT = """
+from collections import Counter
+from torch.distributed.tensor.debug import CommDebugMode
+
+for name, path in COUNTING.items():
+    plan = Plan.from_json(Path(path).read_text())
+    batches = Batches(make_source(plan, None), plan, plan.layout.coordinates(rank).dp)
+    engine = make_engine(plan, torch.device("cpu"))
+    with CommDebugMode() as comms:
+        engine.forward_backward([batches.micro_batch(0, 0)])
+    counts = {str(op): count for op, count in comms.get_comm_counts().items() if str(op).startswith("c10d_functional.")}
+    blocks = {}  # each block's, forward and backward
+    for module, passes in comms.comm_module_counts.items():
+        if module.rsplit(".", 2)[-2:-1] == ["blocks"]:
+            both = sum((Counter({str(op): n for op, n in ops.items()}) for ops in passes.values()), Counter())
+            blocks[module.rsplit(".", 1)[-1]] = dict(both)
+    if rank == 0:
+        print(f"RESULT {name} {json.dumps({'total': counts, 'blocks': blocks})}", flush=True)
+    del engine
+"""
+
+
+def counting_plans() -> dict[str, Plan]:
+    """The decoder under tp=2 in each checkpointing mode, for one forward and backward."""
+    tp2 = ("parallelism=fsdp", "parallelism.tp=2", "parallelism.micro_batch=4")
+    return {
+        f"collectives-{mode.value}": tiny_plan(*DECODER, *tp2, f"parallelism.activation_checkpointing={mode.value}")
+        for mode in (Checkpointing.none, Checkpointing.selective, Checkpointing.full)
+    }
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory, hf_checkpoints) -> dict[str, dict]:
-    """Both tests' plans in one torchrun launch (its start, two ranks importing torch and transformers, costs more
-    than the plans' runs): the training script over the training plans, then the precomputing one over its own."""
+    """The tests' plans in one torchrun launch (its start, two ranks importing torch and transformers, costs more
+    than the plans' runs): the training script over the training plans, then the precomputing one and the
+    counting one over theirs."""
     folder = tmp_path_factory.mktemp("sequence-parallel")
-    plans = training_plans(hf_checkpoints) | precompute_plans(folder)
-    return run_plans_on_two_ranks(HEADER + SCRIPT + PRECOMPUTE_SCRIPT, plans, folder, timeout=400)
+    plans = training_plans(hf_checkpoints) | precompute_plans(folder) | counting_plans()
+    return run_plans_on_two_ranks(HEADER + SCRIPT + PRECOMPUTE_SCRIPT + COUNTING_SCRIPT, plans, folder, timeout=400)
 
 
 def test_the_reference_precomputed_before_the_first_step_is_tp1s_under_loss_parallel(results):
@@ -158,3 +195,30 @@ def test_the_reference_precomputed_before_the_first_step_is_tp1s_under_loss_para
     assert len(reference) == 4
     for name in ("precompute-tp2", "precompute-tp2-streamed"):
         assert results[name] == pytest.approx(reference, rel=1e-6), name  # sums of ~30 nats, reordered
+
+
+HALVES = {"c10d_functional.all_gather_into_tensor": 1, "c10d_functional.reduce_scatter_tensor": 1}
+"""Activation-sized halves each sequence-parallel collective moves (the planner's unit): an all-gather or a
+reduce-scatter one. Loss parallelism's all-reduces (of per-token statistics, not activations) are the same in
+every mode and cancel out."""
+
+
+def halves_of(counts: dict[str, int]) -> int:
+    return sum(HALVES.get(op, 0) * count for op, count in counts.items())
+
+
+def test_recomputation_runs_again_the_tensor_parallel_collectives_the_planner_counts(results):
+    """A block moves its activation 8 times without recomputation (each sublayer's gather and reduce-scatter, and
+    their gradients' back). Against that, full recomputation runs both sublayers' gathers and the attention's
+    reduce-scatter again (3 per layer: it stops before the MLP's, the block's output, which the backward does not
+    read), the op-level policy only the gathers of each sublayer's input (2 per layer): it keeps the
+    reduce-scatters' outputs, as torchtitan's policy does, so that no reduce-scatter adds to the backward."""
+    plan = tiny_plan(*DECODER, "parallelism=fsdp", "parallelism.tp=2")
+    plain = results["collectives-none"]
+    assert plan.model.layers > 2 and len(plain["blocks"]) == plan.model.layers
+    inner = [str(layer) for layer in range(1, plan.model.layers - 1)]  # the ends also hold the embedding's, the head's
+    assert {block: halves_of(plain["blocks"][block]) for block in inner} == dict.fromkeys(inner, 8)
+    for mode in (Checkpointing.selective, Checkpointing.full):
+        extra = halves_of(results[f"collectives-{mode.value}"]["total"]) - halves_of(plain["total"])
+        expected = recomputed_collectives(mode, plan.layout) * plan.model.layers
+        assert extra == expected, (mode, results[f"collectives-{mode.value}"]["total"], plain["total"])

@@ -151,6 +151,8 @@ def activation_bytes_per_token(
         kept = block_input + sum(
             size * (4 if fp32 else element) / (tp if split else 1) for size, split, fp32 in _kept_by_op_policy(model)
         )
+        if sequence > 1:  # and each sublayer's reduce-scatter into the split residual stream
+            kept += 2 * model.hidden * element / sequence
     elif recompute is schema.Checkpointing.attention:
         kept = full_layer - elements["recomputed_fp32"] * 4 / tp
     else:

@@ -10,6 +10,9 @@
 - Collectives across nodes are costed per node: a ring or tree over nodes moves about the collective's size
   through each node's NICs, which its GPUs share (`network_gbps` is the node's); inside a node each GPU moves its
   part over NVLink. The two run at once, so the slower one counts.
+- Tensor parallelism (tp > 1): each rank's products are a tp-th as wide, so the fit's width term lowers the
+  efficiency; the activations' collectives over NVLink are on the critical path, and recomputation runs some of
+  the forward's again (`recomputed_collectives`).
 - Context parallelism (cp > 1): each layer's all-to-alls over heads (q, k, v and the attention output in the
   forward, their gradients in the backward) move (cp − 1)/cp of those tensors over NVLink (or the network when
   a group spans nodes), on the critical path. Attention FLOPs per token grow with seq_len (quadratic per
@@ -60,7 +63,7 @@ def throughput(
     runs beside the policy, its forward pass over the same rows (a third of a training step's FLOPs).
     `compiled`: trainer.compile is on."""
     sequences = batch.tokens_per_step // (batch.seq_len * layout.dp)  # a replica's rows: with DPO, twice its pairs
-    efficiency, source = matmul_efficiency(model, instance, batch.micro_batch * model.seq_len, compiled)
+    efficiency, source = matmul_efficiency(model, instance, layout.tp, batch.micro_batch * model.seq_len, compiled)
     busy, compute, exposed = 0.0, 0.0, 0.0
     for share in pipeline_shares(model, par, layout):
         per_token = flops_per_token_of(model, layout.tp, share, vocab_shards(model, layout))
@@ -72,7 +75,7 @@ def throughput(
         data_parallel = _data_parallel_seconds(model, par, instance, layout, share) * _reductions_per_step(par, batch)
         share_exposed = (
             max(0.0, data_parallel - BACKWARD_SHARE * share_compute)
-            + _tensor_parallel_seconds(model, instance, layout, sequences, share)
+            + _tensor_parallel_seconds(model, par, instance, layout, sequences, share)
             + expert_parallel_seconds(model, instance, layout, sequences, share)
         )
         share_exposed += _context_parallel_seconds(model, instance, layout, sequences, share)
@@ -108,16 +111,17 @@ def recompute_time(par: schema.ParallelismConfig) -> float:
 
 
 def matmul_efficiency(
-    model: schema.ModelConfig, instance: InstanceType, tokens_per_micro_batch: int, compiled: bool
+    model: schema.ModelConfig, instance: InstanceType, tp: int, tokens_per_micro_batch: int, compiled: bool
 ) -> tuple[float, str]:
     """The share of the dense peak a step's FLOPs reach, and where that figure comes from: the fit of the GPU's
     family to its published runs, scaled by the GEMMs' size (narrow models and short micro batches keep the
-    tensor cores less busy), or the assumed figure for a GPU no published run covers."""
+    tensor cores less busy; tensor parallelism splits each product's width over `tp` ranks), or the assumed
+    figure for a GPU no published run covers."""
     fit = _family_fit(instance.gpu_model)
     if fit is None:
         efficiency, source = ASSUMED_MATMUL_EFFICIENCY, "assumed, no published runs of this GPU"
     else:
-        width = min(1.0, model.hidden / fit.full_width) ** fit.width_exponent
+        width = min(1.0, model.hidden / tp / fit.full_width) ** fit.width_exponent
         tokens = min(1.0, tokens_per_micro_batch / fit.full_tokens) ** fit.tokens_exponent
         efficiency, source = fit.peak_share * width * tokens, fit.source
     if compiled:
@@ -189,19 +193,39 @@ def _data_parallel_seconds(
 
 
 def _tensor_parallel_seconds(
-    model: schema.ModelConfig, instance: InstanceType, layout: Layout, sequences: int, share: Share
+    model: schema.ModelConfig,
+    par: schema.ParallelismConfig,
+    instance: InstanceType,
+    layout: Layout,
+    sequences: int,
+    share: Share,
 ) -> float:
     """Activation collectives over NVLink, each layer's sublayers (attention, MLP) in the forward and the
     backward: with sequence parallelism (the FSDP+TP engine) an all-gather of the input along the sequence and a
     reduce-scatter of the row-split output (their gradients' reduce-scatter and all-gather back); in a
     pipeline an all-reduce after each row-split projection and of the column-split inputs' gradients. Either
     way each sublayer moves the activation twice per pass (an all-reduce is a reduce-scatter and an
-    all-gather), so the volume is the same."""
+    all-gather), so the volume is the same. Recomputation runs some of the forward's collectives again
+    (`recomputed_collectives`)."""
     if layout.tp == 1:
         return 0.0
     activation_bytes = sequences * model.seq_len * model.hidden * 2
-    traffic = 8 * share.layers * activation_bytes * (layout.tp - 1) / layout.tp
+    recomputed = recomputed_collectives(par.activation_checkpointing, layout) / par.activation_checkpointing_every
+    traffic = (8 + recomputed) * share.layers * activation_bytes * (layout.tp - 1) / layout.tp
     return traffic / (instance.gpu_link_gbps / 8 * 1e9)
+
+
+def recomputed_collectives(mode: schema.Checkpointing, layout: Layout) -> int:
+    """A recomputed layer's tensor-parallel collectives run again in the backward, in activation-sized halves (a
+    gather or a reduce-scatter is one, an all-reduce two; the forward has 4). Recomputation stops once it has
+    what the backward reads, so the MLP's output collective (the block's output) never runs again. With
+    sequence parallelism, full recomputation runs both sublayers' gathers and the attention's reduce-scatter
+    again (3); the op-level policy keeps the reduce-scatters' outputs, as torchtitan's does, and gathers each
+    sublayer's input again for the products it recomputes (2). In a pipeline either mode runs the attention
+    output's all-reduce again, which the MLP's norm reads (2)."""
+    if mode not in (schema.Checkpointing.selective, schema.Checkpointing.full):
+        return 0
+    return 3 if mode is schema.Checkpointing.full and layout.pp == 1 else 2
 
 
 def _context_parallel_seconds(

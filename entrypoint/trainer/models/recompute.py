@@ -2,9 +2,10 @@
 
 - full: the block's input is kept and the whole block runs again in its backward.
 - selective: the op-level policy the field uses (torchtitan's): inside the checkpointed block the output of
-  every other matrix product (the 1st, 3rd, ... in call order: q, v, the MLP's first projection, ...) and the
-  attention kernel's outputs are kept; everything else (the other products, norms, activations, RoPE) runs
-  again in the backward. Built on `torch.utils.checkpoint`'s selective-checkpoint contexts.
+  every other matrix product (the 1st, 3rd, ... in call order: q, v, the MLP's first projection, ...), the
+  attention kernel's outputs and, under tensor parallelism, the reduce-scatters' outputs are kept; everything
+  else (the other products, norms, activations, RoPE, the sequence all-gathers) runs again in the backward.
+  Built on `torch.utils.checkpoint`'s selective-checkpoint contexts.
 """
 
 from collections.abc import Callable
@@ -26,6 +27,9 @@ _ATTENTION = frozenset(
     )
     if hasattr(torch.ops.aten, name)
 )
+_KEPT = _ATTENTION | {torch.ops._c10d_functional.reduce_scatter_tensor.default}
+"""Kept whatever their place: attention (the costliest op to run again) and the sequence-parallel reduce-scatters
+(a collective run again would add its time to the backward's, as `compiler.planner.speed` counts)."""
 
 
 def _every_other_matmul() -> Callable[..., CheckpointPolicy]:
@@ -38,7 +42,7 @@ def _every_other_matmul() -> Callable[..., CheckpointPolicy]:
             seen[ctx.is_recompute] += 1
             keep = seen[ctx.is_recompute] % 2 == 1
         else:
-            keep = op in _ATTENTION
+            keep = op in _KEPT
         return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
 
     return policy
