@@ -69,6 +69,8 @@ class Row:
             return "no comparable tokens/s (Float8)" if "Float8" in f["note"] else "not measured"
         if what == "memory" and not f["memory_gib"]:
             return "not measured"
+        if what == "memory" and "Float8" in f["note"] and f["checkpointing"] != "full":
+            return "Float8 linears keep their inputs for the backward in float8 (full recomputation keeps none)"
         if f["checkpointing"] not in ("none", "full", "selective", "selective-op", "every-other-layer"):
             return f"checkpointing {f['checkpointing']}"
         if not supports_checkpointing(f["checkpointing"]):
