@@ -72,7 +72,7 @@ def _borrowed_degree(name: str, degree: int, lender: str, ranks: int) -> int:
         raise DegreeError(
             f"parallelism.{name}",
             f"{name}={degree} does not divide the {lender} ranks it borrows ({lender} = {ranks})",
-            f"use a {name} that divides {ranks}",
+            f"set parallelism.{name} to a divisor of {ranks}",
         )
     return degree
 
